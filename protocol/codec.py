@@ -1,0 +1,147 @@
+"""Bytes <-> typed events. Decoders and encoders are built once at import (SPEC: CODEC-1..CODEC-5).
+
+Every decoding failure becomes an ``InvalidRequest`` whose ``param`` is the JSON path of the bad
+field (``input[2].call_id``), never a Python exception text.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import msgspec
+
+from protocol.errors import InvalidRequest, ProtocolError
+from protocol.events import (
+    CLIENT_EVENT_TYPES,
+    ClientEvent,
+    ErrorBody,
+    ErrorEvent,
+    ResponseAppend,
+    ResponseInject,
+)
+from protocol.items import InputItem, Message
+from protocol.response import CreateParams
+
+_ENCODER = msgspec.json.Encoder()
+_CLIENT_EVENT_DECODER = msgspec.json.Decoder(ClientEvent)
+_CREATE_BODY_DECODER = msgspec.json.Decoder(CreateParams)
+_PATH = re.compile(r" - at `\$(?P<path>[^`]*)`$")
+_MISSING = re.compile(r"missing required field `(?P<field>[^`]+)`")
+
+
+def encode(obj: Any) -> bytes:
+    """Encode any protocol struct (or plain JSON value) to compact JSON bytes."""
+    return _ENCODER.encode(obj)
+
+
+def _join_path(prefix: str, path: str) -> str | None:
+    path = path.lstrip(".")
+    if not prefix:
+        return path or None
+    if not path:
+        return prefix
+    return f"{prefix}{path}" if path.startswith("[") else f"{prefix}.{path}"
+
+
+def validation_error(exc: msgspec.ValidationError, prefix: str = "") -> InvalidRequest:
+    """Translate a msgspec validation error into a client error with a JSON-path ``param``."""
+    text = str(exc)
+    match = _PATH.search(text)
+    raw_path = match.group("path") if match else ""
+    detail = text[: match.start()] if match else text
+    missing = _MISSING.search(detail)
+    if missing:
+        param = _join_path(prefix, f"{raw_path}.{missing.group('field')}")
+        return InvalidRequest(
+            "missing_required_parameter", f"Missing required parameter: '{param}'.", param
+        )
+    param = _join_path(prefix, raw_path)
+    code = "invalid_type" if detail.startswith("Expected") else "invalid_value"
+    where = f" for '{param}'" if param else ""
+    return InvalidRequest(code, f"Invalid value{where}: {detail}.", param)
+
+
+def _unknown_type(frame: bytes | str) -> InvalidRequest | None:
+    """If the frame is an object whose ``type`` we do not serve, say so precisely."""
+    try:
+        raw = msgspec.json.decode(frame)
+    except msgspec.DecodeError:
+        return None
+    if not isinstance(raw, dict):
+        return InvalidRequest("invalid_event", "Each message must be a JSON object.", None)
+    kind = raw.get("type")
+    if kind is None:
+        return InvalidRequest(
+            "missing_required_parameter", "Missing required parameter: 'type'.", "type"
+        )
+    if kind not in CLIENT_EVENT_TYPES:
+        supported = ", ".join(CLIENT_EVENT_TYPES)
+        shown = kind if isinstance(kind, str) and len(kind) <= 64 else "<invalid>"
+        return InvalidRequest(
+            "unknown_event_type",
+            f"Unknown event type '{shown}'. Supported types: {supported}.",
+            "type",
+        )
+    return None
+
+
+def decode_client_event(frame: bytes | str) -> ClientEvent:
+    """Decode one WebSocket text frame into a typed client event."""
+    try:
+        return _CLIENT_EVENT_DECODER.decode(frame)
+    except msgspec.ValidationError as exc:
+        raise _unknown_type(frame) or validation_error(exc) from None
+    except msgspec.DecodeError:
+        raise InvalidRequest(
+            "invalid_json", "The message is not valid JSON.", None
+        ) from None
+
+
+def decode_create_body(body: bytes) -> CreateParams:
+    """Decode an HTTP ``POST /v1/responses`` body."""
+    try:
+        return _CREATE_BODY_DECODER.decode(body)
+    except msgspec.ValidationError as exc:
+        raise validation_error(exc) from None
+    except msgspec.DecodeError:
+        raise InvalidRequest("invalid_json", "The request body is not valid JSON.", None) from None
+
+
+def parse_input(raw: str | list[Any], param: str = "input") -> list[InputItem]:
+    """Normalize ``input`` (a string or a list of items) to typed items (ITEM-1, ITEM-2).
+
+    A string is one user message. Items without ``type`` but with ``role`` are messages (the
+    Agents SDK sends them that way).
+    """
+    if isinstance(raw, str):
+        return [Message(role="user", content=raw)]
+    items: list[InputItem] = []
+    for index, entry in enumerate(raw):
+        where = f"{param}[{index}]"
+        if isinstance(entry, dict) and "type" not in entry and "role" in entry:
+            entry = {**entry, "type": "message"}
+        try:
+            items.append(msgspec.convert(entry, InputItem))
+        except msgspec.ValidationError as exc:
+            raise validation_error(exc, where) from None
+    return items
+
+
+def append_input(event: ResponseAppend | ResponseInject) -> list[InputItem]:
+    return parse_input(event.input)
+
+
+def error_event(
+    err: ProtocolError, *, stream_id: str | None = None, sequence_number: int | None = None
+) -> ErrorEvent:
+    body = ErrorBody(type=err.error_type, code=err.code, message=err.message, param=err.param)
+    return ErrorEvent(
+        status=err.status, error=body, stream_id=stream_id, sequence_number=sequence_number
+    )
+
+
+def http_error_body(err: ProtocolError) -> bytes:
+    """The HTTP error body: ``{"error": {...}}`` (ERR-2)."""
+    body = ErrorBody(type=err.error_type, code=err.code, message=err.message, param=err.param)
+    return _ENCODER.encode({"error": body})

@@ -1,0 +1,195 @@
+"""Client and server events, tagged on ``type`` (SPEC: EV-1..EV-4, APPEND-1..APPEND-6).
+
+Server events omit ``stream_id`` when it is unset (the default lane); every other field is always
+present, as the openai SDK's event models require.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from protocol.items import FunctionCall, Message, OutputItem, OutputText
+from protocol.response import CreateParams, Response
+
+# --------------------------------------------------------------------------- client events
+
+
+class ResponseCreate(CreateParams, tag="response.create", tag_field="type", kw_only=True):
+    pass
+
+
+class ResponseAppend(msgspec.Struct, tag="response.append", tag_field="type", kw_only=True):
+    """Experimental mode: commit tool outputs into the suspended rollout ``response_id``."""
+
+    response_id: str
+    input: list[Any]
+
+
+class ResponseInject(msgspec.Struct, tag="response.inject", tag_field="type", kw_only=True):
+    """OpenAI's beta name for the same operation; answered by inject.created / inject.failed."""
+
+    response_id: str
+    input: list[Any]
+
+
+ClientEvent = ResponseCreate | ResponseAppend | ResponseInject
+CLIENT_EVENT_TYPES = ("response.create", "response.append", "response.inject")
+
+# --------------------------------------------------------------------------- server events
+
+
+class _Event(msgspec.Struct, tag_field="type", kw_only=True, omit_defaults=True):
+    sequence_number: int
+    stream_id: str | None = None
+
+
+class ResponseCreated(_Event, tag="response.created"):
+    response: Response
+
+
+class ResponseInProgress(_Event, tag="response.in_progress"):
+    response: Response
+
+
+class ResponseCompleted(_Event, tag="response.completed"):
+    response: Response
+
+
+class ResponseFailed(_Event, tag="response.failed"):
+    response: Response
+
+
+class ResponseIncomplete(_Event, tag="response.incomplete"):
+    response: Response
+
+
+class OutputItemAdded(_Event, tag="response.output_item.added"):
+    output_index: int
+    item: OutputItem
+
+
+class OutputItemDone(_Event, tag="response.output_item.done"):
+    output_index: int
+    item: OutputItem
+
+
+class ContentPartAdded(_Event, tag="response.content_part.added"):
+    item_id: str
+    output_index: int
+    content_index: int
+    part: OutputText
+
+
+class ContentPartDone(_Event, tag="response.content_part.done"):
+    item_id: str
+    output_index: int
+    content_index: int
+    part: OutputText
+
+
+class OutputTextDelta(_Event, tag="response.output_text.delta"):
+    item_id: str
+    output_index: int
+    content_index: int
+    delta: str
+    logprobs: list[Any]
+
+
+class OutputTextDone(_Event, tag="response.output_text.done"):
+    item_id: str
+    output_index: int
+    content_index: int
+    text: str
+    logprobs: list[Any]
+
+
+class FunctionCallArgumentsDelta(_Event, tag="response.function_call_arguments.delta"):
+    item_id: str
+    output_index: int
+    delta: str
+
+
+class FunctionCallArgumentsDone(_Event, tag="response.function_call_arguments.done"):
+    item_id: str
+    output_index: int
+    arguments: str
+    name: str
+
+
+class PendingCall(msgspec.Struct):
+    call_id: str
+    name: str
+
+
+class ResponseDone(_Event, tag="response.done"):
+    """Experimental mode: the rollout suspended waiting for these tool outputs (APPEND-2)."""
+
+    response: Response
+    pending_calls: list[PendingCall]
+
+
+class InjectCreated(_Event, tag="response.inject.created"):
+    response_id: str
+
+
+class InjectError(msgspec.Struct):
+    code: str
+    message: str
+
+
+class InjectFailed(_Event, tag="response.inject.failed"):
+    response_id: str
+    error: InjectError
+    input: list[Any]
+
+
+class ErrorBody(msgspec.Struct):
+    type: str
+    code: str | None
+    message: str
+    param: str | None
+
+
+class ErrorEvent(msgspec.Struct, tag="error", tag_field="type", kw_only=True, omit_defaults=True):
+    """The WebSocket error envelope (ERR-1). ``status`` is always present."""
+
+    status: int
+    error: ErrorBody
+    sequence_number: int | None = None
+    stream_id: str | None = None
+
+
+TerminalEvent = ResponseCompleted | ResponseFailed | ResponseIncomplete
+
+ServerEvent = (
+    ResponseCreated
+    | ResponseInProgress
+    | ResponseCompleted
+    | ResponseFailed
+    | ResponseIncomplete
+    | OutputItemAdded
+    | OutputItemDone
+    | ContentPartAdded
+    | ContentPartDone
+    | OutputTextDelta
+    | OutputTextDone
+    | FunctionCallArgumentsDelta
+    | FunctionCallArgumentsDone
+    | ResponseDone
+    | InjectCreated
+    | InjectFailed
+    | ErrorEvent
+)
+
+TERMINAL_TYPES = frozenset({"response.completed", "response.failed", "response.incomplete"})
+
+__all__ = [
+    "CLIENT_EVENT_TYPES",
+    "TERMINAL_TYPES",
+    "ClientEvent",
+    "FunctionCall",
+    "Message",
+    "ServerEvent",
+]

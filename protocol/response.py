@@ -1,0 +1,136 @@
+"""The Response object, usage, tools and create parameters (SPEC: RESP-1..RESP-4).
+
+Field types follow the openai SDK's ``Response`` model: numbers the SDK requires are never null
+(``temperature``, ``top_p``, ``top_logprobs`` default to their documented values), and fields the
+OpenAPI schema requires-but-allows-null (``error``, ``instructions`` …) are always present.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+from protocol.items import OutputItem
+
+ResponseStatus = Literal["completed", "failed", "in_progress", "cancelled", "queued", "incomplete"]
+
+
+class FunctionTool(msgspec.Struct, tag="function", tag_field="type", kw_only=True):
+    name: str
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+    description: str | None = None
+
+
+Tool = FunctionTool
+
+
+class ToolChoiceFunction(msgspec.Struct, tag="function", tag_field="type"):
+    name: str
+
+
+ToolChoice = Literal["auto", "none", "required"] | ToolChoiceFunction
+
+
+class InputTokensDetails(msgspec.Struct):
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
+
+
+class OutputTokensDetails(msgspec.Struct):
+    reasoning_tokens: int = 0
+
+
+class Usage(msgspec.Struct):
+    input_tokens: int
+    output_tokens: int
+    total_tokens: int
+    input_tokens_details: InputTokensDetails = msgspec.field(default_factory=InputTokensDetails)
+    output_tokens_details: OutputTokensDetails = msgspec.field(default_factory=OutputTokensDetails)
+
+
+class ResponseErrorInfo(msgspec.Struct):
+    code: str
+    message: str
+
+
+class IncompleteDetails(msgspec.Struct):
+    reason: str
+
+
+class Reasoning(msgspec.Struct):
+    effort: str | None = None
+    summary: str | None = None
+
+
+class Response(msgspec.Struct, kw_only=True):
+    id: str
+    object: Literal["response"] = "response"
+    created_at: int
+    status: ResponseStatus = "in_progress"
+    background: bool = False
+    completed_at: int | None = None
+    error: ResponseErrorInfo | None = None
+    incomplete_details: IncompleteDetails | None = None
+    instructions: str | None = None
+    max_output_tokens: int | None = None
+    max_tool_calls: int | None = None
+    model: str
+    output: list[OutputItem] = msgspec.field(default_factory=list)
+    parallel_tool_calls: bool = True
+    previous_response_id: str | None = None
+    reasoning: Reasoning = msgspec.field(default_factory=Reasoning)
+    service_tier: str = "default"
+    store: bool = True
+    temperature: float = 1.0
+    text: dict[str, Any] = msgspec.field(default_factory=lambda: {"format": {"type": "text"}})
+    tool_choice: ToolChoice = "auto"
+    tools: list[Tool] = msgspec.field(default_factory=list)
+    top_logprobs: int = 0
+    top_p: float = 1.0
+    truncation: str = "disabled"
+    usage: Usage | None = None
+    user: str | None = None
+    metadata: dict[str, str] = msgspec.field(default_factory=dict)
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None
+
+
+class CreateParams(msgspec.Struct, kw_only=True):
+    """The body of ``POST /v1/responses``; ``response.create`` adds ``type`` and WS-only fields.
+
+    Unknown fields are accepted and ignored (LEN-1). ``input`` items are decoded in a second
+    step (see ``protocol.codec``) because the Agents SDK sends messages without a ``type``.
+    """
+
+    model: str | None = None
+    input: str | list[Any] = msgspec.field(default_factory=list)
+    instructions: str | None = None
+    previous_response_id: str | None = None
+    tools: list[Tool] = msgspec.field(default_factory=list)
+    tool_choice: ToolChoice = "auto"
+    parallel_tool_calls: bool = True
+    max_output_tokens: int | None = None
+    max_tool_calls: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_logprobs: int | None = None
+    truncation: str | None = None
+    text: dict[str, Any] | None = None
+    reasoning: Reasoning | None = None
+    include: list[str] | None = None
+    metadata: dict[str, str] | None = None
+    store: bool = True
+    stream: bool = False
+    background: bool = False
+    user: str | None = None
+    safety_identifier: str | None = None
+    service_tier: str | None = None
+    prompt_cache_key: str | None = None
+    conversation: Any = None
+    # WebSocket-only fields (WS-2); ignored over HTTP.
+    generate: bool = True
+    stream_id: str | None = None
+    # Experimental append mode opt-in (APPEND-1): "append" or "standard"; None = connection default.
+    rollout_mode: Literal["append", "standard"] | None = None

@@ -1,0 +1,332 @@
+"""Pure stream builder: model deltas in, ordered server events out (SPEC: ORD-1..ORD-8).
+
+It owns everything clients check for consistency: ``sequence_number`` (0 on
+``response.created``, +1 per event of the response), ``output_index`` (order of
+``output_item.added``), ``content_index`` and item ids, and the Response snapshot carried by
+lifecycle events. It performs no I/O; the engine encodes and sends what it returns.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+import msgspec
+
+from protocol import events as ev
+from protocol.errors import ProtocolError
+from protocol.items import FunctionCall, Message, OutputItem, OutputText
+from protocol.response import IncompleteDetails, Response, ResponseErrorInfo, Usage
+from protocol.states import IllegalTransition, ResponseState, Step, next_state
+
+_EMPTY: list[Any] = []
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_hex(16)}"
+
+
+class _OpenMessage:
+    __slots__ = ("content_index", "item_id", "output_index", "pieces")
+
+    def __init__(self, item_id: str, output_index: int) -> None:
+        self.item_id = item_id
+        self.output_index = output_index
+        self.content_index = 0
+        self.pieces: list[str] = []
+
+
+class _OpenCall:
+    __slots__ = ("call_id", "item_id", "name", "output_index", "pieces")
+
+    def __init__(self, item_id: str, output_index: int, call_id: str, name: str) -> None:
+        self.item_id = item_id
+        self.output_index = output_index
+        self.call_id = call_id
+        self.name = name
+        self.pieces: list[str] = []
+
+
+class ResponseStream:
+    """Builds the event sequence of one response. One instance per response id."""
+
+    def __init__(self, response: Response, stream_id: str | None = None) -> None:
+        self.response = response
+        self.stream_id = stream_id
+        self.state = ResponseState.NEW
+        self._seq = 0
+        self._open: _OpenMessage | _OpenCall | None = None
+
+    # ------------------------------------------------------------------ bookkeeping
+    @property
+    def id(self) -> str:
+        return self.response.id
+
+    @property
+    def next_sequence_number(self) -> int:
+        return self._seq
+
+    @property
+    def output(self) -> list[OutputItem]:
+        return self.response.output
+
+    def _step(self, step: Step) -> int:
+        self.state = next_state(self.state, step)
+        seq = self._seq
+        self._seq += 1
+        return seq
+
+    def _snapshot(self) -> Response:
+        # Lifecycle events carry a copy, so later mutation never changes an emitted event.
+        return msgspec.structs.replace(self.response, output=list(self.response.output))
+
+    # ------------------------------------------------------------------ lifecycle
+    def created(self) -> ev.ResponseCreated:
+        seq = self._step(Step.CREATE)
+        return ev.ResponseCreated(
+            sequence_number=seq, stream_id=self.stream_id, response=self._snapshot()
+        )
+
+    def in_progress(self) -> ev.ResponseInProgress:
+        seq = self._step(Step.START)
+        return ev.ResponseInProgress(
+            sequence_number=seq, stream_id=self.stream_id, response=self._snapshot()
+        )
+
+    def suspend(self, pending: list[FunctionCall]) -> ev.ResponseDone:
+        self._require_closed()
+        seq = self._step(Step.SUSPEND)
+        calls = [ev.PendingCall(call_id=c.call_id, name=c.name) for c in pending]
+        return ev.ResponseDone(
+            sequence_number=seq,
+            stream_id=self.stream_id,
+            response=self._snapshot(),
+            pending_calls=calls,
+        )
+
+    def resume(self) -> None:
+        self.state = next_state(self.state, Step.RESUME)
+
+    def completed(self, usage: Usage, completed_at: int) -> ev.ResponseCompleted:
+        self._require_closed()
+        seq = self._step(Step.COMPLETE)
+        self._finish("completed", usage, completed_at)
+        return ev.ResponseCompleted(
+            sequence_number=seq, stream_id=self.stream_id, response=self._snapshot()
+        )
+
+    def failed(
+        self, code: str, message: str, usage: Usage | None, completed_at: int
+    ) -> ev.ResponseFailed:
+        seq = self._step(Step.FAIL)
+        self._abandon_open_item()
+        self.response.error = ResponseErrorInfo(code=code, message=message)
+        self._finish("failed", usage, completed_at)
+        return ev.ResponseFailed(
+            sequence_number=seq, stream_id=self.stream_id, response=self._snapshot()
+        )
+
+    def incomplete(
+        self, reason: str, usage: Usage | None, completed_at: int
+    ) -> ev.ResponseIncomplete:
+        seq = self._step(Step.INCOMPLETE)
+        self._abandon_open_item()
+        self.response.incomplete_details = IncompleteDetails(reason=reason)
+        self._finish("incomplete", usage, completed_at)
+        return ev.ResponseIncomplete(
+            sequence_number=seq, stream_id=self.stream_id, response=self._snapshot()
+        )
+
+    def _finish(self, status: Any, usage: Usage | None, completed_at: int) -> None:
+        self.response.status = status
+        self.response.usage = usage
+        self.response.completed_at = completed_at
+
+    # ------------------------------------------------------------------ notices
+    def inject_created(self) -> ev.InjectCreated:
+        seq = self._step(Step.NOTICE)
+        return ev.InjectCreated(sequence_number=seq, stream_id=self.stream_id, response_id=self.id)
+
+    def inject_failed(self, code: str, message: str, raw_input: list[Any]) -> ev.InjectFailed:
+        seq = self._step(Step.NOTICE)
+        return ev.InjectFailed(
+            sequence_number=seq,
+            stream_id=self.stream_id,
+            response_id=self.id,
+            error=ev.InjectError(code=code, message=message),
+            input=raw_input,
+        )
+
+    def error(self, err: ProtocolError) -> ev.ErrorEvent:
+        """A request-scoped error attributed to this live response (e.g. a bad append)."""
+        seq = self._step(Step.NOTICE)
+        body = ev.ErrorBody(type=err.error_type, code=err.code, message=err.message, param=err.param)
+        return ev.ErrorEvent(
+            status=err.status, error=body, sequence_number=seq, stream_id=self.stream_id
+        )
+
+    # ------------------------------------------------------------------ message items
+    def add_message(self) -> list[ev.ServerEvent]:
+        self._require_closed()
+        index = len(self.response.output)
+        item_id = new_id("msg")
+        self._open = _OpenMessage(item_id, index)
+        added_item = Message(id=item_id, role="assistant", status="in_progress", content=[])
+        part = OutputText(text="", annotations=[], logprobs=[])
+        return [
+            ev.OutputItemAdded(
+                sequence_number=self._step(Step.OUTPUT),
+                stream_id=self.stream_id,
+                output_index=index,
+                item=added_item,
+            ),
+            ev.ContentPartAdded(
+                sequence_number=self._step(Step.OUTPUT),
+                stream_id=self.stream_id,
+                item_id=item_id,
+                output_index=index,
+                content_index=0,
+                part=part,
+            ),
+        ]
+
+    def text_delta(self, delta: str) -> ev.OutputTextDelta:
+        item = self._open
+        if not isinstance(item, _OpenMessage):
+            raise _misuse("text_delta without an open message")
+        item.pieces.append(delta)
+        return ev.OutputTextDelta(
+            sequence_number=self._step(Step.OUTPUT),
+            stream_id=self.stream_id,
+            item_id=item.item_id,
+            output_index=item.output_index,
+            content_index=item.content_index,
+            delta=delta,
+            logprobs=_EMPTY,
+        )
+
+    def finish_message(self, status: Any = "completed") -> list[ev.ServerEvent]:
+        item = self._open
+        if not isinstance(item, _OpenMessage):
+            raise _misuse("finish_message without an open message")
+        self._open = None
+        text = "".join(item.pieces)
+        part = OutputText(text=text, annotations=[], logprobs=[])
+        done = Message(id=item.item_id, role="assistant", status=status, content=[part])
+        self.response.output.append(done)
+        common = {"item_id": item.item_id, "output_index": item.output_index}
+        return [
+            ev.OutputTextDone(
+                sequence_number=self._step(Step.OUTPUT),
+                stream_id=self.stream_id,
+                content_index=0,
+                text=text,
+                logprobs=[],
+                **common,
+            ),
+            ev.ContentPartDone(
+                sequence_number=self._step(Step.OUTPUT),
+                stream_id=self.stream_id,
+                content_index=0,
+                part=part,
+                **common,
+            ),
+            ev.OutputItemDone(
+                sequence_number=self._step(Step.OUTPUT),
+                stream_id=self.stream_id,
+                output_index=item.output_index,
+                item=done,
+            ),
+        ]
+
+    # ------------------------------------------------------------------ function calls
+    def add_function_call(self, name: str, call_id: str) -> ev.OutputItemAdded:
+        self._require_closed()
+        index = len(self.response.output)
+        item_id = new_id("fc")
+        self._open = _OpenCall(item_id, index, call_id, name)
+        added = FunctionCall(
+            id=item_id, call_id=call_id, name=name, arguments="", status="in_progress"
+        )
+        return ev.OutputItemAdded(
+            sequence_number=self._step(Step.OUTPUT),
+            stream_id=self.stream_id,
+            output_index=index,
+            item=added,
+        )
+
+    def arguments_delta(self, delta: str) -> ev.FunctionCallArgumentsDelta:
+        call = self._open
+        if not isinstance(call, _OpenCall):
+            raise _misuse("arguments_delta without an open function call")
+        call.pieces.append(delta)
+        return ev.FunctionCallArgumentsDelta(
+            sequence_number=self._step(Step.OUTPUT),
+            stream_id=self.stream_id,
+            item_id=call.item_id,
+            output_index=call.output_index,
+            delta=delta,
+        )
+
+    def finish_function_call(self) -> tuple[FunctionCall, list[ev.ServerEvent]]:
+        call = self._open
+        if not isinstance(call, _OpenCall):
+            raise _misuse("finish_function_call without an open function call")
+        self._open = None
+        arguments = "".join(call.pieces)
+        done = FunctionCall(
+            id=call.item_id,
+            call_id=call.call_id,
+            name=call.name,
+            arguments=arguments,
+            status="completed",
+        )
+        self.response.output.append(done)
+        return done, [
+            ev.FunctionCallArgumentsDone(
+                sequence_number=self._step(Step.OUTPUT),
+                stream_id=self.stream_id,
+                item_id=call.item_id,
+                output_index=call.output_index,
+                arguments=arguments,
+                name=call.name,
+            ),
+            ev.OutputItemDone(
+                sequence_number=self._step(Step.OUTPUT),
+                stream_id=self.stream_id,
+                output_index=call.output_index,
+                item=done,
+            ),
+        ]
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def has_open_item(self) -> bool:
+        return self._open is not None
+
+    def _require_closed(self) -> None:
+        if self._open is not None:
+            raise _misuse("an output item is still open")
+
+    def _abandon_open_item(self) -> None:
+        """On failure, keep what was produced so far as an ``incomplete`` item (ORD-8)."""
+        item, self._open = self._open, None
+        if isinstance(item, _OpenMessage):
+            part = OutputText(text="".join(item.pieces), annotations=[], logprobs=[])
+            self.response.output.append(
+                Message(id=item.item_id, role="assistant", status="incomplete", content=[part])
+            )
+        elif isinstance(item, _OpenCall):
+            self.response.output.append(
+                FunctionCall(
+                    id=item.item_id,
+                    call_id=item.call_id,
+                    name=item.name,
+                    arguments="".join(item.pieces),
+                    status="incomplete",
+                )
+            )
+
+
+def _misuse(what: str) -> Exception:
+    return IllegalTransition(what)

@@ -1,0 +1,1 @@
+"""Model backends behind one streaming interface (SPEC: MODEL-1..MODEL-4)."""

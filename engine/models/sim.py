@@ -1,0 +1,223 @@
+"""The simulated model: a documented, deterministic stand-in for an inference server (SIM-1..SIM-5).
+
+* Streams one delta per token at a configurable rate (default 1,000 tokens/s); token counts come
+  from the real cl100k tokenizer. The pacing is the only simulated time in the system.
+* Policy: no usable tools -> a text answer. Tools defined, ``tool_choice`` not ``none`` and the last
+  item a user message -> a call of each tool named in the user text (only the first unless
+  ``parallel_tool_calls``), else of the first tool, with arguments valid for its JSON schema.
+  Last item a tool output -> a text answer, unless ``tool_choice`` is ``required`` or names a
+  function (then that call again).
+* A scenario (model ``sim-coding-agent``) follows a script instead; see ``scenarios``.
+* Call ids are derived from the conversation, so the same history yields the same output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from engine.models.base import (
+    ArgsDelta,
+    CallEnd,
+    CallStart,
+    Delta,
+    Finish,
+    SampleRequest,
+    TextDelta,
+)
+from engine.models.scenarios import SCENARIOS
+from engine.tokens import encode, encoding
+from protocol.items import FunctionCallOutput, InputItem, Message, text_of
+from protocol.response import Tool, ToolChoiceFunction
+
+_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_\-]*")
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedCall:
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    text: str | None
+    calls: list[PlannedCall]
+
+
+def token_pieces(text: str) -> list[str]:
+    """Split text into per-token strings, never cutting a multi-byte character."""
+    enc = encoding()
+    pieces: list[str] = []
+    pending = b""
+    for token in encode(text):
+        pending += enc.decode_single_token_bytes(token)
+        try:
+            pieces.append(pending.decode("utf-8"))
+            pending = b""
+        except UnicodeDecodeError:
+            continue
+    if pending:
+        pieces.append(pending.decode("utf-8", errors="replace"))
+    return pieces
+
+
+def _value_for(schema: dict[str, Any], hint: str) -> Any:
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "string")
+    if "enum" in schema and schema["enum"]:
+        return schema["enum"][0]
+    if kind == "integer":
+        return 1
+    if kind == "number":
+        return 1.0
+    if kind == "boolean":
+        return True
+    if kind == "array":
+        return []
+    if kind == "object":
+        return arguments_for(schema, hint)
+    return hint
+
+
+def arguments_for(schema: dict[str, Any] | None, hint: str) -> dict[str, Any]:
+    """Arguments valid for a function's JSON schema: every declared property gets a value."""
+    props: dict[str, Any] = (schema or {}).get("properties") or {}
+    return {name: _value_for(sub if isinstance(sub, dict) else {}, hint) for name, sub in props.items()}
+
+
+def _hint(text: str) -> str:
+    """A plausible string argument from the user's words: the last capitalised word, else last."""
+    words = _WORD.findall(text)
+    capitalised = [w for w in words if w[0].isupper()]
+    return (capitalised or words or ["value"])[-1]
+
+
+class SimulatedModel:
+    """Deterministic simulated model; see the module docstring for its documented policy."""
+
+    name = "sim"
+    supports = frozenset({"text", "image"})
+
+    def __init__(self, tokens_per_second: float = 1000.0, scenario: str | None = None) -> None:
+        if scenario is not None and scenario not in SCENARIOS:
+            raise ValueError(f"unknown scenario {scenario!r}")
+        self.tokens_per_second = tokens_per_second
+        self.scenario = scenario
+
+    # ------------------------------------------------------------------ policy
+    def plan(self, request: SampleRequest) -> Plan:
+        items = request.context.items
+        choice = request.tool_choice
+        tools = [] if choice == "none" else request.tools
+        if isinstance(choice, ToolChoiceFunction):
+            tools = [t for t in tools if t.name == choice.name] or tools
+        if self.scenario is not None:
+            return self._scripted(items, tools)
+        last = items[-1] if items else None
+        if not tools or last is None:
+            return Plan(self._answer(items), [])
+        forced = choice == "required" or isinstance(choice, ToolChoiceFunction)
+        if isinstance(last, Message) and last.role in ("user", "developer", "system"):
+            return Plan(None, self._calls_for_user(text_of(last.content), tools, request))
+        if isinstance(last, FunctionCallOutput) and forced:
+            return Plan(None, self._calls_for_user("", tools[:1], request))
+        return Plan(self._answer(items), [])
+
+    def _calls_for_user(
+        self, text: str, tools: list[Tool], request: SampleRequest
+    ) -> list[PlannedCall]:
+        lowered = text.lower()
+        named = [t for t in tools if t.name.lower() in lowered] or tools[:1]
+        if not request.parallel_tool_calls:
+            named = named[:1]
+        hint = _hint(text)
+        return [
+            PlannedCall(t.name, json.dumps(arguments_for(t.parameters, hint), separators=(",", ":")))
+            for t in named
+        ]
+
+    def _scripted(self, items: list[InputItem], tools: list[Tool]) -> Plan:
+        assert self.scenario is not None
+        steps, final = SCENARIOS[self.scenario]
+        step = sum(1 for item in items if isinstance(item, FunctionCallOutput))
+        names = {t.name for t in tools}
+        if step < len(steps) and steps[step].name in names:
+            call = steps[step]
+            return Plan(None, [PlannedCall(call.name, call.arguments_json())])
+        return Plan(final, [])
+
+    @staticmethod
+    def _answer(items: list[InputItem]) -> str:
+        outputs: list[FunctionCallOutput] = []
+        for item in reversed(items):
+            if not isinstance(item, FunctionCallOutput):
+                break
+            outputs.append(item)
+        if outputs:
+            shown = "; ".join(_excerpt(text_of(o.output), 24) for o in reversed(outputs))
+            return f"Based on the tool results: {shown}"
+        user = next(
+            (text_of(i.content) for i in reversed(items) if isinstance(i, Message)), ""
+        )
+        return f"This is a simulated answer to: {_excerpt(user, 40)}"
+
+    # ------------------------------------------------------------------ streaming
+    async def stream(self, request: SampleRequest) -> AsyncIterator[Delta]:
+        plan = self.plan(request)
+        budget = request.max_output_tokens
+        pacer = _Pacer(self.tokens_per_second)
+        produced = 0
+        if plan.text is not None:
+            for piece in token_pieces(plan.text):
+                if budget is not None and produced >= budget:
+                    yield Finish("length", produced)
+                    return
+                await pacer.tick(produced)
+                produced += 1
+                yield TextDelta(piece)
+        for index, call in enumerate(plan.calls):
+            yield CallStart(self._call_id(request, index, call.name), call.name)
+            for piece in token_pieces(call.arguments):
+                if budget is not None and produced >= budget:
+                    yield Finish("length", produced)
+                    return
+                await pacer.tick(produced)
+                produced += 1
+                yield ArgsDelta(piece)
+            yield CallEnd()
+        yield Finish("tool_calls" if plan.calls else "stop", produced)
+
+    @staticmethod
+    def _call_id(request: SampleRequest, index: int, name: str) -> str:
+        seed = f"{len(request.context.items)}:{request.context.prompt_tokens}:{index}:{name}"
+        return "call_" + hashlib.sha256(seed.encode()).hexdigest()[:24]
+
+
+def _excerpt(text: str, words: int) -> str:
+    parts = text.split()
+    return " ".join(parts[:words]) + (" …" if len(parts) > words else "")
+
+
+class _Pacer:
+    """Deadline pacing: token n is due at start + n/rate; sleeps only when ahead of schedule."""
+
+    __slots__ = ("_interval", "_loop", "_start")
+
+    def __init__(self, tokens_per_second: float) -> None:
+        self._interval = 1.0 / tokens_per_second if tokens_per_second > 0 else 0.0
+        self._loop = asyncio.get_running_loop()
+        self._start = self._loop.time()
+
+    async def tick(self, produced: int) -> None:
+        if not self._interval:
+            return
+        ahead = self._start + (produced + 1) * self._interval - self._loop.time()
+        if ahead > 0.0005:
+            await asyncio.sleep(ahead)

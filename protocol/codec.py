@@ -93,9 +93,7 @@ def decode_client_event(frame: bytes | str) -> ClientEvent:
     except msgspec.ValidationError as exc:
         raise _unknown_type(frame) or validation_error(exc) from None
     except msgspec.DecodeError:
-        raise InvalidRequest(
-            "invalid_json", "The message is not valid JSON.", None
-        ) from None
+        raise InvalidRequest("invalid_json", "The message is not valid JSON.", None) from None
 
 
 def decode_create_body(body: bytes) -> CreateParams:

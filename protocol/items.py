@@ -85,7 +85,9 @@ class ReasoningText(msgspec.Struct, tag="reasoning_text", tag_field="type"):
     text: str
 
 
-class Reasoning(msgspec.Struct, tag="reasoning", tag_field="type", omit_defaults=True, kw_only=True):
+class Reasoning(
+    msgspec.Struct, tag="reasoning", tag_field="type", omit_defaults=True, kw_only=True
+):
     """Passed through untouched (ITEM-5): we never generate reasoning, but clients replay it."""
 
     id: str

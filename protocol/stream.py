@@ -160,7 +160,9 @@ class ResponseStream:
     def error(self, err: ProtocolError) -> ev.ErrorEvent:
         """A request-scoped error attributed to this live response (e.g. a bad append)."""
         seq = self._step(Step.NOTICE)
-        body = ev.ErrorBody(type=err.error_type, code=err.code, message=err.message, param=err.param)
+        body = ev.ErrorBody(
+            type=err.error_type, code=err.code, message=err.message, param=err.param
+        )
         return ev.ErrorEvent(
             status=err.status, error=body, sequence_number=seq, stream_id=self.stream_id
         )
@@ -214,7 +216,6 @@ class ResponseStream:
         part = OutputText(text=text, annotations=[], logprobs=[])
         done = Message(id=item.item_id, role="assistant", status=status, content=[part])
         self.response.output.append(done)
-        common = {"item_id": item.item_id, "output_index": item.output_index}
         return [
             ev.OutputTextDone(
                 sequence_number=self._step(Step.OUTPUT),
@@ -222,14 +223,16 @@ class ResponseStream:
                 content_index=0,
                 text=text,
                 logprobs=[],
-                **common,
+                item_id=item.item_id,
+                output_index=item.output_index,
             ),
             ev.ContentPartDone(
                 sequence_number=self._step(Step.OUTPUT),
                 stream_id=self.stream_id,
                 content_index=0,
                 part=part,
-                **common,
+                item_id=item.item_id,
+                output_index=item.output_index,
             ),
             ev.OutputItemDone(
                 sequence_number=self._step(Step.OUTPUT),

@@ -22,9 +22,7 @@ class Router:
         if backend is None:
             from protocol.errors import InvalidRequest
 
-            raise InvalidRequest(
-                "model_not_found", f"The model '{model}' does not exist.", "model"
-            )
+            raise InvalidRequest("model_not_found", f"The model '{model}' does not exist.", "model")
         return backend
 
     def models(self) -> list[str]:

@@ -71,7 +71,7 @@ def _value_for(schema: dict[str, Any], hint: str) -> Any:
     kind = schema.get("type")
     if isinstance(kind, list):
         kind = next((k for k in kind if k != "null"), "string")
-    if "enum" in schema and schema["enum"]:
+    if schema.get("enum"):
         return schema["enum"][0]
     if kind == "integer":
         return 1
@@ -89,14 +89,17 @@ def _value_for(schema: dict[str, Any], hint: str) -> Any:
 def arguments_for(schema: dict[str, Any] | None, hint: str) -> dict[str, Any]:
     """Arguments valid for a function's JSON schema: every declared property gets a value."""
     props: dict[str, Any] = (schema or {}).get("properties") or {}
-    return {name: _value_for(sub if isinstance(sub, dict) else {}, hint) for name, sub in props.items()}
+    return {
+        name: _value_for(sub if isinstance(sub, dict) else {}, hint) for name, sub in props.items()
+    }
 
 
 def _hint(text: str) -> str:
     """A plausible string argument from the user's words: the last capitalised word, else last."""
     words = _WORD.findall(text)
     capitalised = [w for w in words if w[0].isupper()]
-    return (capitalised or words or ["value"])[-1]
+    chosen: str = (capitalised or words or ["value"])[-1]
+    return chosen
 
 
 class SimulatedModel:
@@ -139,7 +142,9 @@ class SimulatedModel:
             named = named[:1]
         hint = _hint(text)
         return [
-            PlannedCall(t.name, json.dumps(arguments_for(t.parameters, hint), separators=(",", ":")))
+            PlannedCall(
+                t.name, json.dumps(arguments_for(t.parameters, hint), separators=(",", ":"))
+            )
             for t in named
         ]
 
@@ -163,9 +168,7 @@ class SimulatedModel:
         if outputs:
             shown = "; ".join(_excerpt(text_of(o.output), 24) for o in reversed(outputs))
             return f"Based on the tool results: {shown}"
-        user = next(
-            (text_of(i.content) for i in reversed(items) if isinstance(i, Message)), ""
-        )
+        user = next((text_of(i.content) for i in reversed(items) if isinstance(i, Message)), "")
         return f"This is a simulated answer to: {_excerpt(user, 40)}"
 
     # ------------------------------------------------------------------ streaming

@@ -1,0 +1,60 @@
+"""The process-wide engine: configuration, router, store, post-inference worker, counters."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine.models.router import Router, simulator_router
+from engine.pipeline import StageStats
+from engine.post import PostInference
+from engine.store import InMemoryStore, ResponseStore
+
+
+@dataclass
+class EngineConfig:
+    """Limits and defaults (SPEC: LIM-1..LIM-8)."""
+
+    tokens_per_second: float = 1000.0
+    max_connection_age_s: float = 3600.0
+    suspended_idle_timeout_s: float = 600.0
+    max_queued_creates: int = 16
+    max_lanes: int = 32
+    max_input_items: int = 10_000
+    store_max_entries: int = 10_000
+    post_queue_size: int = 4096
+    ledger_path: Path | None = None
+    default_model: str = "sim"
+
+
+@dataclass
+class Engine:
+    config: EngineConfig = field(default_factory=EngineConfig)
+    router: Router | None = None
+    store: ResponseStore | None = None
+    stats: StageStats = field(default_factory=StageStats)
+    counters: Counter[str] = field(default_factory=Counter)
+
+    def __post_init__(self) -> None:
+        if self.router is None:
+            self.router = simulator_router(self.config.tokens_per_second)
+        if self.store is None:
+            self.store = InMemoryStore(self.config.store_max_entries)
+        self.post = PostInference(self.config.post_queue_size, self.config.ledger_path)
+
+    async def start(self) -> None:
+        await self.post.start()
+
+    async def stop(self) -> None:
+        await self.post.stop()
+
+    @property
+    def routes(self) -> Router:
+        assert self.router is not None
+        return self.router
+
+    @property
+    def responses(self) -> ResponseStore:
+        assert self.store is not None
+        return self.store

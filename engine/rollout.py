@@ -1,0 +1,458 @@
+"""THE coroutine: one agentic rollout (SPEC: ROLL-1..ROLL-8).
+
+    prepare (pre-inference over the input, once)
+    loop:  sample -> tool calls?  -> suspend on a Future -> resume with only the new items
+    finish (post-inference, once, handed to the background worker)
+
+The rollout owns its state (context, rendered tokens, pending calls, usage). Sessions talk to it
+through ``offer`` (new items, validated and rendered incrementally, atomically) and ``retire``.
+In append mode the whole rollout is one response (``response.done`` at each suspension); in
+standard mode every sampling turn is its own response and the compat layer hands in a new
+``Turn`` on resume.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from engine.core import Engine
+from engine.models.base import (
+    ArgsDelta,
+    Backend,
+    CallEnd,
+    CallStart,
+    Finish,
+    FinishReason,
+    SampleRequest,
+    TextDelta,
+)
+from engine.pipeline import FULL, INCREMENTAL, Context, Pipeline, StageStats
+from engine.post import UsageRecord
+from engine.store import StoredResponse
+from protocol import events as ev
+from protocol.codec import error_event
+from protocol.errors import InvalidRequest, ServerError
+from protocol.items import FunctionCall, FunctionCallOutput, InputItem
+from protocol.response import InputTokensDetails, Tool, ToolChoice, Usage
+from protocol.states import TERMINAL_STATES, ResponseState
+from protocol.stream import ResponseStream, new_id
+
+log = logging.getLogger("rollout.rollout")
+
+
+class ClientGone(Exception):
+    """The peer went away while we were writing to it."""
+
+
+class Sink(Protocol):
+    async def send(self, event: ev.ServerEvent) -> None: ...
+
+
+class Mode(enum.Enum):
+    STANDARD = "standard"  # compat: one response per sampling turn
+    APPEND = "append"  # experimental: one response for the whole rollout
+
+
+class Phase(enum.Enum):
+    RUNNING = "running"
+    SUSPENDED = "suspended"
+    DONE = "done"
+
+
+@dataclass
+class Settings:
+    """Sampling settings; in standard mode each continuation may change them."""
+
+    model: str
+    instructions: str | None
+    tools: list[Tool]
+    tool_choice: ToolChoice
+    parallel_tool_calls: bool
+    max_output_tokens: int | None
+    max_tool_calls: int | None
+    store: bool
+
+
+@dataclass
+class Tally:
+    """Token usage of one response, or of a whole rollout."""
+
+    input_tokens: int = 0
+    cached_tokens: int = 0
+    output_tokens: int = 0
+
+    def usage(self) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens,
+            output_tokens=self.output_tokens,
+            total_tokens=self.input_tokens + self.output_tokens,
+            input_tokens_details=InputTokensDetails(cached_tokens=self.cached_tokens),
+        )
+
+
+def _future() -> asyncio.Future[str]:
+    return asyncio.get_running_loop().create_future()
+
+
+@dataclass
+class Turn:
+    """One response being produced: where its events go, its input, its own usage."""
+
+    stream: ResponseStream
+    sink: Sink
+    input_items: list[InputItem]
+    done: asyncio.Future[str] = field(default_factory=_future)
+    tally: Tally = field(default_factory=Tally)
+
+
+def _now() -> int:
+    return int(time.time())
+
+
+class Rollout:
+    def __init__(
+        self,
+        engine: Engine,
+        backend: Backend,
+        settings: Settings,
+        turn: Turn,
+        mode: Mode,
+        context: Context | None = None,
+    ) -> None:
+        self.id = new_id("rollout")
+        self.engine = engine
+        self.backend = backend
+        self.settings = settings
+        self.turn = turn
+        self.mode = mode
+        self.ctx = context if context is not None else Context()
+        self.stats = StageStats()
+        self.pipeline = Pipeline(self.stats)
+        self.phase = Phase.RUNNING
+        self.pending: list[FunctionCall] = []
+        self.response_ids: list[str] = [turn.stream.id]
+        self._wake: asyncio.Future[Turn | None] | None = None
+        self._fresh_tokens = 0  # tokens rendered from input since the last sample
+        self._totals = Tally()  # usage over the whole rollout
+        self._samples = 0
+        self._tool_calls = 0
+        self._status = "in_progress"
+
+    # ================================================================== pre-inference
+    def prepare(self, items: list[InputItem], *, path: str) -> None:
+        """Pre-inference over the request's input: full history or only what is new (PIPE-1)."""
+        self._fresh_tokens += self.pipeline.render_header(
+            self.ctx, self.settings.instructions, self.settings.tools
+        )
+        self._fresh_tokens += self.pipeline.apply(
+            self.ctx, items, path=path, supports=self.backend.supports
+        )
+        missing = self.ctx.pending_calls()
+        if missing:
+            raise _missing_output(missing[0].call_id)
+
+    async def warm(self) -> None:
+        """``generate: false``: state is prepared and the response completes with no output."""
+        turn = self.turn
+        for tally in (turn.tally, self._totals):
+            tally.input_tokens += self.ctx.prompt_tokens
+            tally.cached_tokens += max(self.ctx.prompt_tokens - self._fresh_tokens, 0)
+        self._fresh_tokens = 0
+        await turn.sink.send(turn.stream.created())
+        await self._end_turn(turn, "completed")
+        await self._finish()
+
+    def _require_outputs_for_pending(self, items: list[InputItem]) -> None:
+        """Every function call must be answered before the model samples again (VAL-5)."""
+        answered = {i.call_id for i in items if isinstance(i, FunctionCallOutput)}
+        for call in self.ctx.pending_calls():
+            if call.call_id not in answered:
+                raise _missing_output(call.call_id)
+
+    # ================================================================== the coroutine
+    async def run(self) -> None:
+        """Task body. Owned by the session that started it."""
+        try:
+            await self._loop()
+        except asyncio.CancelledError:
+            self._abandon("cancelled")
+            raise
+        except ClientGone:
+            self._abandon("cancelled")
+        except Exception:
+            log.exception("rollout %s failed", self.id)
+            await self._fail_quietly()
+        finally:
+            self.phase = Phase.DONE
+            if not self.turn.done.done():
+                self.turn.done.set_result(self._status)
+
+    async def _loop(self) -> None:
+        turn = self.turn
+        await self._open_turn(turn)
+        while True:
+            calls, reason = await self._sample(turn)
+            if reason == "length":
+                await self._end_turn(turn, "incomplete", reason="max_output_tokens")
+                break
+            if not calls:
+                await self._end_turn(turn, "completed")
+                break
+            next_turn = await self._suspend(turn, calls)
+            if next_turn is None:
+                break
+            if next_turn is not turn:
+                turn = self.turn = next_turn
+                await self._open_turn(turn)
+            else:
+                turn.stream.resume()
+        await self._finish()
+
+    async def _open_turn(self, turn: Turn) -> None:
+        if turn.stream.state is ResponseState.NEW:
+            await turn.sink.send(turn.stream.created())
+            await turn.sink.send(turn.stream.in_progress())
+
+    # ================================================================== sampling
+    async def _sample(self, turn: Turn) -> tuple[list[FunctionCall], FinishReason]:
+        prompt = self.ctx.prompt_tokens
+        for usage in (turn.tally, self._totals):
+            usage.input_tokens += prompt
+            usage.cached_tokens += max(prompt - self._fresh_tokens, 0)
+        self._fresh_tokens = 0
+        self._samples += 1
+        stream, send = turn.stream, turn.sink.send
+        first_new = len(stream.output)
+        calls: list[FunctionCall] = []
+        reason: FinishReason = "stop"
+        request = self._sample_request()
+        deltas = self.backend.stream(request)
+        async with contextlib.aclosing(deltas):  # type: ignore[type-var]
+            async for delta in deltas:
+                if isinstance(delta, TextDelta):
+                    if not stream.has_open_item:
+                        for event in stream.add_message():
+                            await send(event)
+                    await send(stream.text_delta(delta.text))
+                elif isinstance(delta, ArgsDelta):
+                    await send(stream.arguments_delta(delta.text))
+                elif isinstance(delta, CallStart):
+                    await self._close_message(turn, "completed")
+                    await send(stream.add_function_call(delta.name, delta.call_id))
+                elif isinstance(delta, CallEnd):
+                    call, events = stream.finish_function_call()
+                    calls.append(call)
+                    for event in events:
+                        await send(event)
+                elif isinstance(delta, Finish):
+                    reason = delta.reason
+                    turn.tally.output_tokens += delta.output_tokens
+                    self._totals.output_tokens += delta.output_tokens
+        if reason != "length":
+            await self._close_message(turn, "completed")
+        self._absorb_output(stream.output[first_new:])
+        self._tool_calls += len(calls)
+        return calls, reason
+
+    def _sample_request(self) -> SampleRequest:
+        s = self.settings
+        return SampleRequest(
+            model=s.model,
+            context=self.ctx,
+            tools=s.tools,
+            tool_choice=s.tool_choice,
+            parallel_tool_calls=s.parallel_tool_calls,
+            max_output_tokens=s.max_output_tokens,
+            max_tool_calls=s.max_tool_calls,
+        )
+
+    async def _close_message(self, turn: Turn, status: str) -> None:
+        if turn.stream.has_open_item:
+            for event in turn.stream.finish_message(status):
+                await turn.sink.send(event)
+
+    def _absorb_output(self, items: Sequence[InputItem]) -> None:
+        """The model's own output joins the context (rendered once, never re-encoded)."""
+        self.pipeline.apply(self.ctx, list(items), path="output", supports=frozenset({"text"}))
+
+    # ================================================================== suspend / resume
+    async def _suspend(self, turn: Turn, calls: list[FunctionCall]) -> Turn | None:
+        """Wait for tool outputs. Returns the turn to continue in, or None when retired."""
+        self.pending = calls
+        loop = asyncio.get_running_loop()
+        self._wake = loop.create_future()
+        self.phase = Phase.SUSPENDED
+        if self.mode is Mode.APPEND:
+            await turn.sink.send(turn.stream.suspend(calls))
+        else:
+            await self._end_turn(turn, "completed")
+        try:
+            async with asyncio.timeout(self.engine.config.suspended_idle_timeout_s):
+                next_turn = await self._wake
+        except TimeoutError:
+            next_turn = None
+            if self.mode is Mode.APPEND:
+                self.phase = Phase.RUNNING
+                await self._end_turn(turn, "incomplete", reason="idle_timeout")
+        finally:
+            self._wake = None
+        if next_turn is not None:
+            self.phase = Phase.RUNNING
+            self.pending = []
+        return next_turn
+
+    @property
+    def waiting(self) -> bool:
+        return self.phase is Phase.SUSPENDED and self._wake is not None and not self._wake.done()
+
+    def offer(self, items: list[InputItem]) -> bool:
+        """Commit new items (incremental pre-inference). Raises ``InvalidRequest`` without any
+        change when they are not acceptable. Returns True when every pending call is answered."""
+        if not self.waiting:
+            raise InvalidRequest(
+                "response_not_waiting", "The response is not waiting for tool outputs.", None
+            )
+        self._fresh_tokens += self.pipeline.apply(
+            self.ctx, items, path=INCREMENTAL, supports=self.backend.supports
+        )
+        return not self.ctx.pending_calls()
+
+    def resume(self, turn: Turn, settings: Settings | None = None) -> None:
+        """Wake the coroutine: in the same response (append) or in a new one (standard)."""
+        if settings is not None:
+            self._fresh_tokens += self.pipeline.render_header(
+                self.ctx, settings.instructions, settings.tools
+            )
+            self.settings = settings
+        if turn is not self.turn:
+            self.response_ids.append(turn.stream.id)
+        assert self._wake is not None
+        self._wake.set_result(turn)
+
+    def continue_standard(self, items: list[InputItem], turn: Turn, settings: Settings) -> None:
+        """Compat fast path: the new request answers the pending calls; resume in a new response."""
+        if not self.waiting:
+            raise InvalidRequest("response_not_waiting", "The response cannot be continued.", None)
+        self._require_outputs_for_pending(items)
+        self.offer(items)
+        self.resume(turn, settings)
+
+    def retire(self) -> None:
+        """End a suspended rollout without further sampling (evicted, replaced or closed)."""
+        if self._wake is not None and not self._wake.done():
+            self._wake.set_result(None)
+
+    # ================================================================== endings
+    async def _end_turn(self, turn: Turn, status: str, reason: str | None = None) -> None:
+        stream, now = turn.stream, _now()
+        if status == "completed":
+            event: ev.ServerEvent = stream.completed(turn.tally.usage(), now)
+        elif status == "incomplete":
+            event = stream.incomplete(reason or "max_output_tokens", turn.tally.usage(), now)
+        else:
+            event = stream.failed(
+                "server_error", "The model failed to generate a response.", turn.tally.usage(), now
+            )
+        self._status = status
+        self._store(turn)
+        try:
+            await turn.sink.send(event)
+        finally:
+            if not turn.done.done():
+                turn.done.set_result(status)
+
+    def _store(self, turn: Turn) -> None:
+        if not self.settings.store:
+            return
+        assert self.engine.store is not None
+        self.engine.store.put(
+            StoredResponse(
+                response=turn.stream.response,
+                input_items=_with_ids(turn.input_items),
+                context=list(self.ctx.items),
+            )
+        )
+
+    async def _fail_quietly(self) -> None:
+        """An internal fault: the client gets a generic ``response.failed`` (ERR-3)."""
+        turn = self.turn
+        with contextlib.suppress(Exception):
+            if turn.stream.state is ResponseState.NEW:
+                await turn.sink.send(error_event(ServerError(), stream_id=turn.stream.stream_id))
+            elif turn.stream.state not in TERMINAL_STATES:
+                await self._end_turn(turn, "failed")
+        self._status = "failed"
+        await self._finish()
+
+    def _abandon(self, status: str) -> None:
+        """Cancelled or the client left: record a terminal state, account what was used."""
+        turn = self.turn
+        if turn.stream.state not in TERMINAL_STATES:
+            turn.stream.response.status = status  # type: ignore[assignment]
+            turn.stream.response.completed_at = _now()
+            self._store(turn)
+            self._status = status
+        if self.phase is not Phase.DONE:
+            self.phase = Phase.DONE
+            self.engine.post.submit_nowait(self._usage_record())
+
+    async def _finish(self) -> None:
+        """Post-inference, once per rollout (POST-1): handed to the owned background worker."""
+        if self.phase is Phase.DONE:
+            return
+        self.phase = Phase.DONE
+        self.engine.stats.add(self.stats)
+        await self.engine.post.submit(self._usage_record())
+
+    def _usage_record(self) -> UsageRecord:
+        return UsageRecord(
+            rollout_id=self.id,
+            mode=self.mode.value,
+            model=self.settings.model,
+            response_ids=list(self.response_ids),
+            status=self._status,
+            input_tokens=self._totals.input_tokens,
+            cached_tokens=self._totals.cached_tokens,
+            output_tokens=self._totals.output_tokens,
+            samples=self._samples,
+            tool_calls=self._tool_calls,
+            safety_findings=len(self.ctx.findings),
+            stage_runs=dict(self.stats.runs),
+            stage_seconds=dict(self.stats.seconds),
+        )
+
+    @property
+    def totals(self) -> Usage:
+        return self._totals.usage()
+
+
+def _missing_output(call_id: str) -> InvalidRequest:
+    return InvalidRequest(
+        "tool_output_missing", f"No tool output found for function call {call_id}.", "input"
+    )
+
+
+def _with_ids(items: list[InputItem]) -> list[InputItem]:
+    """Stored input items get ids (for ``input_items`` listing) without touching the originals."""
+    import msgspec
+
+    out: list[InputItem] = []
+    for item in items:
+        if getattr(item, "id", "") is None:
+            item = msgspec.structs.replace(
+                item, id=new_id(_ID_PREFIX.get(type(item).__name__, "item"))
+            )
+        out.append(item)
+    return out
+
+
+_ID_PREFIX = {"Message": "msg", "FunctionCall": "fc", "FunctionCallOutput": "fco"}
+
+__all__ = ["FULL", "INCREMENTAL", "ClientGone", "Mode", "Rollout", "Settings", "Sink", "Turn"]

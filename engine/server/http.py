@@ -1,0 +1,193 @@
+"""HTTP routes: ``/v1/responses`` (JSON and SSE), retrieval, deletion, input items (HTTP-1..7).
+
+An HTTP create runs through a one-request ``Session``: without ``previous_response_id`` it is the
+stateless baseline (full pre-inference over the whole input); with it, it hydrates from the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from aiohttp import web
+
+from engine.core import Engine
+from engine.rollout import ClientGone
+from engine.session import Session
+from protocol.codec import decode_create_body, encode, http_error_body
+from protocol.errors import InvalidRequest, ProtocolError, ServerError, response_not_found
+from protocol.events import (
+    ErrorEvent,
+    ResponseCompleted,
+    ResponseFailed,
+    ResponseIncomplete,
+    ServerEvent,
+)
+from protocol.response import Response
+from protocol.sse import frame
+
+JSON = "application/json"
+
+
+def json_response(body: Any, status: int = 200) -> web.Response:
+    return web.Response(body=encode(body), status=status, content_type=JSON)
+
+
+def error_response(err: ProtocolError) -> web.Response:
+    return web.Response(body=http_error_body(err), status=err.status, content_type=JSON)
+
+
+class HttpSink:
+    """Collects the terminal response, or streams SSE once the response is accepted.
+
+    An ``error`` event before anything else means the request was rejected: it becomes the HTTP
+    status and JSON body instead of a stream (ERR-2)."""
+
+    def __init__(self, request: web.Request, streaming: bool) -> None:
+        self.request = request
+        self.streaming = streaming
+        self.stream: web.StreamResponse | None = None
+        self.error: ErrorEvent | None = None
+        self.terminal: Response | None = None
+
+    async def send(self, event: ServerEvent) -> None:
+        if isinstance(event, ErrorEvent) and self.stream is None:
+            self.error = event
+            return
+        if isinstance(event, ResponseCompleted | ResponseFailed | ResponseIncomplete):
+            self.terminal = event.response
+        if not self.streaming:
+            return
+        try:
+            if self.stream is None:
+                self.stream = web.StreamResponse(
+                    headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+                )
+                await self.stream.prepare(self.request)
+            await self.stream.write(frame(event))
+        except (ConnectionError, RuntimeError) as exc:
+            raise ClientGone from exc
+
+
+async def create_response(request: web.Request) -> web.StreamResponse:
+    engine: Engine = request.app["engine"]
+    params = decode_create_body(await request.read())
+    params.stream_id = None  # WebSocket-only (WS-2); ignored over HTTP
+    sink = HttpSink(request, params.stream)
+    session = Session(engine, sink, transport="http")
+    try:
+        session.submit_create(params)
+        await session.drain()
+    finally:
+        await session.close()
+    return _finish(sink)
+
+
+def _finish(sink: HttpSink) -> web.StreamResponse:
+    if sink.error is not None:
+        err = sink.error.error
+        body = encode({"error": err})
+        return web.Response(body=body, status=sink.error.status, content_type=JSON)
+    if sink.stream is not None:
+        return sink.stream
+    if sink.terminal is None:
+        raise ServerError()
+    if sink.terminal.status == "failed":
+        raise ServerError(message="The model failed to generate a response.")
+    return json_response(sink.terminal)
+
+
+def _stored(request: web.Request) -> tuple[Engine, str]:
+    return request.app["engine"], request.match_info["response_id"]
+
+
+async def get_response(request: web.Request) -> web.Response:
+    engine, response_id = _stored(request)
+    record = engine.responses.get(response_id)
+    if record is None:
+        raise response_not_found(response_id)
+    return json_response(record.response)
+
+
+async def delete_response(request: web.Request) -> web.Response:
+    engine, response_id = _stored(request)
+    if not engine.responses.delete(response_id):
+        raise response_not_found(response_id)
+    return json_response({"id": response_id, "object": "response", "deleted": True})
+
+
+async def cancel_response(request: web.Request) -> web.Response:
+    engine, response_id = _stored(request)
+    if engine.responses.get(response_id) is None:
+        raise response_not_found(response_id)
+    raise InvalidRequest(
+        "response_not_cancellable",
+        "Only background responses can be cancelled, and this server runs none.",
+        None,
+    )
+
+
+async def list_input_items(request: web.Request) -> web.Response:
+    engine, response_id = _stored(request)
+    record = engine.responses.get(response_id)
+    if record is None:
+        raise response_not_found(response_id)
+    order = request.query.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise InvalidRequest("invalid_value", "order must be 'asc' or 'desc'.", "order")
+    limit = _limit(request.query.get("limit", "20"))
+    items = list(record.input_items)
+    if order == "desc":
+        items.reverse()
+    after = request.query.get("after")
+    if after is not None:
+        ids = [getattr(i, "id", None) for i in items]
+        items = items[ids.index(after) + 1 :] if after in ids else []
+    page = items[:limit]
+    ids = [getattr(i, "id", None) for i in page]
+    return json_response(
+        {
+            "object": "list",
+            "data": page,
+            "first_id": ids[0] if ids else None,
+            "last_id": ids[-1] if ids else None,
+            "has_more": len(items) > limit,
+        }
+    )
+
+
+def _limit(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 100:
+        raise InvalidRequest("invalid_value", "limit must be an integer from 1 to 100.", "limit")
+    return value
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return json_response({"status": "ok"})
+
+
+async def list_models(request: web.Request) -> web.Response:
+    engine: Engine = request.app["engine"]
+    data = [{"id": m, "object": "model", "owned_by": "rollout"} for m in engine.routes.models()]
+    return json_response({"object": "list", "data": data})
+
+
+async def stats(request: web.Request) -> web.Response:
+    """Counters for operators and tests: stage runs, cache paths, post-inference runs."""
+    engine: Engine = request.app["engine"]
+    await asyncio.sleep(0)
+    return json_response(
+        {
+            "stage_runs": dict(engine.stats.runs),
+            "stage_items": dict(engine.stats.items),
+            "tokens_rendered": engine.stats.tokens_rendered,
+            "counters": dict(engine.counters),
+            "post_inference_runs": engine.post.runs,
+            "router_resolutions": engine.routes.resolutions,
+            "open_sessions": len(request.app["sessions"]),
+        }
+    )

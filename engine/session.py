@@ -1,0 +1,225 @@
+"""Per-connection state: lanes, their queues and caches, live rollouts (SPEC: WS-1..WS-12).
+
+One ``Session`` per WebSocket connection (and a short-lived one per HTTP request). It owns every
+task it starts: lane workers and rollout coroutines. ``close()`` ends them all: suspended
+rollouts are retired (post-inference runs normally), running ones are cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+
+from engine.compat import CacheEntry, run_create
+from engine.core import Engine
+from engine.models.base import Backend
+from engine.rollout import ClientGone, Mode, Rollout, Sink
+from protocol.codec import error_event, parse_input
+from protocol.errors import InvalidRequest, NotFound, ProtocolError, ServerError, TooManyRequests
+from protocol.events import ResponseAppend, ResponseCreate, ResponseInject
+from protocol.items import FunctionCallOutput
+from protocol.response import CreateParams
+
+log = logging.getLogger("rollout.session")
+_STREAM_ID = re.compile(r"[A-Za-z0-9_.\-]{1,256}")
+
+
+class Lane:
+    """FIFO of creates for one ``stream_id`` (None = the default lane) and its cached latest."""
+
+    def __init__(self, session: Session, name: str | None, max_queued: int) -> None:
+        self.session = session
+        self.name = name
+        self.queue: asyncio.Queue[CreateParams] = asyncio.Queue(maxsize=max_queued)
+        self.latest: CacheEntry | None = None
+        self.worker: asyncio.Task[None] | None = None
+
+    def replace(self, entry: CacheEntry) -> None:
+        old, self.latest = self.latest, entry
+        if old is not None and old.rollout is not None and old.rollout is not entry.rollout:
+            old.rollout.retire()
+
+    def evict(self, response_id: str) -> None:
+        if self.latest is not None and self.latest.response_id == response_id:
+            if self.latest.rollout is not None:
+                self.latest.rollout.retire()
+            self.latest = None
+            self.session.engine.counters["cache.evicted"] += 1
+
+    async def run(self) -> None:
+        while True:
+            params = await self.queue.get()
+            try:
+                await run_create(self.session, self, params)
+            except ProtocolError as err:
+                await self.session.send_error(err, self.name)
+            except ClientGone:
+                return
+            except Exception:
+                log.exception("create failed on lane %r", self.name)
+                await self.session.send_error(ServerError(), self.name)
+            finally:
+                self.queue.task_done()
+
+
+class Session:
+    def __init__(
+        self,
+        engine: Engine,
+        sink: Sink,
+        *,
+        transport: str = "ws",
+        default_mode: Mode = Mode.STANDARD,
+    ) -> None:
+        self.engine = engine
+        self.sink = sink
+        self.transport = transport
+        self.default_mode = default_mode
+        self.lanes: dict[str | None, Lane] = {}
+        self.append_targets: dict[str, Rollout] = {}
+        self.rollouts: dict[asyncio.Task[None], Rollout] = {}
+        self._routes: dict[str, Backend] = {}
+        self._loop = asyncio.get_running_loop()
+        self.opened_at = self._loop.time()
+        self.closed = False
+
+    # ------------------------------------------------------------------ routing (once per model)
+    def resolve(self, model: str) -> Backend:
+        backend = self._routes.get(model)
+        if backend is None:
+            backend = self._routes[model] = self.engine.routes.resolve(model)
+        return backend
+
+    # ------------------------------------------------------------------ client events
+    async def handle(self, event: ResponseCreate | ResponseAppend | ResponseInject) -> None:
+        """Dispatch one decoded client event; request-scoped errors become ``error`` events."""
+        stream_id = getattr(event, "stream_id", None)
+        try:
+            if isinstance(event, ResponseCreate):
+                self.submit_create(event)
+            else:
+                await self.handle_append(event)
+        except ProtocolError as err:
+            valid_lane = stream_id if isinstance(stream_id, str) and _valid(stream_id) else None
+            await self.send_error(err, valid_lane)
+
+    def submit_create(self, params: CreateParams) -> None:
+        age = self._loop.time() - self.opened_at
+        if age > self.engine.config.max_connection_age_s:
+            minutes = round(self.engine.config.max_connection_age_s / 60)
+            raise InvalidRequest(
+                "websocket_connection_limit_reached",
+                f"Responses websocket connection limit reached ({minutes} minutes). "
+                "Create a new websocket connection to continue.",
+                None,
+            )
+        lane = self._lane(params.stream_id)
+        try:
+            lane.queue.put_nowait(params)
+        except asyncio.QueueFull:
+            raise TooManyRequests(
+                "websocket_queue_full",
+                f"Too many queued requests on this lane (max {lane.queue.maxsize}).",
+                None,
+            ) from None
+
+    def _lane(self, stream_id: str | None) -> Lane:
+        if stream_id is not None and not _valid(stream_id):
+            raise InvalidRequest(
+                "invalid_stream_id",
+                "The 'stream_id' field must be a non-empty string with at most 256 characters "
+                "and may only contain letters, numbers, underscores, hyphens, and periods.",
+                "stream_id",
+            )
+        lane = self.lanes.get(stream_id)
+        if lane is None:
+            named = sum(1 for name in self.lanes if name is not None)
+            if stream_id is not None and named >= self.engine.config.max_lanes:
+                raise InvalidRequest(
+                    "websocket_stream_limit_reached",
+                    "This WebSocket connection has reached its maximum number of distinct stream "
+                    f"IDs ({self.engine.config.max_lanes}). Reuse an existing stream_id or open "
+                    "a new WebSocket connection.",
+                    "stream_id",
+                )
+            lane = self.lanes[stream_id] = Lane(
+                self, stream_id, self.engine.config.max_queued_creates
+            )
+            lane.worker = asyncio.create_task(lane.run(), name=f"lane:{stream_id}")
+        return lane
+
+    async def handle_append(self, event: ResponseAppend | ResponseInject) -> None:
+        """Experimental mode: commit tool outputs into a suspended rollout (APPEND-3..APPEND-6)."""
+        rollout = self.append_targets.get(event.response_id)
+        if rollout is None:
+            raise NotFound(
+                "response_not_found",
+                f"No active append-mode response with id '{event.response_id}' on this connection.",
+                "response_id",
+            )
+        stream = rollout.turn.stream
+        try:
+            items = parse_input(event.input)
+            for index, item in enumerate(items):
+                if not isinstance(item, FunctionCallOutput):
+                    raise InvalidRequest(
+                        "invalid_append_input",
+                        "Only function_call_output items can be appended to a response.",
+                        f"input[{index}].type",
+                    )
+            complete = rollout.offer(items)
+        except ProtocolError as err:
+            if isinstance(event, ResponseInject):
+                await self.sink.send(stream.inject_failed(err.code, err.message, event.input))
+                return
+            raise
+        if isinstance(event, ResponseInject):
+            await self.sink.send(stream.inject_created())
+        if complete:
+            rollout.resume(rollout.turn)
+
+    async def send_error(self, err: ProtocolError, stream_id: str | None = None) -> None:
+        with contextlib.suppress(ClientGone):
+            await self.sink.send(error_event(err, stream_id=stream_id))
+
+    # ------------------------------------------------------------------ tasks
+    def spawn(self, rollout: Rollout) -> None:
+        task = asyncio.create_task(rollout.run(), name=rollout.id)
+        self.rollouts[task] = rollout
+        task.add_done_callback(self._reap)
+
+    def _reap(self, task: asyncio.Task[None]) -> None:
+        self.rollouts.pop(task, None)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("rollout task failed", exc_info=task.exception())
+
+    async def close(self) -> None:
+        """End everything this connection owns; nothing is left running (WS-12)."""
+        if self.closed:
+            return
+        self.closed = True
+        workers = [lane.worker for lane in self.lanes.values() if lane.worker is not None]
+        for worker in workers:
+            worker.cancel()
+        for task, rollout in list(self.rollouts.items()):
+            if rollout.waiting:
+                rollout.retire()
+            else:
+                task.cancel()
+        pending = workers + list(self.rollouts)
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+        self.append_targets.clear()
+        for lane in self.lanes.values():
+            lane.latest = None
+
+    async def drain(self) -> None:
+        """Wait until every queued create has been served (HTTP uses one create per session)."""
+        for lane in list(self.lanes.values()):
+            await lane.queue.join()
+
+
+def _valid(stream_id: str) -> bool:
+    return _STREAM_ID.fullmatch(stream_id) is not None

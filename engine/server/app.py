@@ -10,6 +10,7 @@ from aiohttp import WSCloseCode, web
 
 from engine.core import Engine, EngineConfig
 from engine.server import http
+from engine.server.keys import ENGINE, MAX_FRAME, SESSIONS
 from engine.server.ws import serve_socket
 from engine.session import Session
 from protocol.errors import InvalidRequest, NotFound, ProtocolError, ServerError
@@ -55,16 +56,16 @@ async def responses_get(request: web.Request) -> web.StreamResponse:
             "GET /v1/responses opens a WebSocket; use POST /v1/responses for HTTP.",
             None,
         )
-    engine: Engine = request.app["engine"]
-    return await serve_socket(request, engine, request.app["max_frame_bytes"])
+    engine: Engine = request.app[ENGINE]
+    return await serve_socket(request, engine, request.app[MAX_FRAME])
 
 
 async def _start(app: web.Application) -> None:
-    await app["engine"].start()
+    await app[ENGINE].start()
 
 
 async def _close_sockets(app: web.Application) -> None:
-    sessions: set[Session] = app["sessions"]
+    sessions: set[Session] = app[SESSIONS]
     for session in list(sessions):
         sink = session.sink
         ws = getattr(sink, "_ws", None)
@@ -75,16 +76,16 @@ async def _close_sockets(app: web.Application) -> None:
 
 
 async def _stop(app: web.Application) -> None:
-    await app["engine"].stop()
+    await app[ENGINE].stop()
 
 
 def create_app(
     engine: Engine | None = None, *, max_frame_bytes: int = MAX_BODY_BYTES
 ) -> web.Application:
     app = web.Application(middlewares=[errors], client_max_size=max_frame_bytes)
-    app["engine"] = engine or Engine(EngineConfig())
-    app["sessions"] = set()
-    app["max_frame_bytes"] = max_frame_bytes
+    app[ENGINE] = engine or Engine(EngineConfig())
+    app[SESSIONS] = set()
+    app[MAX_FRAME] = max_frame_bytes
     app.router.add_get("/v1/responses", responses_get)
     app.router.add_post("/v1/responses", http.create_response)
     app.router.add_get("/v1/responses/{response_id}", http.get_response)

@@ -13,6 +13,7 @@ from aiohttp import web
 
 from engine.core import Engine
 from engine.rollout import ClientGone
+from engine.server.keys import ENGINE, SESSIONS
 from engine.session import Session
 from protocol.codec import decode_create_body, encode, http_error_body
 from protocol.errors import InvalidRequest, ProtocolError, ServerError, response_not_found
@@ -70,7 +71,7 @@ class HttpSink:
 
 
 async def create_response(request: web.Request) -> web.StreamResponse:
-    engine: Engine = request.app["engine"]
+    engine: Engine = request.app[ENGINE]
     params = decode_create_body(await request.read())
     params.stream_id = None  # WebSocket-only (WS-2); ignored over HTTP
     sink = HttpSink(request, params.stream)
@@ -98,7 +99,7 @@ def _finish(sink: HttpSink) -> web.StreamResponse:
 
 
 def _stored(request: web.Request) -> tuple[Engine, str]:
-    return request.app["engine"], request.match_info["response_id"]
+    return request.app[ENGINE], request.match_info["response_id"]
 
 
 async def get_response(request: web.Request) -> web.Response:
@@ -171,14 +172,14 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def list_models(request: web.Request) -> web.Response:
-    engine: Engine = request.app["engine"]
+    engine: Engine = request.app[ENGINE]
     data = [{"id": m, "object": "model", "owned_by": "rollout"} for m in engine.routes.models()]
     return json_response({"object": "list", "data": data})
 
 
 async def stats(request: web.Request) -> web.Response:
     """Counters for operators and tests: stage runs, cache paths, post-inference runs."""
-    engine: Engine = request.app["engine"]
+    engine: Engine = request.app[ENGINE]
     await asyncio.sleep(0)
     return json_response(
         {
@@ -188,6 +189,6 @@ async def stats(request: web.Request) -> web.Response:
             "counters": dict(engine.counters),
             "post_inference_runs": engine.post.runs,
             "router_resolutions": engine.routes.resolutions,
-            "open_sessions": len(request.app["sessions"]),
+            "open_sessions": len(request.app[SESSIONS]),
         }
     )

@@ -12,6 +12,7 @@ from aiohttp import WSMsgType, web
 
 from engine.core import Engine
 from engine.rollout import ClientGone, Mode
+from engine.server.keys import SESSIONS
 from engine.session import Session
 from protocol.codec import decode_client_event, encode
 from protocol.errors import InvalidRequest, ProtocolError
@@ -46,7 +47,7 @@ def default_mode(request: web.Request) -> Mode:
 async def serve_socket(request: web.Request, engine: Engine, max_frame: int) -> web.StreamResponse:
     ws = web.WebSocketResponse(max_msg_size=max_frame, decode_text=False, heartbeat=None)
     await ws.prepare(request)
-    sessions: set[Session] = request.app["sessions"]
+    sessions: set[Session] = request.app[SESSIONS]
     session = Session(engine, WsSink(ws), transport="ws", default_mode=default_mode(request))
     sessions.add(session)
     try:

@@ -1,0 +1,12 @@
+"""Typed application keys shared by the server modules."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from engine.core import Engine
+from engine.session import Session
+
+ENGINE = web.AppKey("engine", Engine)
+SESSIONS = web.AppKey("sessions", set[Session])
+MAX_FRAME = web.AppKey("max_frame_bytes", int)

@@ -1,0 +1,151 @@
+"""Shared fixtures: a real server on an ephemeral loopback port, and the SDK conformance oracle.
+
+Every event the server writes during a test (WebSocket frames and SSE events) is recorded and,
+at teardown, parsed with the official ``openai`` SDK's event models (CONF-1). Our experimental
+extension events (``response.done``) are checked against our own schema instead.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+import pydantic
+import pytest
+from aiohttp import web
+from hypothesis import HealthCheck, settings
+
+from engine.core import Engine, EngineConfig
+from engine.server import http as http_routes
+from engine.server import ws as ws_driver
+from engine.server.app import create_app
+from protocol.codec import encode
+from protocol.events import ServerEvent
+
+settings.register_profile(
+    "ci", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile(
+    "dev", max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile(
+    "deep", max_examples=10_000, deadline=None, suppress_health_check=list(HealthCheck)
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+# ----------------------------------------------------------------------------- event recorder
+
+RECORDED: list[bytes] = []
+EXTENSION_TYPES = {"response.done", "response.inject.created", "response.inject.failed"}
+
+
+def _install_recorder() -> None:
+    """Wrap both sinks once so every emitted event is captured (encoded exactly as sent)."""
+    if getattr(ws_driver.WsSink, "_recorded", False):
+        return
+    original_ws = ws_driver.WsSink.send
+    original_http = http_routes.HttpSink.send
+
+    async def ws_send(self: Any, event: ServerEvent) -> None:
+        RECORDED.append(encode(event))
+        await original_ws(self, event)
+
+    async def http_send(self: Any, event: ServerEvent) -> None:
+        RECORDED.append(encode(event))
+        await original_http(self, event)
+
+    ws_driver.WsSink.send = ws_send  # type: ignore[method-assign]
+    http_routes.HttpSink.send = http_send  # type: ignore[method-assign]
+    ws_driver.WsSink._recorded = True  # type: ignore[attr-defined]
+
+
+_install_recorder()
+
+
+def sdk_parse(raw: bytes | dict[str, Any]) -> Any:
+    """Parse one server event with the openai SDK's own models (the conformance oracle)."""
+    from openai.types.beta import BetaResponsesServerEvent
+    from openai.types.responses import ResponsesServerEvent
+
+    data = msgspec.json.decode(raw) if isinstance(raw, bytes) else raw
+    if data.get("type") == "response.done":
+        return data  # our extension; its embedded Response is checked below
+    if data.get("type", "").startswith("response.inject"):
+        return pydantic.TypeAdapter(BetaResponsesServerEvent).validate_python(data)
+    return pydantic.TypeAdapter(ResponsesServerEvent).validate_python(data)
+
+
+@pytest.fixture(autouse=True)
+def sdk_oracle() -> Iterator[list[bytes]]:
+    """Teardown check: everything this test made the server emit parses with the SDK."""
+    start = len(RECORDED)
+    yield RECORDED
+    from openai.types.responses import Response
+
+    for raw in RECORDED[start:]:
+        parsed = sdk_parse(raw)
+        if isinstance(parsed, dict):  # response.done: validate the snapshot it carries
+            Response.model_validate(parsed["response"])
+    del RECORDED[start:]
+
+
+# ----------------------------------------------------------------------------- live server
+
+
+@dataclass
+class LiveServer:
+    engine: Engine
+    port: int
+    runner: web.AppRunner
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/v1/responses"
+
+
+async def start_server(config: EngineConfig | None = None, **app_kwargs: Any) -> LiveServer:
+    engine = Engine(config or EngineConfig(tokens_per_second=0))
+    app = create_app(engine, **app_kwargs)
+    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    server = site._server
+    assert server is not None
+    port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return LiveServer(engine=engine, port=port, runner=runner)
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[LiveServer]:
+    """A real server on an ephemeral loopback port; simulated model at full speed (no pacing)."""
+    live = await start_server()
+    try:
+        yield live
+    finally:
+        await live.runner.cleanup()
+
+
+@pytest.fixture
+async def server_factory() -> AsyncIterator[Callable[..., Any]]:
+    """Start servers with a custom ``EngineConfig``; all are cleaned up after the test."""
+    started: list[LiveServer] = []
+
+    async def make(config: EngineConfig | None = None, **kwargs: Any) -> LiveServer:
+        live = await start_server(config, **kwargs)
+        started.append(live)
+        return live
+
+    try:
+        yield make
+    finally:
+        for live in started:
+            await live.runner.cleanup()

@@ -59,7 +59,7 @@ def _install_recorder() -> None:
 
     ws_driver.WsSink.send = ws_send  # type: ignore[method-assign]
     http_routes.HttpSink.send = http_send  # type: ignore[method-assign]
-    ws_driver.WsSink._recorded = True  # type: ignore[attr-defined]
+    ws_driver.WsSink._recorded = True
 
 
 _install_recorder()
@@ -120,7 +120,7 @@ async def start_server(config: EngineConfig | None = None, **app_kwargs: Any) ->
     await site.start()
     server = site._server
     assert server is not None
-    port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    port = server.sockets[0].getsockname()[1]
     return LiveServer(engine=engine, port=port, runner=runner)
 
 

@@ -147,7 +147,8 @@ async def run_create(session: Session, lane: Lane, params: CreateParams) -> None
     try:
         status = await turn.done
     finally:
-        session.append_targets.pop(response.id, None)
+        if session.append_targets.pop(response.id, None) is not None:
+            session.finished_appends.append(response.id)
     _after_turn(lane, prev, rollout, backend, response.id, status)
 
 

@@ -41,12 +41,14 @@ class StageStats:
     runs: Counter[str] = field(default_factory=Counter)  # "validate.full", "render.incremental" …
     items: Counter[str] = field(default_factory=Counter)  # items processed per stage.path
     tokens_rendered: int = 0
+    tokens: Counter[str] = field(default_factory=Counter)  # tokens rendered per path
     seconds: dict[str, float] = field(default_factory=dict)  # time per stage
 
     def add(self, other: StageStats) -> None:
         self.runs.update(other.runs)
         self.items.update(other.items)
         self.tokens_rendered += other.tokens_rendered
+        self.tokens.update(other.tokens)
         for name, value in other.seconds.items():
             self.seconds[name] = self.seconds.get(name, 0.0) + value
 
@@ -218,7 +220,9 @@ class Pipeline:
         t = self._count("scan", path, len(items), t)
         rendered = [render_item(item) for item in items]
         self._count("render", path, len(items), t)
-        return self._commit(ctx, items, rendered, findings)
+        total = self._commit(ctx, items, rendered, findings)
+        self.stats.tokens[path] += total
+        return total
 
     def render_header(self, ctx: Context, instructions: str | None, tools: list[Tool]) -> int:
         """(Re-)render the instructions/tools header only when it changed (PIPE-4).
@@ -232,6 +236,7 @@ class Pipeline:
         ctx.header = render_header(instructions, tools)
         ctx.header_key = key
         self.stats.tokens_rendered += len(ctx.header)
+        self.stats.tokens["header"] += len(ctx.header)
         self._count("header", "render", 1, t)
         return len(ctx.header)
 

@@ -32,6 +32,8 @@ class UsageRecord:
     tool_calls: int
     safety_findings: int
     stage_runs: dict[str, int] = field(default_factory=dict)
+    stage_tokens: dict[str, int] = field(default_factory=dict)
+    resume_tokens: list[int] = field(default_factory=list)
     stage_seconds: dict[str, float] = field(default_factory=dict)
 
 

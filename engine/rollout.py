@@ -138,6 +138,7 @@ class Rollout:
         self.phase = Phase.RUNNING
         self.pending: list[FunctionCall] = []
         self.response_ids: list[str] = [turn.stream.id]
+        self.resume_tokens: list[int] = []  # tokens rendered by each incremental offer
         self._wake: asyncio.Future[Turn | None] | None = None
         self._fresh_tokens = 0  # tokens rendered from input since the last sample
         self._totals = Tally()  # usage over the whole rollout
@@ -319,9 +320,11 @@ class Rollout:
             raise InvalidRequest(
                 "response_not_waiting", "The response is not waiting for tool outputs.", None
             )
-        self._fresh_tokens += self.pipeline.apply(
+        rendered = self.pipeline.apply(
             self.ctx, items, path=INCREMENTAL, supports=self.backend.supports
         )
+        self._fresh_tokens += rendered
+        self.resume_tokens.append(rendered)
         return not self.ctx.pending_calls()
 
     def resume(self, turn: Turn, settings: Settings | None = None) -> None:
@@ -425,6 +428,8 @@ class Rollout:
             tool_calls=self._tool_calls,
             safety_findings=len(self.ctx.findings),
             stage_runs=dict(self.stats.runs),
+            stage_tokens=dict(self.stats.tokens),
+            resume_tokens=list(self.resume_tokens),
             stage_seconds=dict(self.stats.seconds),
         )
 

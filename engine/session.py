@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import re
+from collections import deque
 
 from engine.compat import CacheEntry, run_create
 from engine.core import Engine
@@ -79,6 +80,7 @@ class Session:
         self.default_mode = default_mode
         self.lanes: dict[str | None, Lane] = {}
         self.append_targets: dict[str, Rollout] = {}
+        self.finished_appends: deque[str] = deque(maxlen=64)  # for precise late-append errors
         self.rollouts: dict[asyncio.Task[None], Rollout] = {}
         self._routes: dict[str, Backend] = {}
         self._loop = asyncio.get_running_loop()
@@ -153,6 +155,12 @@ class Session:
     async def handle_append(self, event: ResponseAppend | ResponseInject) -> None:
         """Experimental mode: commit tool outputs into a suspended rollout (APPEND-3..APPEND-6)."""
         rollout = self.append_targets.get(event.response_id)
+        if rollout is None and event.response_id in self.finished_appends:
+            raise InvalidRequest(
+                "response_already_completed",
+                f"Response '{event.response_id}' has already completed.",
+                "response_id",
+            )
         if rollout is None:
             raise NotFound(
                 "response_not_found",

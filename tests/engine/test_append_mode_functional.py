@@ -1,0 +1,136 @@
+"""Experimental append mode on a real server, driven with raw WebSocket frames (APPEND-1..6).
+
+Also proves the rollout's economics: pre-inference over the history ran once, every resume
+processed only the new items, post-inference ran once for the whole rollout (ROLL-2, POST-1).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import aiohttp
+
+from engine.models.scenarios import CODING_AGENT_STEPS
+from engine.render import render_item
+from protocol.codec import parse_input
+from tests.conftest import LiveServer
+
+CODING_TOOLS = [
+    {"type": "function", "name": name, "parameters": {"type": "object", "properties": {}}}
+    for name in ("list_dir", "read_file", "search", "edit_file", "run_tests")
+]
+
+
+async def _next(ws: aiohttp.ClientWebSocketResponse) -> dict[str, Any]:
+    msg = await ws.receive(timeout=10)
+    assert msg.type is aiohttp.WSMsgType.TEXT, msg
+    event: dict[str, Any] = json.loads(msg.data)
+    return event
+
+
+async def _until(ws: aiohttp.ClientWebSocketResponse, *types: str) -> tuple[dict[str, Any], list]:
+    seen = []
+    while True:
+        event = await _next(ws)
+        seen.append(event)
+        if event["type"] in types:
+            return event, seen
+
+
+def _output_for(call_id: str, size: int = 3000) -> dict[str, Any]:
+    return {"type": "function_call_output", "call_id": call_id, "output": "x = 1\n" * (size // 6)}
+
+
+async def test_append_rollout_is_one_response_with_incremental_resumes(server: LiveServer) -> None:
+    async with aiohttp.ClientSession() as http, http.ws_connect(server.ws_url) as ws:
+        await ws.send_json(
+            {
+                "type": "response.create",
+                "model": "sim-coding-agent",
+                "rollout_mode": "append",
+                "input": "Fix the failing tests.",
+                "tools": CODING_TOOLS,
+                "store": False,
+            }
+        )
+        done, events = await _until(ws, "response.done")
+        response_id = done["response"]["id"]
+        sequence = [e["sequence_number"] for e in events]
+        appended_tokens: list[int] = []
+        for _ in CODING_AGENT_STEPS:
+            assert done["type"] == "response.done"
+            assert done["response"]["id"] == response_id
+            (pending,) = done["pending_calls"]
+            output = _output_for(pending["call_id"])
+            appended_tokens.append(len(render_item(parse_input([output])[0])))
+            await ws.send_json(
+                {"type": "response.append", "response_id": response_id, "input": [output]}
+            )
+            done, events = await _until(ws, "response.done", "response.completed")
+            sequence += [e["sequence_number"] for e in events]
+        assert done["type"] == "response.completed"
+        assert done["response"]["id"] == response_id
+        assert sequence == list(range(len(sequence)))  # one response, numbering continues
+        calls = [o for o in done["response"]["output"] if o["type"] == "function_call"]
+        assert len(calls) == len(CODING_AGENT_STEPS)
+        usage = done["response"]["usage"]
+        assert usage["input_tokens_details"]["cached_tokens"] > 0
+
+    await server.engine.post.stop()  # drain post-inference so the ledger is complete
+    (record,) = server.engine.post.records_for(response_id)
+    runs = record.stage_runs
+    assert runs["validate.full"] == 1 and runs["render.full"] == 1  # pre-inference once
+    assert runs["validate.incremental"] == len(CODING_AGENT_STEPS)  # one per append
+    assert record.samples == len(CODING_AGENT_STEPS) + 1
+    assert server.engine.post.runs == 1  # post-inference once for the whole rollout
+    # each resume rendered exactly the appended item's tokens, never the history
+    assert record.resume_tokens == appended_tokens
+    assert record.stage_tokens["incremental"] == sum(appended_tokens)
+
+
+async def test_append_errors_keep_rollout_waiting(server: LiveServer) -> None:
+    tools = [
+        {
+            "type": "function",
+            "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        }
+    ]
+    async with aiohttp.ClientSession() as http, http.ws_connect(server.ws_url) as ws:
+        await ws.send_json(
+            {
+                "type": "response.create",
+                "rollout_mode": "append",
+                "input": "Weather in Paris?",
+                "tools": tools,
+            }
+        )
+        done, _ = await _until(ws, "response.done")
+        rid, call_id = done["response"]["id"], done["pending_calls"][0]["call_id"]
+        bad = [
+            ({"response_id": "resp_nope", "input": [_output_for(call_id)]}, "response_not_found"),
+            ({"response_id": rid, "input": [_output_for("call_wrong")]}, "unknown_call_id"),
+            (
+                {"response_id": rid, "input": [{"role": "user", "content": "hi"}]},
+                "invalid_append_input",
+            ),
+        ]
+        for body, code in bad:
+            await ws.send_json({"type": "response.append", **body})
+            error = await _next(ws)
+            assert error["type"] == "error" and error["error"]["code"] == code
+            assert isinstance(error["status"], int)
+        await ws.send_json(
+            {"type": "response.inject", "response_id": rid, "input": [_output_for(call_id)]}
+        )
+        ack = await _next(ws)
+        assert ack["type"] == "response.inject.created" and ack["response_id"] == rid
+        final, _ = await _until(ws, "response.completed")
+        assert final["response"]["output"][-1]["type"] == "message"
+        await ws.send_json(
+            {"type": "response.append", "response_id": rid, "input": [_output_for(call_id)]}
+        )
+        error = await _next(ws)
+        assert error["type"] == "error"
+        assert error["error"]["code"] == "response_already_completed"

@@ -1,0 +1,94 @@
+"""The compat fast path with the official SDK over WebSocket (COMPAT-2, ROLL-2, POST-1).
+
+Standard clients send ``previous_response_id`` + only the new tool outputs. On one socket every
+such continuation must resume the same suspended coroutine: pre-inference over the history ran
+once, each continuation rendered only its new items, post-inference ran once at the end.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from openai import AsyncOpenAI
+
+from engine.models.scenarios import CODING_AGENT_STEPS
+from engine.render import render_item
+from protocol.codec import parse_input
+from tests.conftest import LiveServer
+
+TOOLS: list[Any] = [
+    {"type": "function", "name": name, "parameters": {"type": "object", "properties": {}}}
+    for name in ("list_dir", "read_file", "search", "edit_file", "run_tests")
+]
+
+
+async def _run_turn(conn: Any) -> Any:
+    async for event in conn:
+        if event.type == "response.completed":
+            return event.response
+        assert event.type != "error", event
+
+
+async def test_compat_continuations_resume_one_coroutine(server: LiveServer) -> None:
+    client = AsyncOpenAI(base_url=server.base_url, api_key="x")
+    response_ids: list[str] = []
+    rendered: list[int] = []
+    async with client.responses.connect() as conn:
+        await conn.response.create(
+            model="sim-coding-agent", input="Fix the tests.", tools=TOOLS, store=False
+        )
+        response = await _run_turn(conn)
+        while response.output[-1].type == "function_call":
+            response_ids.append(response.id)
+            call = response.output[-1]
+            output = {
+                "type": "function_call_output",
+                "call_id": call.call_id,
+                "output": "ok\n" * 900,
+            }
+            rendered.append(len(render_item(parse_input([output])[0])))
+            await conn.response.create(
+                model="sim-coding-agent",
+                previous_response_id=response.id,
+                input=[output],
+                tools=TOOLS,
+                store=False,
+            )
+            response = await _run_turn(conn)
+        response_ids.append(response.id)
+    await client.close()
+
+    assert len(response_ids) == len(CODING_AGENT_STEPS) + 1  # one response per turn
+    assert server.engine.counters["create.fast_path"] == len(CODING_AGENT_STEPS)
+    assert server.engine.counters["create.stateless"] == 1
+    await server.engine.post.stop()
+    (record,) = server.engine.post.recent  # post-inference once for the whole rollout
+    assert record.response_ids == response_ids
+    assert record.stage_runs["validate.full"] == 1
+    assert record.stage_runs["validate.incremental"] == len(CODING_AGENT_STEPS)
+    assert record.resume_tokens == rendered  # only the new items were rendered
+    assert record.stage_runs.get("header.render") == 1  # unchanged tools: header reused
+
+
+async def test_http_stateless_runs_full_pipeline_every_time(server: LiveServer) -> None:
+    """The baseline the engine is measured against: no state, everything re-processed."""
+    client = AsyncOpenAI(base_url=server.base_url, api_key="x")
+    history: list[Any] = [{"role": "user", "content": "Fix the tests."}]
+    for _ in range(3):
+        response = await client.responses.create(
+            model="sim-coding-agent", input=history, tools=TOOLS, store=False
+        )
+        call = response.output[-1]
+        history += [
+            call.model_dump(exclude_none=True),
+            {"type": "function_call_output", "call_id": call.call_id, "output": "ok"},
+        ]
+    await client.close()
+    await server.engine.post.stop()
+    records = list(server.engine.post.recent)
+    assert len(records) == 3
+    assert all(r.stage_runs["validate.full"] == 1 for r in records)
+    assert [r.stage_tokens["full"] for r in records] == sorted(
+        r.stage_tokens["full"] for r in records
+    )  # the re-processed history grows every turn
+    assert server.engine.counters["create.stateless"] == 3

@@ -48,6 +48,7 @@ class Engine:
 
     async def stop(self) -> None:
         await self.post.stop()
+        await self.routes.aclose()  # the upstream HTTP pool, if any route has one
 
     @property
     def routes(self) -> Router:

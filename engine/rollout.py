@@ -235,7 +235,7 @@ class Rollout:
         reason: FinishReason = "stop"
         request = self._sample_request()
         deltas = self.backend.stream(request)
-        async with contextlib.aclosing(deltas):  # type: ignore[type-var]
+        async with contextlib.aclosing(deltas):
             async for delta in deltas:
                 if isinstance(delta, TextDelta):
                     if not stream.has_open_item:

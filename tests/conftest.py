@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import msgspec
@@ -65,17 +66,27 @@ def _install_recorder() -> None:
 _install_recorder()
 
 
-def sdk_parse(raw: bytes | dict[str, Any]) -> Any:
-    """Parse one server event with the openai SDK's own models (the conformance oracle)."""
+@lru_cache(maxsize=1)
+def _adapters() -> tuple[pydantic.TypeAdapter[Any], pydantic.TypeAdapter[Any]]:
+    """Building these schemas takes seconds: once per test process."""
     from openai.types.beta import BetaResponsesServerEvent
     from openai.types.responses import ResponsesServerEvent
 
+    return (
+        pydantic.TypeAdapter(ResponsesServerEvent),
+        pydantic.TypeAdapter(BetaResponsesServerEvent),
+    )
+
+
+def sdk_parse(raw: bytes | dict[str, Any]) -> Any:
+    """Parse one server event with the openai SDK's own models (the conformance oracle)."""
+    standard, beta = _adapters()
     data = msgspec.json.decode(raw) if isinstance(raw, bytes) else raw
     if data.get("type") == "response.done":
-        return data  # our extension; its embedded Response is checked below
+        return data  # our extension; its embedded Response is checked by the caller
     if data.get("type", "").startswith("response.inject"):
-        return pydantic.TypeAdapter(BetaResponsesServerEvent).validate_python(data)
-    return pydantic.TypeAdapter(ResponsesServerEvent).validate_python(data)
+        return beta.validate_python(data)
+    return standard.validate_python(data)
 
 
 @pytest.fixture(autouse=True)

@@ -6,7 +6,7 @@ yields deltas. It never builds wire events: the rollout hands deltas to the pure
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -39,8 +39,19 @@ class CallEnd:
 
 @dataclass(frozen=True, slots=True)
 class Finish:
+    """The end of one sampling step.
+
+    Upstream backends report the server's own counts: ``input_tokens`` (its prompt tokens, which
+    may differ from our tokenizer's render) and ``cached_tokens``; ``None`` means "not reported,
+    use our render". ``usage_estimated`` is true when ``output_tokens`` was counted with our
+    tokenizer because the upstream sent no usage.
+    """
+
     reason: FinishReason
     output_tokens: int
+    input_tokens: int | None = None
+    cached_tokens: int | None = None
+    usage_estimated: bool = False
 
 
 Delta = TextDelta | CallStart | ArgsDelta | CallEnd | Finish
@@ -55,6 +66,8 @@ class SampleRequest:
     parallel_tool_calls: bool
     max_output_tokens: int | None
     max_tool_calls: int | None = None
+    temperature: float | None = None  # None: the upstream's default
+    top_p: float | None = None
 
 
 class Backend(Protocol):
@@ -63,7 +76,7 @@ class Backend(Protocol):
     name: str
     supports: frozenset[str]  # content kinds it can read: "text", "image", "file"
 
-    def stream(self, request: SampleRequest) -> AsyncIterator[Delta]:
+    def stream(self, request: SampleRequest) -> AsyncGenerator[Delta, None]:
         """Yield deltas for one sampling step; must end with exactly one ``Finish``.
 
         Cancellation (the consuming task being cancelled) must stop generation promptly.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from engine.models.base import Backend
@@ -10,11 +11,17 @@ from engine.models.sim import SimulatedModel
 
 @dataclass
 class Router:
-    """A routing table. Unknown model names go to ``default`` (the simulator by default)."""
+    """A routing table. Unknown model names go to ``default`` (the simulator by default).
+
+    ``default_name`` is the name listed for the default route in ``GET /v1/models``;
+    ``closers`` release what the routes hold (the shared upstream HTTP pool) on shutdown.
+    """
 
     routes: dict[str, Backend] = field(default_factory=dict)
     default: Backend | None = None
     resolutions: int = 0
+    default_name: str | None = None
+    closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
     def resolve(self, model: str) -> Backend:
         self.resolutions += 1
@@ -26,11 +33,29 @@ class Router:
         return backend
 
     def models(self) -> list[str]:
-        return sorted(self.routes)
+        names = set(self.routes)
+        if self.default_name is not None:
+            names.add(self.default_name)
+        return sorted(names)
+
+    def backend_of(self, model: str) -> Backend | None:
+        return self.routes.get(model) or (self.default if model == self.default_name else None)
+
+    def backends(self) -> list[Backend]:
+        """Each distinct backend once (aliases share one)."""
+        seen: dict[int, Backend] = {}
+        for backend in [*self.routes.values(), self.default]:
+            if backend is not None:
+                seen.setdefault(id(backend), backend)
+        return list(seen.values())
+
+    async def aclose(self) -> None:
+        for close in self.closers:
+            await close()
 
 
 def simulator_router(tokens_per_second: float = 1000.0) -> Router:
     """The embedded default: ``sim`` for any model name, plus the scripted scenarios."""
     sim = SimulatedModel(tokens_per_second)
     coding = SimulatedModel(tokens_per_second, scenario="coding-agent")
-    return Router(routes={"sim": sim, "sim-coding-agent": coding}, default=sim)
+    return Router(routes={"sim": sim, "sim-coding-agent": coding}, default=sim, default_name="sim")

@@ -17,7 +17,7 @@ import asyncio
 import hashlib
 import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
@@ -172,7 +172,7 @@ class SimulatedModel:
         return f"This is a simulated answer to: {_excerpt(user, 40)}"
 
     # ------------------------------------------------------------------ streaming
-    async def stream(self, request: SampleRequest) -> AsyncIterator[Delta]:
+    async def stream(self, request: SampleRequest) -> AsyncGenerator[Delta, None]:
         plan = self.plan(request)
         budget = request.max_output_tokens
         pacer = _Pacer(self.tokens_per_second)

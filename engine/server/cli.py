@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from engine.core import Engine, EngineConfig
+from engine.models.router import Router
 
 
 def _serve_args(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -22,6 +23,10 @@ def _serve_args(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("--max-frame-bytes", type=int, default=32 * 1024 * 1024)
     p.add_argument("--ledger", type=Path, default=None, help="append usage records (JSONL)")
     p.add_argument("--log-level", default="INFO")
+    p.add_argument("--config", type=Path, default=None, help="model routing file (TOML)")
+    p.add_argument("--upstream", default=None, help="OpenAI-compatible base URL, e.g. …/v1")
+    p.add_argument("--upstream-model", default=None, help="model name sent upstream")
+    p.add_argument("--upstream-key-env", default=None, help="env var holding the upstream key")
 
 
 def _agent_args(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -49,10 +54,16 @@ def serve(args: argparse.Namespace) -> int:
         max_queued_creates=args.max_queued,
         ledger_path=args.ledger,
     )
-    app = create_app(Engine(config), max_frame_bytes=args.max_frame_bytes)
+    try:
+        router = _router(args, config)
+    except ValueError as exc:
+        print(f"rollout serve: {exc}", file=sys.stderr)
+        return 2
+    app = create_app(Engine(config, router=router), max_frame_bytes=args.max_frame_bytes)
     base = f"http://{args.host}:{args.port}/v1"
+    models = ", ".join(router.models()) if router else f"simulated, {args.tps:g} tokens/s"
     print(
-        f"rollout engine on {base} (simulated model, {args.tps:g} tokens/s)\n"
+        f"rollout engine on {base} (models: {models})\n"
         f"  HTTP:      POST {base}/responses\n"
         f"  WebSocket: ws://{args.host}:{args.port}/v1/responses\n"
         f"  openai SDK: AsyncOpenAI(base_url='{base}', api_key='any')\n"
@@ -68,6 +79,24 @@ def serve(args: argparse.Namespace) -> int:
     with asyncio.Runner(loop_factory=loop_factory) as runner:
         runner.run(_run_app(web, app, args.host, args.port))
     return 0
+
+
+def _router(args: argparse.Namespace, config: EngineConfig) -> Router | None:
+    """Routes from ``--config`` or the ``--upstream`` shortcut; None keeps the simulator.
+    Raises ``ValueError`` (``ConfigError`` included) with a message for the operator."""
+    if args.config is None and args.upstream is None:
+        return None
+    from engine.models.config import build_router, load_config, shortcut_config
+
+    if args.config is not None and args.upstream is not None:
+        raise ValueError("use either --config or --upstream, not both")
+    if args.config is not None:
+        routing = load_config(args.config)
+    else:
+        routing = shortcut_config(args.upstream, args.upstream_model, args.upstream_key_env)
+    if routing.default is not None:
+        config.default_model = routing.default
+    return build_router(routing)
 
 
 async def _run_app(web: object, app: object, host: str, port: int) -> None:

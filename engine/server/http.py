@@ -172,8 +172,14 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def list_models(request: web.Request) -> web.Response:
-    engine: Engine = request.app[ENGINE]
-    data = [{"id": m, "object": "model", "owned_by": "rollout"} for m in engine.routes.models()]
+    """Every routable name: models, their aliases and the default route's name. ``owned_by``
+    names the backend kind (``sim``, ``chat``, ``responses``)."""
+    router = request.app[ENGINE].routes
+    data = []
+    for name in router.models():
+        backend = router.backend_of(name)
+        owner = backend.name if backend is not None else "rollout"
+        data.append({"id": name, "object": "model", "created": 0, "owned_by": owner})
     return json_response({"object": "list", "data": data})
 
 
@@ -189,6 +195,20 @@ async def stats(request: web.Request) -> web.Response:
             "counters": dict(engine.counters),
             "post_inference_runs": engine.post.runs,
             "router_resolutions": engine.routes.resolutions,
+            "backends": _backend_stats(engine),
             "open_sessions": len(request.app[SESSIONS]),
         }
     )
+
+
+def _backend_stats(engine: Engine) -> dict[str, dict[str, int]]:
+    """Upstream backends' counters (requests, dropped items, estimated usage), listed once per
+    backend under its first route name (aliases share the backend)."""
+    out: dict[str, dict[str, int]] = {}
+    seen: set[int] = set()
+    for name, backend in sorted(engine.routes.routes.items()):
+        counters = getattr(backend, "stats", None)
+        if counters is not None and id(backend) not in seen:
+            seen.add(id(backend))
+            out[name] = dict(counters)
+    return out

@@ -1,0 +1,239 @@
+"""The routing config file: model names and aliases -> backends (SPEC: CFG-1..CFG-5).
+
+TOML, validated with pydantic; every problem is reported with the dotted path of the offending
+key (``models.qwen.base_url: field required``). Example::
+
+    default = "qwen"                        # unknown model names go here (optional)
+
+    [models.qwen]
+    backend = "chat"                        # sim | chat | responses
+    base_url = "http://127.0.0.1:8001/v1"
+    model = "Qwen/Qwen2.5-7B-Instruct"      # upstream name; omitted: the client's name is sent
+    api_key_env = "VLLM_API_KEY"            # the *name* of the variable; never the key itself
+    aliases = ["gpt-4o-mini"]
+    params = { top_k = 20 }                 # extra body fields (defaults; requests override)
+
+    [models.sim]
+    backend = "sim"
+    speed = 1000                            # tokens per second; 0 = unpaced
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field
+
+from engine.models.base import Backend
+from engine.models.chat import ChatBackend
+from engine.models.chat_wire import ChatOptions
+from engine.models.http_pool import HttpPool
+from engine.models.responses_upstream import ResponsesBackend
+from engine.models.responses_wire import ResponsesOptions
+from engine.models.router import Router
+from engine.models.scenarios import SCENARIOS
+from engine.models.sim import SimulatedModel
+from engine.models.upstream import Endpoint
+
+BACKENDS = ("sim", "chat", "responses")
+Kind = Literal["text", "image", "file"]
+
+
+class ConfigError(ValueError):
+    """The config file is unusable; ``str()`` lists every problem, one per line."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SimRoute(_Strict):
+    backend: Literal["sim"]
+    speed: float = Field(default=1000.0, ge=0)
+    scenario: str | None = None
+    aliases: list[str] = []
+
+    @pydantic.field_validator("scenario")
+    @classmethod
+    def _known_scenario(cls, value: str | None) -> str | None:
+        if value is not None and value not in SCENARIOS:
+            raise ValueError(f"unknown scenario; known: {', '.join(sorted(SCENARIOS))}")
+        return value
+
+
+class _UpstreamRoute(_Strict):
+    base_url: str
+    model: str | None = None
+    api_key_env: str | None = None
+    headers: dict[str, str] = {}
+    params: dict[str, Any] = {}
+    supports: list[Kind] = ["text"]
+    connect_timeout: float = Field(default=10.0, gt=0)
+    read_timeout: float = Field(default=300.0, gt=0)
+    retries: int = Field(default=0, ge=0, le=5)
+    aliases: list[str] = []
+
+    @pydantic.field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value
+
+    @pydantic.field_validator("headers")
+    @classmethod
+    def _no_secrets(cls, value: dict[str, str]) -> dict[str, str]:
+        if any(k.lower() in ("authorization", "api-key", "x-api-key") for k in value):
+            raise ValueError("put credentials in an environment variable named by api_key_env")
+        return value
+
+    def endpoint(self) -> Endpoint:
+        return Endpoint(
+            base_url=self.base_url,
+            api_key_env=self.api_key_env,
+            headers=dict(self.headers),
+            connect_timeout=self.connect_timeout,
+            read_timeout=self.read_timeout,
+            retries=self.retries,
+        )
+
+
+class ChatRoute(_UpstreamRoute):
+    backend: Literal["chat"]
+    max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
+    system_role: Literal["system", "developer"] = "system"
+
+
+class ResponsesRoute(_UpstreamRoute):
+    backend: Literal["responses"]
+    continue_by_id: bool = False
+    pass_reasoning: bool = False
+
+
+Route = Annotated[SimRoute | ChatRoute | ResponsesRoute, Field(discriminator="backend")]
+
+
+class HttpSettings(_Strict):
+    max_connections: int = Field(default=256, ge=1)
+
+
+class RoutingConfig(_Strict):
+    default: str | None = None
+    models: dict[str, Route] = Field(min_length=1)
+    http: HttpSettings = HttpSettings()
+
+    @pydantic.model_validator(mode="after")
+    def _names(self) -> RoutingConfig:
+        names = set(self.models)
+        for name, route in self.models.items():
+            for alias in route.aliases:
+                if alias in names:
+                    raise ValueError(f"models.{name}.aliases: {alias!r} is already a model name")
+                names.add(alias)
+        if self.default is not None and self.default not in names:
+            raise ValueError(f"default: {self.default!r} is not a model name or alias")
+        return self
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def load_config(path: Path) -> RoutingConfig:
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    return parse_config(raw, str(path))
+
+
+def parse_config(raw: Mapping[str, Any], source: str = "config") -> RoutingConfig:
+    try:
+        return RoutingConfig.model_validate(raw)
+    except pydantic.ValidationError as exc:
+        lines = [f"{source}: {_problem(err)}" for err in exc.errors()]
+        raise ConfigError("\n".join(lines)) from None
+
+
+def _problem(err: Any) -> str:
+    loc = [str(p) for p in err["loc"]]
+    if len(loc) > 2 and loc[0] == "models" and loc[2] in BACKENDS:
+        del loc[2]  # the union member pydantic tried; the user never wrote it
+    kind, message = err["type"], err["msg"]
+    if kind == "extra_forbidden":
+        message = "unknown key"
+    elif kind == "missing":
+        message = "required key is missing"
+    elif kind in ("union_tag_not_found", "union_tag_invalid"):
+        loc.append("backend")
+        message = f"must be one of {', '.join(BACKENDS)}"
+    message = message.removeprefix("Value error, ")
+    path = ".".join(loc)
+    if not path:  # a model-level check: its message starts with the path already
+        return str(message)
+    return f"{path}: {message}"
+
+
+def shortcut_config(base_url: str, model: str | None, api_key_env: str | None) -> RoutingConfig:
+    """``rollout serve --upstream URL``: every model name goes to one chat upstream; the
+    simulator stays reachable as ``sim`` and ``sim-coding-agent``."""
+    name = model or "upstream"
+    route = {"backend": "chat", "base_url": base_url, "model": model, "api_key_env": api_key_env}
+    raw = {
+        "default": name,
+        "models": {
+            name: route,
+            "sim": {"backend": "sim"},
+            "sim-coding-agent": {"backend": "sim", "scenario": "coding-agent"},
+        },
+    }
+    return parse_config(raw, "--upstream")
+
+
+# --------------------------------------------------------------------------- building
+
+
+def build_router(config: RoutingConfig, environ: Mapping[str, str] | None = None) -> Router:
+    """Backends for every route; aliases share their target's backend object."""
+    env = os.environ if environ is None else environ
+    pool = HttpPool(config.http.max_connections)
+    routes: dict[str, Backend] = {}
+    problems: list[str] = []
+    for name, route in config.models.items():
+        key_env = getattr(route, "api_key_env", None)
+        if key_env and key_env not in env:
+            problems.append(f"models.{name}.api_key_env: environment variable {key_env} is not set")
+        backend = _backend(route, pool)
+        for key in (name, *route.aliases):
+            routes[key] = backend
+    if problems:
+        raise ConfigError("\n".join(problems))
+    default = routes[config.default] if config.default is not None else None
+    return Router(routes=routes, default=default, default_name=config.default, closers=[pool.close])
+
+
+def _backend(route: SimRoute | ChatRoute | ResponsesRoute, pool: HttpPool) -> Backend:
+    if isinstance(route, SimRoute):
+        return SimulatedModel(route.speed, scenario=route.scenario)
+    supports = frozenset(route.supports)
+    if isinstance(route, ChatRoute):
+        options = ChatOptions(
+            model=route.model,
+            max_tokens_field=route.max_tokens_field,
+            system_role=route.system_role,
+            params=dict(route.params),
+        )
+        return ChatBackend(route.endpoint(), pool, options, supports)
+    responses = ResponsesOptions(
+        model=route.model,
+        continue_by_id=route.continue_by_id,
+        pass_reasoning=route.pass_reasoning,
+        params=dict(route.params),
+    )
+    return ResponsesBackend(route.endpoint(), pool, responses, supports)

@@ -1,0 +1,142 @@
+"""The ``responses`` upstream: an HTTP-only Responses server (e.g. vLLM's ``/v1/responses``)
+behind the engine, which then adds the WebSocket mode, the connection cache and append mode.
+SPEC: UP-RESP-1..UP-RESP-5.
+
+Every sampling step sends the full context, unless the route is configured ``continue_by_id``:
+then a rollout's next step sends only the items added since the previous step, with that
+step's upstream response id as ``previous_response_id``. A rollout forked from the cache starts
+a fresh chain (full context again), and a continuation the upstream no longer knows falls back
+to the full context once.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections import Counter
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from engine.models.base import Delta, SampleRequest
+from engine.models.http_pool import HttpPool
+from engine.models.responses_wire import (
+    RESERVED,
+    Event,
+    EventMapper,
+    ResponsesOptions,
+    input_items,
+    tool_choice_for,
+    tool_for,
+)
+from engine.models.upstream import (
+    Endpoint,
+    SseReader,
+    UpstreamError,
+    decode_json,
+    drain,
+    post_stream,
+    retry_before_first,
+)
+from engine.pipeline import Context
+
+
+@dataclass(frozen=True, slots=True)
+class _Link:
+    """Where a rollout's chain stands: the upstream id and how many of our items it covers."""
+
+    response_id: str
+    covered: int
+
+
+class ResponsesBackend:
+    name = "responses"
+
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        pool: HttpPool,
+        options: ResponsesOptions | None = None,
+        supports: frozenset[str] = frozenset({"text"}),
+    ) -> None:
+        self.endpoint = endpoint
+        self.pool = pool
+        self.options = options or ResponsesOptions()
+        self.supports = supports
+        self.stats: Counter[str] = Counter()
+        self._links: dict[int, _Link] = {}  # id(Context) -> link; dropped when it is collected
+
+    def stream(self, request: SampleRequest) -> AsyncIterator[Delta]:
+        return retry_before_first(lambda n: self._attempt(request, n), self.endpoint)
+
+    async def _attempt(self, request: SampleRequest, number: int) -> AsyncIterator[Delta]:
+        ctx = request.context
+        link = self._links.get(id(ctx)) if self.options.continue_by_id else None
+        if link is not None and number > 0:
+            link = None  # a failed continuation is retried with the full context
+        body = msgspec.json.encode(self._body(request, link))
+        mapper = EventMapper((self.endpoint.api_key(),))
+        try:
+            async with post_stream(self.pool, self.endpoint, "/responses", body) as resp:
+                reader = SseReader(resp)
+                while mapper.final is None and (events := await reader.batch()):
+                    for event in events:
+                        for delta in mapper.feed(decode_json(event.data, Event)):
+                            yield delta
+                if mapper.final is not None:
+                    await drain(resp)
+        except UpstreamError as exc:
+            if link is not None and exc.rejected:
+                self.stats["continuation_rejected"] += 1
+                exc.fallback = True  # the next attempt sends the full context instead
+            raise
+        if mapper.final is None:
+            raise UpstreamError("The model server closed the stream early.", retryable=True)
+        self.stats.update({f"skipped.{k}": v for k, v in mapper.skipped.items()})
+        self.stats["usage_estimated"] += int(mapper.final.usage_estimated)
+        self._remember(ctx, mapper)
+        yield mapper.final
+
+    def _body(self, request: SampleRequest, link: _Link | None) -> dict[str, Any]:
+        dropped: Counter[str] = Counter()
+        items = request.context.items
+        opts = self.options
+        body: dict[str, Any] = {"model": opts.model or request.model, "stream": True}
+        body["store"] = opts.continue_by_id
+        if link is not None:
+            body["previous_response_id"] = link.response_id
+            items = items[link.covered :]
+        body["input"] = input_items(items, opts.pass_reasoning, dropped)
+        header = request.context.header_key
+        if header is not None and header[0]:
+            body["instructions"] = header[0]
+        if request.tools:
+            body["tools"] = [tool_for(t) for t in request.tools]
+            body["tool_choice"] = tool_choice_for(request.tool_choice)
+            body["parallel_tool_calls"] = request.parallel_tool_calls
+        _set_optional(body, request)
+        for key, value in opts.params.items():
+            if key not in RESERVED:
+                body.setdefault(key, value)
+        self.stats["requests"] += 1
+        self.stats.update({f"dropped.{k}": v for k, v in dropped.items()})
+        return body
+
+    def _remember(self, ctx: Context, mapper: EventMapper) -> None:
+        if not self.options.continue_by_id or mapper.response_id is None:
+            return
+        key = id(ctx)
+        if key not in self._links:
+            weakref.finalize(ctx, self._links.pop, key, None)
+        # After this step the rollout absorbs our output items; the upstream already has them.
+        self._links[key] = _Link(mapper.response_id, len(ctx.items) + mapper.items)
+
+
+def _set_optional(body: dict[str, Any], request: SampleRequest) -> None:
+    if request.max_output_tokens is not None:
+        body["max_output_tokens"] = request.max_output_tokens
+    if request.temperature is not None:
+        body["temperature"] = request.temperature
+    if request.top_p is not None:
+        body["top_p"] = request.top_p

@@ -1,0 +1,203 @@
+"""Responses items <-> an upstream Responses server (pure; SPEC: UP-RESP-1..UP-RESP-5).
+
+Request: our items are already Responses items, so they pass through as they are, except that
+our own item ``id``/``status`` are stripped (the upstream never saw those ids and rejects unknown
+ones when it does not store) and ``reasoning`` items are dropped unless the route says the
+upstream produced them (``pass_reasoning``): reasoning from another model is opaque to it.
+
+Response events: message text and function calls are relayed as deltas; reasoning output items
+are not produced by this engine and are skipped (counted).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from engine.models.base import ArgsDelta, CallEnd, CallStart, Delta, Finish, TextDelta
+from engine.models.upstream import UpstreamError, safe_message
+from engine.tokens import count
+from protocol.items import FunctionCall, FunctionCallOutput, InputItem, Message, Reasoning
+from protocol.response import Tool, ToolChoice
+
+RESERVED = frozenset({"model", "input", "stream", "previous_response_id", "store", "tools"})
+
+
+@dataclass(frozen=True)
+class ResponsesOptions:
+    model: str | None = None  # None: pass the client's model name through
+    continue_by_id: bool = False  # the upstream stores responses and accepts previous_response_id
+    pass_reasoning: bool = False
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+def input_items(items: list[InputItem], pass_reasoning: bool, dropped: Counter[str]) -> list[Any]:
+    out: list[Any] = []
+    for item in items:
+        if isinstance(item, Message | FunctionCall | FunctionCallOutput):
+            out.append(msgspec.to_builtins(msgspec.structs.replace(item, id=None, status=None)))
+        elif isinstance(item, Reasoning) and pass_reasoning:
+            out.append(msgspec.to_builtins(item))
+        elif isinstance(item, Reasoning):
+            dropped["reasoning"] += 1
+    return out
+
+
+def tool_for(tool: Tool) -> dict[str, Any]:
+    raw: dict[str, Any] = msgspec.to_builtins(tool)
+    return {k: v for k, v in raw.items() if v is not None}
+
+
+def tool_choice_for(choice: ToolChoice) -> Any:
+    return msgspec.to_builtins(choice)
+
+
+# --------------------------------------------------------------------------- stream events
+
+
+class Item(msgspec.Struct):
+    type: str = ""
+    call_id: str | None = None
+    name: str | None = None
+    arguments: str | None = None
+
+
+class InDetails(msgspec.Struct):
+    cached_tokens: int | None = None
+
+
+class Usage(msgspec.Struct):
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    input_tokens_details: InDetails | None = None
+
+
+class Incomplete(msgspec.Struct):
+    reason: str | None = None
+
+
+class Snapshot(msgspec.Struct):
+    id: str | None = None
+    usage: Usage | None = None
+    incomplete_details: Incomplete | None = None
+    error: Any = None
+
+
+class Event(msgspec.Struct):
+    type: str = ""
+    delta: Any = None
+    item: Item | None = None
+    response: Snapshot | None = None
+    status: int | None = None  # WebSocket-style error envelopes carry one
+    error: Any = None
+    message: str | None = None
+
+
+class EventMapper:
+    """Relays one upstream response's events as deltas; records its id, usage and end."""
+
+    def __init__(self, secrets_: tuple[str | None, ...] = ()) -> None:
+        self.secrets = secrets_
+        self.call_open = False
+        self.args_seen = False
+        self.text_open = False
+        self.items = 0  # output items as the rollout will absorb them (text runs + calls)
+        self.calls = 0
+        self.emitted: list[str] = []
+        self.final: Finish | None = None
+        self.response_id: str | None = None
+        self.skipped: Counter[str] = Counter()
+
+    def feed(self, event: Event) -> list[Delta]:
+        handler = _HANDLERS.get(event.type)
+        return handler(self, event) if handler is not None else []
+
+    def _added(self, event: Event) -> list[Delta]:
+        item = event.item or Item()
+        if item.type != "function_call":
+            if item.type not in ("message", ""):
+                self.skipped[item.type] += 1
+            return []
+        self.call_open, self.args_seen, self.text_open = True, False, False
+        self.items += 1
+        self.calls += 1
+        call_id = item.call_id or "call_" + secrets.token_hex(12)
+        return [CallStart(call_id, item.name or "")]
+
+    def _text(self, event: Event) -> list[Delta]:
+        if not isinstance(event.delta, str) or not event.delta or self.call_open:
+            return []
+        if not self.text_open:
+            self.text_open = True
+            self.items += 1
+        self.emitted.append(event.delta)
+        return [TextDelta(event.delta)]
+
+    def _args(self, event: Event) -> list[Delta]:
+        if not self.call_open or not isinstance(event.delta, str) or not event.delta:
+            return []
+        self.args_seen = True
+        self.emitted.append(event.delta)
+        return [ArgsDelta(event.delta)]
+
+    def _done(self, event: Event) -> list[Delta]:
+        item = event.item or Item()
+        if item.type != "function_call" or not self.call_open:
+            return []
+        out: list[Delta] = []
+        if not self.args_seen and item.arguments:  # servers that only send the final arguments
+            self.emitted.append(item.arguments)
+            out.append(ArgsDelta(item.arguments))
+        self.call_open = False
+        out.append(CallEnd())
+        return out
+
+    def _terminal(self, event: Event) -> list[Delta]:
+        snap = event.response or Snapshot()
+        self.response_id = snap.id
+        if event.type == "response.failed":
+            detail = safe_message(msgspec.json.encode(snap.error), self.secrets)
+            raise UpstreamError(f"The model server failed the response: {detail}")
+        reason = "tool_calls" if self.calls else "stop"
+        incomplete = snap.incomplete_details
+        if incomplete is not None and incomplete.reason == "max_output_tokens":
+            reason = "length"
+        self.final = self._finish(reason, snap.usage)
+        return []
+
+    def _finish(self, reason: Any, usage: Usage | None) -> Finish:
+        if usage is None or usage.output_tokens is None:
+            return Finish(reason, count("".join(self.emitted)), usage_estimated=True)
+        details = usage.input_tokens_details
+        return Finish(
+            reason,
+            usage.output_tokens,
+            input_tokens=usage.input_tokens,
+            cached_tokens=details.cached_tokens if details is not None else None,
+        )
+
+    def _error(self, event: Event) -> list[Delta]:
+        body = event.error if event.error is not None else {"message": event.message}
+        detail = safe_message(msgspec.json.encode(body), self.secrets)
+        status = event.status if event.status is not None and event.status >= 400 else None
+        if status is not None and status < 500:
+            text = f"The model server rejected the request (HTTP {status}): {detail}"
+            raise UpstreamError(text, status)
+        raise UpstreamError(f"The model server reported an error: {detail}")
+
+
+_HANDLERS = {
+    "response.output_item.added": EventMapper._added,
+    "response.output_text.delta": EventMapper._text,
+    "response.refusal.delta": EventMapper._text,
+    "response.function_call_arguments.delta": EventMapper._args,
+    "response.output_item.done": EventMapper._done,
+    "response.completed": EventMapper._terminal,
+    "response.incomplete": EventMapper._terminal,
+    "response.failed": EventMapper._terminal,
+    "error": EventMapper._error,
+}

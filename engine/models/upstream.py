@@ -1,0 +1,250 @@
+"""What both upstream backends share: endpoint settings, the streaming POST, error mapping,
+secret-safe messages and retries before the first token (SPEC: UP-1..UP-6).
+
+Fault policy: an upstream 4xx is reported to the client with the upstream's status and a
+sanitised excerpt of its message (it usually says what in the request was wrong: a context too
+long, an unknown model); 5xx, broken streams and timeouts are our side's problem and become a
+generic ``server_error``. API keys are read from the environment at request time and never
+stored on an object that could be printed or logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import re
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import msgspec
+from yarl import URL
+
+from engine.models.base import BackendError, Delta
+from engine.models.http_pool import HttpPool
+from engine.models.sse_decoder import SseDecoder, SseEvent, SseTooLarge
+from protocol.errors import ProtocolError, ServerError
+
+log = logging.getLogger("rollout.upstream")
+
+MAX_MESSAGE_CHARS = 300
+_SECRETISH = re.compile(
+    r"(sk-[A-Za-z0-9_\-*]{6,}|Bearer\s+\S+|(?:api[_-]?key|token|secret)[\"']?\s*[:=]\s*\S+)",
+    re.IGNORECASE,
+)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where and how to reach one upstream server. Holds the key's *name*, never its value."""
+
+    base_url: str
+    api_key_env: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    connect_timeout: float = 10.0
+    read_timeout: float = 300.0  # max silence between two chunks (a long prefill counts)
+    retries: int = 0
+    retry_backoff: float = 0.25
+
+    def url(self, path: str) -> str:
+        return self.base_url.rstrip("/") + path
+
+    @property
+    def display(self) -> str:
+        """The base URL as it may appear in logs (no user info, no query)."""
+        url = URL(self.base_url)
+        return str(url.with_user(None).with_query(None))
+
+    def api_key(self) -> str | None:
+        return os.environ.get(self.api_key_env) if self.api_key_env else None
+
+    def request_headers(self) -> dict[str, str]:
+        headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+        headers.update(self.headers)
+        key = self.api_key()
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        return headers
+
+    def timeout(self) -> aiohttp.ClientTimeout:
+        return aiohttp.ClientTimeout(
+            total=None, sock_connect=self.connect_timeout, sock_read=self.read_timeout
+        )
+
+
+class UpstreamError(BackendError):
+    """The upstream failed. ``status`` is the upstream's HTTP status when it answered with one."""
+
+    def __init__(self, message: str, status: int | None = None, *, retryable: bool = False):
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.retryable = retryable
+        self.fallback = False  # set by a backend whose next attempt sends a different request
+
+    @property
+    def rejected(self) -> bool:
+        """The upstream refused the request itself (4xx): the client may be able to fix it."""
+        return self.status is not None and 400 <= self.status < 500
+
+    def protocol_error(self) -> ProtocolError:
+        """What the client is told: the upstream's status and safe message for a 4xx, a generic
+        ``server_error`` otherwise."""
+        if self.status is None or not self.rejected:
+            return ServerError()
+        return UpstreamRejected(self.status, self.message)
+
+
+class UpstreamRejected(ProtocolError):
+    """An upstream 4xx as the client sees it: the upstream's status, code ``upstream_error``."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__("upstream_error", message, None)
+        self.status = status  # type: ignore[misc]  # per instance: whatever the upstream said
+
+
+def safe_message(raw: bytes | str, secrets: tuple[str | None, ...] = ()) -> str:
+    """A short, single-line excerpt of an upstream error with anything secret-looking removed."""
+    text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
+    text = _error_text(text)
+    for secret in secrets:
+        if secret and len(secret) >= 4:
+            text = text.replace(secret, "[redacted]")
+    text = _SECRETISH.sub("[redacted]", text)
+    text = _CONTROL.sub(" ", text).strip()
+    if len(text) > MAX_MESSAGE_CHARS:
+        text = text[: MAX_MESSAGE_CHARS - 1] + "…"
+    return text or "no message"
+
+
+def _error_text(text: str) -> str:
+    """The message inside the common error bodies: OpenAI/Ollama ``{"error": {...}}`` or
+    ``{"error": "..."}``, vLLM ``{"message": ...}``, FastAPI ``{"detail": ...}``."""
+    try:
+        body: Any = msgspec.json.decode(text)
+    except msgspec.DecodeError:
+        return text
+    if not isinstance(body, dict):
+        return text
+    error = body.get("error")
+    if isinstance(error, dict):
+        error = error.get("message")
+    for candidate in (error, body.get("message"), body.get("detail")):
+        if isinstance(candidate, str) and candidate:
+            return candidate
+    return text
+
+
+async def _status_error(resp: aiohttp.ClientResponse, endpoint: Endpoint) -> UpstreamError:
+    body = await resp.content.read(64 * 1024)
+    message = safe_message(body, (endpoint.api_key(),))
+    status = resp.status
+    log.warning("upstream %s answered HTTP %d: %s", endpoint.display, status, message)
+    if 400 <= status < 500:
+        text = f"The model server rejected the request (HTTP {status}): {message}"
+        return UpstreamError(text, status, retryable=status in (408, 429))
+    return UpstreamError(f"The model server failed (HTTP {status}).", status, retryable=True)
+
+
+@contextlib.asynccontextmanager
+async def post_stream(
+    pool: HttpPool, endpoint: Endpoint, path: str, body: bytes
+) -> AsyncIterator[aiohttp.ClientResponse]:
+    """POST ``body`` and yield the open streaming response; transport faults and error statuses
+    become ``UpstreamError``. Leaving the block early (cancellation, client gone) closes the
+    connection rather than draining it, so the upstream sees the disconnect and stops."""
+    url = endpoint.url(path)
+    headers = endpoint.request_headers()
+    try:
+        async with pool.session().post(
+            url, data=body, headers=headers, timeout=endpoint.timeout()
+        ) as resp:
+            if resp.status >= 400:
+                raise await _status_error(resp, endpoint)
+            try:
+                yield resp
+            except BaseException:
+                resp.close()
+                raise
+    except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
+        log.warning("upstream %s timed out: %s", endpoint.display, type(exc).__name__)
+        raise UpstreamError("The model server timed out.", retryable=True) from exc
+    except aiohttp.ClientError as exc:
+        log.warning("upstream %s connection failed: %s", endpoint.display, type(exc).__name__)
+        raise UpstreamError("The model server connection failed.", retryable=True) from exc
+
+
+class SseReader:
+    """Reads SSE events from an open response, one socket read at a time."""
+
+    def __init__(self, resp: aiohttp.ClientResponse) -> None:
+        self._resp = resp
+        self._decoder = SseDecoder()
+        self._eof = False
+
+    async def batch(self) -> list[SseEvent]:
+        """The next events; an empty list means the stream ended."""
+        try:
+            while not self._eof:
+                chunk = await self._resp.content.readany()
+                if not chunk:
+                    self._eof = True
+                    return self._decoder.close()
+                events = self._decoder.feed(chunk)
+                if events:
+                    return events
+        except SseTooLarge:
+            raise UpstreamError("The model server sent an oversized event.") from None
+        return []
+
+
+async def drain(resp: aiohttp.ClientResponse, limit_s: float = 1.0) -> None:
+    """Read the rest of a finished stream (after ``[DONE]`` or the terminal event) so the
+    connection returns to the pool instead of being closed; bounded in time."""
+    with contextlib.suppress(TimeoutError, aiohttp.ClientError):
+        async with asyncio.timeout(limit_s):
+            while await resp.content.readany():
+                pass
+
+
+def decode_json(data: str, kind: type[Any]) -> Any:
+    try:
+        return msgspec.json.decode(data, type=kind)
+    except msgspec.DecodeError as exc:
+        raise UpstreamError("The model server sent a malformed event.") from exc
+
+
+async def retry_before_first(
+    attempt: Callable[[int], AsyncIterator[Delta]], endpoint: Endpoint
+) -> AsyncIterator[Delta]:
+    """Run ``attempt`` (given its 0-based number), retrying a retryable failure up to
+    ``endpoint.retries`` times, but only while nothing has been yielded: once a delta reached the
+    client, replaying the request would duplicate output. An error marked ``fallback`` gets one
+    immediate extra attempt whatever the budget (the next attempt changes the request)."""
+    number = retried = 0
+    fell_back = False
+    while True:
+        deltas = attempt(number)
+        started = False
+        try:
+            async with contextlib.aclosing(deltas):  # type: ignore[type-var]
+                async for delta in deltas:
+                    started = True
+                    yield delta
+            return
+        except UpstreamError as exc:
+            if started:
+                raise
+            if exc.fallback and not fell_back:
+                fell_back = True
+            elif exc.retryable and retried < endpoint.retries:
+                retried += 1
+                log.info("retrying upstream %s after: %s", endpoint.display, exc.message)
+                await asyncio.sleep(endpoint.retry_backoff * 2 ** (retried - 1))
+            else:
+                raise
+        number += 1

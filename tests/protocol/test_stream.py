@@ -1,0 +1,135 @@
+"""ORD-1..8 and the codec round trip of every server event, through the pure stream builder."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from protocol import events as ev
+from protocol.codec import encode, error_event
+from protocol.errors import InvalidRequest
+from protocol.items import FunctionCall
+from protocol.response import Response, Usage
+from protocol.states import IllegalTransition
+from protocol.stream import ResponseStream
+from tests.conftest import sdk_parse
+
+DECODER = msgspec.json.Decoder(ev.ServerEvent)
+
+# An output "segment" is a text message (list of deltas) or a function call (name, arg deltas).
+_text = st.lists(st.text(min_size=1, max_size=12), min_size=1, max_size=6)
+_call = st.tuples(
+    st.from_regex(r"[a-z_]{1,12}", fullmatch=True), st.lists(st.text(max_size=8), max_size=5)
+)
+_segment = st.one_of(_text.map(lambda d: ("text", d)), _call.map(lambda c: ("call", c)))
+_ending = st.sampled_from(["completed", "failed", "incomplete", "suspend_then_complete"])
+
+
+def _build(segments: list[tuple[str, Any]], ending: str, stream_id: str | None) -> list[Any]:
+    stream = ResponseStream(Response(id="resp_x", created_at=1, model="m"), stream_id)
+    events: list[Any] = [stream.created(), stream.in_progress()]
+    calls: list[FunctionCall] = []
+    for kind, payload in segments:
+        if kind == "text":
+            events += stream.add_message()
+            events += [stream.text_delta(d) for d in payload]
+            events += stream.finish_message()
+        else:
+            name, deltas = payload
+            events.append(stream.add_function_call(name, f"call_{len(calls)}"))
+            events += [stream.arguments_delta(d) for d in deltas]
+            call, done = stream.finish_function_call()
+            calls.append(call)
+            events += done
+    usage = Usage(input_tokens=3, output_tokens=2, total_tokens=5)
+    if ending == "suspend_then_complete":
+        events.append(stream.suspend(calls))
+        events.append(stream.inject_created())
+        stream.resume()
+        ending = "completed"
+    if ending == "completed":
+        events.append(stream.completed(usage, 2))
+    elif ending == "failed":
+        events.append(stream.failed("server_error", "The model failed.", usage, 2))
+    else:
+        events.append(stream.incomplete("max_output_tokens", usage, 2))
+    return events
+
+
+@given(st.lists(_segment, max_size=5), _ending, st.one_of(st.none(), st.just("lane-1")))
+def test_builder_ordering_and_round_trip(
+    segments: list[tuple[str, Any]], ending: str, stream_id: str | None
+) -> None:
+    events = _build(segments, ending, stream_id)
+    assert [e.sequence_number for e in events] == list(range(len(events)))  # ORD-3
+    assert isinstance(events[0], ev.ResponseCreated)  # ORD-1
+    assert isinstance(events[-1], ev.ResponseCompleted | ev.ResponseFailed | ev.ResponseIncomplete)
+    assert all(e.stream_id == stream_id for e in events)
+    added = [e.output_index for e in events if isinstance(e, ev.OutputItemAdded)]
+    assert added == list(range(len(added)))  # ORD-4
+    final = events[-1].response
+    assert len(final.output) == len(segments)  # ORD-8: everything finished is in output
+    for event in events:
+        raw = encode(event)
+        assert DECODER.decode(raw) == event  # codec round trip
+        if not isinstance(event, ev.ResponseDone):
+            sdk_parse(raw)  # and the openai SDK accepts it
+
+
+def test_item_ids_match_between_added_deltas_and_done() -> None:
+    events = _build([("text", ["a", "b"]), ("call", ("f", ["{", "}"]))], "completed", None)
+    by_index: dict[int, set[str]] = {}
+    for e in events:
+        if isinstance(e, ev.OutputItemAdded | ev.OutputItemDone):
+            by_index.setdefault(e.output_index, set()).add(e.item.id or "")
+        elif hasattr(e, "item_id"):
+            by_index.setdefault(e.output_index, set()).add(e.item_id)
+    assert all(len(ids) == 1 for ids in by_index.values())
+
+
+def test_snapshots_do_not_change_after_emission() -> None:
+    stream = ResponseStream(Response(id="r", created_at=1, model="m"))
+    created = stream.created()
+    stream.in_progress()
+    stream.add_message()
+    stream.text_delta("hi")
+    stream.finish_message()
+    assert created.response.output == [] and created.response.status == "in_progress"
+
+
+def test_misuse_raises_instead_of_emitting() -> None:
+    stream = ResponseStream(Response(id="r", created_at=1, model="m"))
+    with pytest.raises(IllegalTransition):
+        stream.in_progress()  # before created
+    stream.created()
+    stream.in_progress()
+    with pytest.raises(IllegalTransition):
+        stream.text_delta("x")  # no open message
+    stream.add_message()
+    with pytest.raises(IllegalTransition):
+        stream.completed(Usage(0, 0, 0), 1)  # item still open
+
+
+def test_failure_keeps_partial_item_as_incomplete() -> None:
+    stream = ResponseStream(Response(id="r", created_at=1, model="m"))
+    stream.created()
+    stream.in_progress()
+    stream.add_message()
+    stream.text_delta("partial")
+    failed = stream.failed("server_error", "boom", None, 2)
+    (item,) = failed.response.output
+    assert item.status == "incomplete" and item.content[0].text == "partial"  # type: ignore[union-attr]
+
+
+def test_error_envelope_shape() -> None:
+    raw = msgspec.json.decode(encode(error_event(InvalidRequest("c", "m", "p"), stream_id="s")))
+    assert raw == {
+        "type": "error",
+        "status": 400,
+        "error": {"type": "invalid_request_error", "code": "c", "message": "m", "param": "p"},
+        "stream_id": "s",
+    }

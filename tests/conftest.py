@@ -20,6 +20,7 @@ from aiohttp import web
 from hypothesis import HealthCheck, settings
 
 from engine.core import Engine, EngineConfig
+from engine.models.router import Router
 from engine.server import http as http_routes
 from engine.server import ws as ws_driver
 from engine.server.app import create_app
@@ -40,7 +41,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 # ----------------------------------------------------------------------------- event recorder
 
 RECORDED: list[bytes] = []
-EXTENSION_TYPES = {"response.done", "response.inject.created", "response.inject.failed"}
+EXTENSION_REASONS = {"idle_timeout"}  # incomplete_details.reason values only append mode emits
 
 
 def _install_recorder() -> None:
@@ -86,6 +87,11 @@ def sdk_parse(raw: bytes | dict[str, Any]) -> Any:
         return data  # our extension; its embedded Response is checked by the caller
     if data.get("type", "").startswith("response.inject"):
         return beta.validate_python(data)
+    details = (data.get("response") or {}).get("incomplete_details") or {}
+    if details.get("reason") in EXTENSION_REASONS:
+        # Append mode's documented extension value (APPEND-6): check everything else strictly.
+        response = {**data["response"], "incomplete_details": {"reason": None}}
+        return standard.validate_python({**data, "response": response})
     return standard.validate_python(data)
 
 
@@ -122,8 +128,10 @@ class LiveServer:
         return f"ws://127.0.0.1:{self.port}/v1/responses"
 
 
-async def start_server(config: EngineConfig | None = None, **app_kwargs: Any) -> LiveServer:
-    engine = Engine(config or EngineConfig(tokens_per_second=0))
+async def start_server(
+    config: EngineConfig | None = None, router: Router | None = None, **app_kwargs: Any
+) -> LiveServer:
+    engine = Engine(config or EngineConfig(tokens_per_second=0), router=router)
     app = create_app(engine, **app_kwargs)
     runner = web.AppRunner(app, handle_signals=False, access_log=None)
     await runner.setup()
@@ -150,8 +158,10 @@ async def server_factory() -> AsyncIterator[Callable[..., Any]]:
     """Start servers with a custom ``EngineConfig``; all are cleaned up after the test."""
     started: list[LiveServer] = []
 
-    async def make(config: EngineConfig | None = None, **kwargs: Any) -> LiveServer:
-        live = await start_server(config, **kwargs)
+    async def make(
+        config: EngineConfig | None = None, router: Router | None = None, **kwargs: Any
+    ) -> LiveServer:
+        live = await start_server(config, router, **kwargs)
         started.append(live)
         return live
 

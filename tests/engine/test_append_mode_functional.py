@@ -29,7 +29,9 @@ async def _next(ws: aiohttp.ClientWebSocketResponse) -> dict[str, Any]:
     return event
 
 
-async def _until(ws: aiohttp.ClientWebSocketResponse, *types: str) -> tuple[dict[str, Any], list]:
+async def _until(
+    ws: aiohttp.ClientWebSocketResponse, *types: str
+) -> tuple[dict[str, Any], list[Any]]:
     seen = []
     while True:
         event = await _next(ws)

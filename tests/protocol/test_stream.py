@@ -122,7 +122,7 @@ def test_failure_keeps_partial_item_as_incomplete() -> None:
     stream.text_delta("partial")
     failed = stream.failed("server_error", "boom", None, 2)
     (item,) = failed.response.output
-    assert item.status == "incomplete" and item.content[0].text == "partial"  # type: ignore[union-attr]
+    assert item.status == "incomplete" and item.content[0].text == "partial"
 
 
 def test_error_envelope_shape() -> None:

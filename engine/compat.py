@@ -118,104 +118,104 @@ def check_supported(params: CreateParams, transport: str, max_items: int) -> lis
     return items
 
 
+@dataclass
+class Admission:
+    """One accepted create: everything needed to start or resume its rollout."""
+
+    params: CreateParams
+    items: list[InputItem]
+    backend: Backend
+    mode: Mode
+    turn: Turn
+    settings: Settings
+
+    @property
+    def prev(self) -> str | None:
+        return self.params.previous_response_id
+
+
 async def run_create(session: Session, lane: Lane, params: CreateParams) -> None:
     """Run one create to its terminal frame. Raises ``ProtocolError`` for request-scoped errors
     (nothing was emitted for this request then)."""
-    engine = session.engine
-    items = check_supported(params, session.transport, engine.config.max_input_items)
-    mode = Mode(params.rollout_mode or session.default_mode.value)
-    model = params.model or engine.config.default_model
-    backend = session.resolve(model)
-    response = new_response(params, model)
-    turn = Turn(ResponseStream(response, lane.name), session.sink, items)
-    settings = settings_from(params, model)
-    prev = params.previous_response_id
+    job = _admit(session, lane, params)
     try:
-        rollout, started = _start_or_resume(
-            session, lane, prev, backend, mode, items, turn, settings
-        )
+        rollout, started = _start_or_resume(session, lane, job)
     except Exception:
-        if prev is not None:
-            lane.evict(prev)  # a failed continuation evicts its parent (CACHE-3)
+        if job.prev is not None:
+            lane.evict(job.prev)  # a failed continuation evicts its parent (CACHE-3)
         raise
     if not params.generate:
         await rollout.warm()
     elif started:
         session.spawn(rollout)
-    if mode is Mode.APPEND:
-        session.append_targets[response.id] = rollout
+    response_id = job.turn.stream.id
+    if job.mode is Mode.APPEND:
+        session.append_targets[response_id] = rollout
     try:
-        status = await turn.done
+        status = await job.turn.done
     finally:
-        if session.append_targets.pop(response.id, None) is not None:
-            session.finished_appends.append(response.id)
-    _after_turn(lane, prev, rollout, backend, response.id, status)
+        if session.append_targets.pop(response_id, None) is not None:
+            session.finished_appends.append(response_id)
+    _after_turn(lane, job, rollout, status)
 
 
-def _start_or_resume(
-    session: Session,
-    lane: Lane,
-    prev: str | None,
-    backend: Backend,
-    mode: Mode,
-    items: list[InputItem],
-    turn: Turn,
-    settings: Settings,
-) -> tuple[Rollout, bool]:
-    """Returns the rollout serving this create and whether it is new (needs a task)."""
+def _admit(session: Session, lane: Lane, params: CreateParams) -> Admission:
     engine = session.engine
-    counters = engine.counters
+    items = check_supported(params, session.transport, engine.config.max_input_items)
+    model = params.model or engine.config.default_model
+    turn = Turn(ResponseStream(new_response(params, model), lane.name), session.sink, items)
+    return Admission(
+        params=params,
+        items=items,
+        backend=session.resolve(model),
+        mode=Mode(params.rollout_mode or session.default_mode.value),
+        turn=turn,
+        settings=settings_from(params, model),
+    )
+
+
+def _start_or_resume(session: Session, lane: Lane, job: Admission) -> tuple[Rollout, bool]:
+    """Returns the rollout serving this create and whether it is new (needs a task).
+
+    A warmup (``generate: false``) never takes the fast path: it does not sample."""
+    counters = session.engine.counters
+    prev = job.prev
     if prev is None:
         counters["create.stateless"] += 1
-        return _new_rollout(session, backend, settings, turn, mode, None, items, FULL), True
+        return _new_rollout(session, job, None, job.items, FULL), True
     entry = lane.latest if lane.latest is not None and lane.latest.response_id == prev else None
     if entry is not None:
-        live = entry.resumable_by(backend, mode)
+        live = entry.resumable_by(job.backend, job.mode) if job.params.generate else None
         if live is not None:
             counters["create.fast_path"] += 1
-            live.continue_standard(items, turn, settings)
+            live.continue_standard(job.items, job.turn, job.settings)
             return live, False
         counters["create.cache_hit"] += 1
         ctx = entry.ctx.fork()
         if entry.rollout is not None:
             entry.rollout.retire()
             entry.rollout = None
-        return _new_rollout(session, backend, settings, turn, mode, ctx, items, INCREMENTAL), True
+        return _new_rollout(session, job, ctx, job.items, INCREMENTAL), True
     counters["create.cache_miss"] += 1
-    record = engine.responses.get(prev)
+    record = session.engine.responses.get(prev)
     if record is None:
         raise previous_response_not_found(prev)
     counters["create.store_hydrate"] += 1
-    history = record.context + items
-    return _new_rollout(session, backend, settings, turn, mode, None, history, FULL), True
+    return _new_rollout(session, job, None, record.context + job.items, FULL), True
 
 
 def _new_rollout(
-    session: Session,
-    backend: Backend,
-    settings: Settings,
-    turn: Turn,
-    mode: Mode,
-    ctx: Context | None,
-    items: list[InputItem],
-    path: str,
+    session: Session, job: Admission, ctx: Context | None, items: list[InputItem], path: str
 ) -> Rollout:
-    rollout = Rollout(session.engine, backend, settings, turn, mode, context=ctx)
+    rollout = Rollout(session.engine, job.backend, job.settings, job.turn, job.mode, context=ctx)
     rollout.prepare(items, path=path)
     return rollout
 
 
-def _after_turn(
-    lane: Lane,
-    prev: str | None,
-    rollout: Rollout,
-    backend: Backend,
-    response_id: str,
-    status: str,
-) -> None:
+def _after_turn(lane: Lane, job: Admission, rollout: Rollout, status: str) -> None:
     """Update the lane cache after a response's terminal frame (CACHE-1..CACHE-3)."""
     if status in ("completed", "incomplete"):
         live = rollout if rollout.waiting else None
-        lane.replace(CacheEntry(response_id, rollout.ctx, backend, live))
-    elif prev is not None:
-        lane.evict(prev)
+        lane.replace(CacheEntry(job.turn.stream.id, rollout.ctx, job.backend, live))
+    elif job.prev is not None:
+        lane.evict(job.prev)

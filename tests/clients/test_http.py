@@ -1,0 +1,57 @@
+"""HttpClient against a real server: SSE streams, ``previous_response_id`` or stateless."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from clients.coding import SCENARIO_PROMPT, coding_tools
+from clients.errors import ApiError, ConnectionFailed
+from clients.http import HttpClient
+from clients.loop import Hooks
+from clients.tools import ToolRegistry
+from protocol import events as ev
+from tests.clients.conftest import assert_scenario_completed
+from tests.conftest import LiveServer
+
+MODEL = "sim-coding-agent"
+
+
+async def test_scenario_with_previous_response_id(server: LiveServer, sandbox: Path) -> None:
+    events: list[ev.ServerEvent] = []
+    async with HttpClient(server.base_url, hooks=Hooks(on_event=events.append)) as client:
+        result = await client.run(MODEL, SCENARIO_PROMPT, coding_tools(sandbox))
+    assert_scenario_completed(result, sandbox)
+    assert len(set(result.response_ids)) == 27
+    assert sum(isinstance(e, ev.ResponseCompleted) for e in events) == 27
+    # Each continuation was hydrated from the store by id; nothing was resent.
+    assert server.engine.counters["create.store_hydrate"] == 26
+    assert server.engine.counters["create.stateless"] == 1
+    last = server.engine.responses.get(result.response_id)
+    assert last is not None and last.response.previous_response_id == result.response_ids[-2]
+
+
+async def test_stateless_scenario_resends_full_history(server: LiveServer, sandbox: Path) -> None:
+    async with HttpClient(server.base_url, stateless=True) as client:
+        result = await client.run(MODEL, SCENARIO_PROMPT, coding_tools(sandbox), store=False)
+    assert_scenario_completed(result, sandbox)
+    assert server.engine.counters["create.stateless"] == 27
+    assert server.engine.counters["create.store_hydrate"] == 0
+
+
+async def test_http_error_status_raises_api_error(server: LiveServer) -> None:
+    async with HttpClient(server.base_url) as client:
+        with pytest.raises(ApiError) as info:
+            await client.run("sim", "hi", ToolRegistry(), rollout_mode="append")
+    assert (info.value.status, info.value.code, info.value.param) == (
+        400,
+        "unsupported_parameter",
+        "rollout_mode",
+    )
+
+
+async def test_unreachable_server_raises_connection_failed(unused_port: int) -> None:
+    async with HttpClient(f"http://127.0.0.1:{unused_port}/v1") as client:
+        with pytest.raises(ConnectionFailed, match="cannot reach"):
+            await client.run("sim", "hi", ToolRegistry())

@@ -137,12 +137,14 @@ class Admission:
 async def run_create(session: Session, lane: Lane, params: CreateParams) -> None:
     """Run one create to its terminal frame. Raises ``ProtocolError`` for request-scoped errors
     (nothing was emitted for this request then)."""
-    job = _admit(session, lane, params)
     try:
+        job = _admit(session, lane, params)
         rollout, started = _start_or_resume(session, lane, job)
     except Exception:
-        if job.prev is not None:
-            lane.evict(job.prev)  # a failed continuation evicts its parent (CACHE-3)
+        if params.previous_response_id is not None:
+            # A failed continuation evicts its parent from this lane (CACHE-3); a failed fork
+            # from another lane leaves that lane's cache alone (CACHE-4).
+            lane.evict(params.previous_response_id)
         raise
     if not params.generate:
         await rollout.warm()
@@ -183,12 +185,14 @@ def _start_or_resume(session: Session, lane: Lane, job: Admission) -> tuple[Roll
     if prev is None:
         counters["create.stateless"] += 1
         return _new_rollout(session, job, None, job.items, FULL), True
-    entry = lane.latest if lane.latest is not None and lane.latest.response_id == prev else None
-    if entry is not None:
+    found = session.cached(prev)
+    if found is not None and found[0] is lane:
+        entry = found[1]
         live = entry.resumable_by(job.backend, job.mode) if job.params.generate else None
         if live is not None:
             counters["create.fast_path"] += 1
             live.continue_standard(job.items, job.turn, job.settings)
+            lane.latest = None  # its context now moves on; the new response replaces it
             return live, False
         counters["create.cache_hit"] += 1
         ctx = entry.ctx.fork()
@@ -196,6 +200,9 @@ def _start_or_resume(session: Session, lane: Lane, job: Admission) -> tuple[Roll
             entry.rollout.retire()
             entry.rollout = None
         return _new_rollout(session, job, ctx, job.items, INCREMENTAL), True
+    if found is not None:  # a fork from another lane: copy its context, leave it running
+        counters["create.fork"] += 1
+        return _new_rollout(session, job, found[1].ctx.fork(), job.items, INCREMENTAL), True
     counters["create.cache_miss"] += 1
     record = session.engine.responses.get(prev)
     if record is None:

@@ -35,7 +35,7 @@ from engine.models.base import (
 )
 from engine.pipeline import FULL, INCREMENTAL, Context, Pipeline, StageStats
 from engine.post import UsageRecord
-from engine.store import StoredResponse
+from engine.store import StoredResponse, listing_form
 from protocol import events as ev
 from protocol.codec import error_event
 from protocol.errors import InvalidRequest, ServerError
@@ -140,6 +140,7 @@ class Rollout:
         self.response_ids: list[str] = [turn.stream.id]
         self.resume_tokens: list[int] = []  # tokens rendered by each incremental offer
         self._wake: asyncio.Future[Turn | None] | None = None
+        self._idle: asyncio.Timeout | None = None  # the idle limit of the current suspension
         self._fresh_tokens = 0  # tokens rendered from input since the last sample
         self._totals = Tally()  # usage over the whole rollout
         self._samples = 0
@@ -295,7 +296,8 @@ class Rollout:
         else:
             await self._end_turn(turn, "completed")
         try:
-            async with asyncio.timeout(self.engine.config.suspended_idle_timeout_s):
+            async with asyncio.timeout(self.engine.config.suspended_idle_timeout_s) as idle:
+                self._idle = idle
                 next_turn = await self._wake
         except TimeoutError:
             next_turn = None
@@ -303,10 +305,12 @@ class Rollout:
                 self.phase = Phase.RUNNING
                 await self._end_turn(turn, "incomplete", reason="idle_timeout")
         finally:
-            self._wake = None
+            self._wake = self._idle = None
         if next_turn is not None:
             self.phase = Phase.RUNNING
             self.pending = []
+        elif self.mode is Mode.APPEND:
+            self._abandon("cancelled")  # retired by a closing connection: stored, accounted
         return next_turn
 
     @property
@@ -325,6 +329,9 @@ class Rollout:
         )
         self._fresh_tokens += rendered
         self.resume_tokens.append(rendered)
+        if self._idle is not None:  # any accepted input restarts the idle clock (APPEND-6)
+            limit = self.engine.config.suspended_idle_timeout_s
+            self._idle.reschedule(asyncio.get_running_loop().time() + limit)
         return not self.ctx.pending_calls()
 
     def resume(self, turn: Turn, settings: Settings | None = None) -> None:
@@ -378,7 +385,7 @@ class Rollout:
         self.engine.store.put(
             StoredResponse(
                 response=turn.stream.response,
-                input_items=_with_ids(turn.input_items),
+                input_items=[listing_form(item) for item in turn.input_items],
                 context=list(self.ctx.items),
             )
         )
@@ -404,6 +411,7 @@ class Rollout:
             self._status = status
         if self.phase is not Phase.DONE:
             self.phase = Phase.DONE
+            self.engine.stats.add(self.stats)
             self.engine.post.submit_nowait(self._usage_record())
 
     async def _finish(self) -> None:
@@ -443,21 +451,5 @@ def _missing_output(call_id: str) -> InvalidRequest:
         "tool_output_missing", f"No tool output found for function call {call_id}.", "input"
     )
 
-
-def _with_ids(items: list[InputItem]) -> list[InputItem]:
-    """Stored input items get ids (for ``input_items`` listing) without touching the originals."""
-    import msgspec
-
-    out: list[InputItem] = []
-    for item in items:
-        if getattr(item, "id", "") is None:
-            item = msgspec.structs.replace(
-                item, id=new_id(_ID_PREFIX.get(type(item).__name__, "item"))
-            )
-        out.append(item)
-    return out
-
-
-_ID_PREFIX = {"Message": "msg", "FunctionCall": "fc", "FunctionCallOutput": "fco"}
 
 __all__ = ["FULL", "INCREMENTAL", "ClientGone", "Mode", "Rollout", "Settings", "Sink", "Turn"]

@@ -19,7 +19,18 @@ from engine.models.base import Backend
 from engine.rollout import ClientGone, Mode, Rollout, Sink
 from protocol.codec import error_event, parse_input
 from protocol.errors import InvalidRequest, NotFound, ProtocolError, ServerError, TooManyRequests
-from protocol.events import ResponseAppend, ResponseCreate, ResponseInject
+from protocol.events import (
+    ClientEvent,
+    InjectError,
+    InjectFailed,
+    ResponseAppend,
+    ResponseCreate,
+    ResponseInject,
+    ResponseSteer,
+    SteerError,
+    SteerFailed,
+    SteerRef,
+)
 from protocol.items import FunctionCallOutput
 from protocol.response import CreateParams
 
@@ -95,25 +106,34 @@ class Session:
         return backend
 
     # ------------------------------------------------------------------ client events
-    async def handle(self, event: ResponseCreate | ResponseAppend | ResponseInject) -> None:
+    async def handle(self, event: ClientEvent) -> None:
         """Dispatch one decoded client event; request-scoped errors become ``error`` events."""
-        stream_id = getattr(event, "stream_id", None)
         try:
             if isinstance(event, ResponseCreate):
                 self.submit_create(event)
+            elif isinstance(event, ResponseSteer):
+                await self.sink.send(steer_not_supported(event))
             else:
                 await self.handle_append(event)
         except ProtocolError as err:
-            valid_lane = stream_id if isinstance(stream_id, str) and _valid(stream_id) else None
-            await self.send_error(err, valid_lane)
+            await self.send_error(err, self._lane_of(event, err))
+
+    def _lane_of(self, event: ClientEvent, err: ProtocolError) -> str | None:
+        """Which lane a request-scoped error is attributed to (EV-3)."""
+        if err.code in _CONNECTION_SCOPED:
+            return None
+        if isinstance(event, ResponseAppend | ResponseInject):
+            target = self.append_targets.get(event.response_id)
+            return target.turn.stream.stream_id if target is not None else None
+        stream_id = getattr(event, "stream_id", None)
+        return stream_id if isinstance(stream_id, str) and _valid(stream_id) else None
 
     def submit_create(self, params: CreateParams) -> None:
-        age = self._loop.time() - self.opened_at
-        if age > self.engine.config.max_connection_age_s:
-            minutes = round(self.engine.config.max_connection_age_s / 60)
+        age, age_limit = self._loop.time() - self.opened_at, self.engine.config.max_connection_age_s
+        if age > age_limit:
             raise InvalidRequest(
                 "websocket_connection_limit_reached",
-                f"Responses websocket connection limit reached ({minutes} minutes). "
+                f"Responses websocket connection limit reached ({_age(age_limit)}). "
                 "Create a new websocket connection to continue.",
                 None,
             )
@@ -126,6 +146,13 @@ class Session:
                 f"Too many queued requests on this lane (max {lane.queue.maxsize}).",
                 None,
             ) from None
+
+    def cached(self, response_id: str) -> tuple[Lane, CacheEntry] | None:
+        """The lane whose cached latest response is ``response_id`` (any lane: forks, CACHE-4)."""
+        for lane in self.lanes.values():
+            if lane.latest is not None and lane.latest.response_id == response_id:
+                return lane, lane.latest
+        return None
 
     def _lane(self, stream_id: str | None) -> Lane:
         if stream_id is not None and not _valid(stream_id):
@@ -155,36 +182,23 @@ class Session:
     async def handle_append(self, event: ResponseAppend | ResponseInject) -> None:
         """Experimental mode: commit tool outputs into a suspended rollout (APPEND-3..APPEND-6)."""
         rollout = self.append_targets.get(event.response_id)
-        if rollout is None and event.response_id in self.finished_appends:
-            raise InvalidRequest(
-                "response_already_completed",
-                f"Response '{event.response_id}' has already completed.",
-                "response_id",
-            )
         if rollout is None:
-            raise NotFound(
-                "response_not_found",
-                f"No active append-mode response with id '{event.response_id}' on this connection.",
-                "response_id",
-            )
-        stream = rollout.turn.stream
-        try:
-            items = parse_input(event.input)
-            for index, item in enumerate(items):
-                if not isinstance(item, FunctionCallOutput):
-                    raise InvalidRequest(
-                        "invalid_append_input",
-                        "Only function_call_output items can be appended to a response.",
-                        f"input[{index}].type",
-                    )
-            complete = rollout.offer(items)
-        except ProtocolError as err:
-            if isinstance(event, ResponseInject):
-                await self.sink.send(stream.inject_failed(err.code, err.message, event.input))
+            finished = event.response_id in self.finished_appends
+            if isinstance(event, ResponseInject):  # OpenAI's beta shape for these two (APPEND-5)
+                await self.sink.send(inject_unknown(event, finished))
                 return
-            raise
+            raise _unknown_append_target(event.response_id, finished)
+        items = parse_input(event.input)
+        for index, item in enumerate(items):
+            if not isinstance(item, FunctionCallOutput):
+                raise InvalidRequest(
+                    "invalid_append_input",
+                    "Only function_call_output items can be appended to a response.",
+                    f"input[{index}].type",
+                )
+        complete = rollout.offer(items)  # raises without any change if not acceptable
         if isinstance(event, ResponseInject):
-            await self.sink.send(stream.inject_created())
+            await self.sink.send(rollout.turn.stream.inject_created())
         if complete:
             rollout.resume(rollout.turn)
 
@@ -227,6 +241,49 @@ class Session:
         """Wait until every queued create has been served (HTTP uses one create per session)."""
         for lane in list(self.lanes.values()):
             await lane.queue.join()
+
+
+_CONNECTION_SCOPED = frozenset({"websocket_connection_limit_reached", "invalid_stream_id"})
+
+
+def _unknown_append_target(response_id: str, finished: bool) -> ProtocolError:
+    if finished:
+        return InvalidRequest(
+            "response_already_completed",
+            f"Response '{response_id}' has already completed.",
+            "response_id",
+        )
+    return NotFound(
+        "response_not_found",
+        f"No active append-mode response with id '{response_id}' on this connection.",
+        "response_id",
+    )
+
+
+def inject_unknown(event: ResponseInject, finished: bool) -> InjectFailed:
+    """``response.inject.failed`` for a response that is not live: it has no sequence of its
+    own to number the event with, so ``sequence_number`` is 0 (APPEND-5)."""
+    err = _unknown_append_target(event.response_id, finished)
+    return InjectFailed(
+        sequence_number=0,
+        response_id=event.response_id,
+        error=InjectError(code=err.code, message=err.message),
+        input=event.input,
+    )
+
+
+def steer_not_supported(event: ResponseSteer) -> SteerFailed:
+    return SteerFailed(
+        sequence_number=0,
+        error=SteerError(
+            code="steering_not_supported", message="This server does not support steering."
+        ),
+        steer=SteerRef(previous_response_id=event.previous_response_id, input=event.input),
+    )
+
+
+def _age(seconds: float) -> str:
+    return f"{round(seconds / 60)} minutes" if seconds >= 60 else f"{seconds:g} seconds"
 
 
 def _valid(stream_id: str) -> bool:

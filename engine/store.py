@@ -10,8 +10,18 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Protocol
 
-from protocol.items import InputItem
+import msgspec
+
+from protocol.items import (
+    FunctionCall,
+    FunctionCallOutput,
+    InputItem,
+    InputText,
+    Message,
+    OutputText,
+)
 from protocol.response import Response
+from protocol.stream import new_id
 
 
 @dataclass(slots=True)
@@ -48,3 +58,25 @@ class InMemoryStore:
 
     def __len__(self) -> int:
         return len(self._data)
+
+
+def listing_form(item: InputItem) -> InputItem:
+    """How a stored input item is listed (STORE-3): with an id, a status and, for messages, a
+    list of content parts, as ``GET /v1/responses/{id}/input_items`` clients expect."""
+    if isinstance(item, Message):
+        content = item.content
+        if isinstance(content, str):
+            part = OutputText(text=content) if item.role == "assistant" else InputText(text=content)
+            content = [part]
+        return msgspec.structs.replace(
+            item, id=item.id or new_id("msg"), status=item.status or "completed", content=content
+        )
+    if isinstance(item, FunctionCall):
+        return msgspec.structs.replace(
+            item, id=item.id or new_id("fc"), status=item.status or "completed"
+        )
+    if isinstance(item, FunctionCallOutput):
+        return msgspec.structs.replace(
+            item, id=item.id or new_id("fco"), status=item.status or "completed"
+        )
+    return item

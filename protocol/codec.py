@@ -12,14 +12,7 @@ from typing import Any
 import msgspec
 
 from protocol.errors import InvalidRequest, ProtocolError
-from protocol.events import (
-    CLIENT_EVENT_TYPES,
-    ClientEvent,
-    ErrorBody,
-    ErrorEvent,
-    ResponseAppend,
-    ResponseInject,
-)
+from protocol.events import CLIENT_EVENT_TYPES, ClientEvent, ErrorBody, ErrorEvent
 from protocol.items import InputItem, Message
 from protocol.response import CreateParams
 
@@ -27,6 +20,7 @@ _ENCODER = msgspec.json.Encoder()
 _CLIENT_EVENT_DECODER = msgspec.json.Decoder(ClientEvent)
 _CREATE_BODY_DECODER = msgspec.json.Decoder(CreateParams)
 _PATH = re.compile(r" - at `\$(?P<path>[^`]*)`$")
+_VALUE = re.compile(r"Invalid (?:enum )?value ('.*')$")
 _MISSING = re.compile(r"missing required field `(?P<field>[^`]+)`")
 
 
@@ -57,9 +51,13 @@ def validation_error(exc: msgspec.ValidationError, prefix: str = "") -> InvalidR
             "missing_required_parameter", f"Missing required parameter: '{param}'.", param
         )
     param = _join_path(prefix, raw_path)
-    code = "invalid_type" if detail.startswith("Expected") else "invalid_value"
     where = f" for '{param}'" if param else ""
-    return InvalidRequest(code, f"Invalid value{where}: {detail}.", param)
+    if detail.startswith("Expected"):
+        wanted = detail[len("Expected ") :].replace("`", "")
+        return InvalidRequest("invalid_type", f"Invalid type{where}: expected {wanted}.", param)
+    value = _VALUE.search(detail)
+    shown = f": {value.group(1)[:64]}" if value else ""
+    return InvalidRequest("invalid_value", f"Invalid value{where}{shown}.", param)
 
 
 def _unknown_type(frame: bytes | str) -> InvalidRequest | None:
@@ -124,10 +122,6 @@ def parse_input(raw: str | list[Any], param: str = "input") -> list[InputItem]:
         except msgspec.ValidationError as exc:
             raise validation_error(exc, where) from None
     return items
-
-
-def append_input(event: ResponseAppend | ResponseInject) -> list[InputItem]:
-    return parse_input(event.input)
 
 
 def error_event(

@@ -35,10 +35,12 @@ class NotFound(ProtocolError):
     status = 404
 
 
-class Conflict(ProtocolError):
-    """The request is well formed but conflicts with the state it targets."""
+class HttpStatusError(ProtocolError):
+    """A transport-level rejection that keeps its own HTTP status (404, 405, 413 …)."""
 
-    status = 409
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(code, message, None)
+        self.status = status  # type: ignore[misc]
 
 
 class TooManyRequests(ProtocolError):

@@ -34,8 +34,15 @@ class ResponseInject(msgspec.Struct, tag="response.inject", tag_field="type", kw
     input: list[Any]
 
 
-ClientEvent = ResponseCreate | ResponseAppend | ResponseInject
-CLIENT_EVENT_TYPES = ("response.create", "response.append", "response.inject")
+class ResponseSteer(msgspec.Struct, tag="response.steer", tag_field="type", kw_only=True):
+    """Decoded so it can be answered precisely: this server does not steer (LEN-4)."""
+
+    previous_response_id: str
+    input: str | list[Any]
+
+
+ClientEvent = ResponseCreate | ResponseAppend | ResponseInject | ResponseSteer
+CLIENT_EVENT_TYPES = ("response.create", "response.append", "response.inject", "response.steer")
 
 # --------------------------------------------------------------------------- server events
 
@@ -145,6 +152,22 @@ class InjectFailed(_Event, tag="response.inject.failed"):
     input: list[Any]
 
 
+class SteerError(msgspec.Struct):
+    code: str
+    message: str
+    type: str = "invalid_request_error"
+
+
+class SteerRef(msgspec.Struct):
+    previous_response_id: str
+    input: str | list[Any]
+
+
+class SteerFailed(_Event, tag="response.steer.failed"):
+    error: SteerError
+    steer: SteerRef
+
+
 class ErrorBody(msgspec.Struct):
     type: str
     code: str | None
@@ -180,6 +203,7 @@ ServerEvent = (
     | ResponseDone
     | InjectCreated
     | InjectFailed
+    | SteerFailed
     | ErrorEvent
 )
 

@@ -129,7 +129,7 @@ class CreateParams(msgspec.Struct, kw_only=True):
     service_tier: str | None = None
     prompt_cache_key: str | None = None
     conversation: Any = None
-    # WebSocket-only fields (WS-2); ignored over HTTP.
+    # WebSocket fields (WS-2): stream_id is ignored over HTTP; generate=false works on both.
     generate: bool = True
     stream_id: str | None = None
     # Experimental append mode opt-in (APPEND-1): "append" or "standard"; None = connection default.

@@ -14,7 +14,6 @@ from typing import Any
 import msgspec
 
 from protocol import events as ev
-from protocol.errors import ProtocolError
 from protocol.items import FunctionCall, Message, OutputItem, OutputText
 from protocol.response import IncompleteDetails, Response, ResponseErrorInfo, Usage
 from protocol.states import IllegalTransition, ResponseState, Step, next_state
@@ -155,16 +154,6 @@ class ResponseStream:
             response_id=self.id,
             error=ev.InjectError(code=code, message=message),
             input=raw_input,
-        )
-
-    def error(self, err: ProtocolError) -> ev.ErrorEvent:
-        """A request-scoped error attributed to this live response (e.g. a bad append)."""
-        seq = self._step(Step.NOTICE)
-        body = ev.ErrorBody(
-            type=err.error_type, code=err.code, message=err.message, param=err.param
-        )
-        return ev.ErrorEvent(
-            status=err.status, error=body, sequence_number=seq, stream_id=self.stream_id
         )
 
     # ------------------------------------------------------------------ message items

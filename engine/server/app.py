@@ -13,7 +13,7 @@ from engine.server import http
 from engine.server.keys import ENGINE, MAX_FRAME, SESSIONS
 from engine.server.ws import serve_socket
 from engine.session import Session
-from protocol.errors import InvalidRequest, NotFound, ProtocolError, ServerError
+from protocol.errors import HttpStatusError, InvalidRequest, ProtocolError, ServerError
 
 log = logging.getLogger("rollout.server")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -36,16 +36,17 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return http.error_response(ServerError())
 
 
+_HTTP_ERRORS = {
+    404: ("not_found", "No such endpoint."),
+    405: ("method_not_allowed", "Method not allowed on this path."),
+    413: ("request_too_large", "The request body is too large."),
+}
+
+
 def _http_error(exc: web.HTTPException) -> ProtocolError:
-    if exc.status == 404:
-        return NotFound("not_found", f"No route for this path: {exc.reason}.", None)
-    if exc.status == 413:
-        return InvalidRequest("request_too_large", "The request body is too large.", None)
-    if exc.status == 405:
-        return InvalidRequest("method_not_allowed", "Method not allowed on this path.", None)
-    err = InvalidRequest("invalid_request", exc.reason or "Invalid request.", None)
-    err.status = exc.status  # type: ignore[misc]
-    return err
+    """aiohttp's own rejections, in our envelope and with their real status (ERR-2)."""
+    code, message = _HTTP_ERRORS.get(exc.status, ("invalid_request", "Invalid request."))
+    return HttpStatusError(exc.status, code, message)
 
 
 async def responses_get(request: web.Request) -> web.StreamResponse:

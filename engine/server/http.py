@@ -94,7 +94,10 @@ def _finish(sink: HttpSink) -> web.StreamResponse:
     if sink.terminal is None:
         raise ServerError()
     if sink.terminal.status == "failed":
-        raise ServerError(message="The model failed to generate a response.")
+        # The model call already ran; an SDK retry would run (and bill) it again (HTTP-5).
+        failed = error_response(ServerError(message="The model failed to generate a response."))
+        failed.headers["x-should-retry"] = "false"
+        return failed
     return json_response(sink.terminal)
 
 

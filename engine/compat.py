@@ -134,11 +134,15 @@ class Admission:
         return self.params.previous_response_id
 
 
-async def run_create(session: Session, lane: Lane, params: CreateParams) -> None:
+async def run_create(
+    session: Session, lane: Lane, params: CreateParams, arrived: float | None = None
+) -> None:
     """Run one create to its terminal frame. Raises ``ProtocolError`` for request-scoped errors
     (nothing was emitted for this request then)."""
     try:
         job = _admit(session, lane, params)
+        if arrived is not None:
+            job.turn.log.add_time("queue", time.perf_counter() - arrived)
         rollout, started = _start_or_resume(session, lane, job)
     except Exception:
         if params.previous_response_id is not None:
@@ -166,10 +170,13 @@ def _admit(session: Session, lane: Lane, params: CreateParams) -> Admission:
     items = check_supported(params, session.transport, engine.config.max_input_items)
     model = params.model or engine.config.default_model
     turn = Turn(ResponseStream(new_response(params, model), lane.name), session.sink, items)
+    start = time.perf_counter()
+    backend = session.resolve(model)
+    turn.log.add_time("route", time.perf_counter() - start)
     return Admission(
         params=params,
         items=items,
-        backend=session.resolve(model),
+        backend=backend,
         mode=Mode(params.rollout_mode or session.default_mode.value),
         turn=turn,
         settings=settings_from(params, model),

@@ -7,6 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.metrics import Metrics
 from engine.models.router import Router, simulator_router
 from engine.pipeline import StageStats
 from engine.post import PostInference
@@ -28,6 +29,7 @@ class EngineConfig:
     post_queue_size: int = 4096
     ledger_path: Path | None = None
     default_model: str = "sim"
+    safety_policy: str = "flag"  # "flag" records findings; "redact" also masks secrets (SAFE-3)
 
 
 @dataclass
@@ -43,7 +45,10 @@ class Engine:
             self.router = simulator_router(self.config.tokens_per_second)
         if self.store is None:
             self.store = InMemoryStore(self.config.store_max_entries)
-        self.post = PostInference(self.config.post_queue_size, self.config.ledger_path)
+        self.metrics = Metrics(self.counters)
+        self.post = PostInference(
+            self.metrics, self.config.post_queue_size, self.config.ledger_path
+        )
 
     async def start(self) -> None:
         # Load the BPE vocabulary now, not inside the first request (it takes ~0.3 s).

@@ -14,24 +14,27 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+import msgspec
+
 from engine.render import render_header, render_item
-from engine.safety import Finding, scan_text
+from engine.safety import Finding, redact, scan_text
 from engine.tokens import TokenBuffer
-from protocol.errors import InvalidRequest
+from engine.validation import resolve_references, validate, validate_tools
 from protocol.items import (
+    ContentPart,
     FunctionCall,
     FunctionCallOutput,
-    InputFile,
-    InputImage,
     InputItem,
-    ItemReference,
+    InputText,
     Message,
+    OutputText,
     item_texts,
 )
 from protocol.response import Tool
 
 FULL = "full"
 INCREMENTAL = "incremental"
+OUTPUT = "output"  # the model's own output joining the context
 
 
 @dataclass
@@ -90,95 +93,6 @@ class Context:
 # --------------------------------------------------------------------------- stages
 
 
-def resolve_references(ctx: Context, items: list[InputItem], param: str) -> list[InputItem]:
-    """Replace ``item_reference`` items by the items they name (ITEM-4)."""
-    if not any(isinstance(i, ItemReference) for i in items):
-        return items
-    out: list[InputItem] = []
-    local = {i.id: i for i in items if getattr(i, "id", None) and not isinstance(i, ItemReference)}
-    for index, item in enumerate(items):
-        if isinstance(item, ItemReference):
-            found = ctx.by_id.get(item.id) or local.get(item.id)
-            if found is None:
-                raise InvalidRequest(
-                    "item_not_found",
-                    f"Item with id '{item.id}' not found in this conversation.",
-                    f"{param}[{index}].id",
-                )
-            out.append(found)
-        else:
-            out.append(item)
-    return out
-
-
-def validate(
-    ctx: Context, items: list[InputItem], supports: frozenset[str], param: str = "input"
-) -> None:
-    """Semantic checks the schema cannot express (VAL-1..VAL-4)."""
-    calls = set(ctx.calls)
-    answered = set(ctx.answered)
-    for index, item in enumerate(items):
-        where = f"{param}[{index}]"
-        if isinstance(item, FunctionCall):
-            calls.add(item.call_id)
-        elif isinstance(item, FunctionCallOutput):
-            if item.call_id not in calls:
-                raise InvalidRequest(
-                    "unknown_call_id",
-                    f"No tool call found for function call output with call_id '{item.call_id}'.",
-                    f"{where}.call_id",
-                )
-            if item.call_id in answered:
-                raise InvalidRequest(
-                    "duplicate_tool_output",
-                    f"Duplicate function call output for call_id '{item.call_id}'.",
-                    f"{where}.call_id",
-                )
-            answered.add(item.call_id)
-            _check_content(item.output, supports, f"{where}.output")
-        elif isinstance(item, Message):
-            _check_content(item.content, supports, f"{where}.content")
-
-
-def _check_content(content: object, supports: frozenset[str], where: str) -> None:
-    if isinstance(content, str):
-        return
-    assert isinstance(content, list)
-    for index, part in enumerate(content):
-        kind = (
-            "image"
-            if isinstance(part, InputImage)
-            else "file"
-            if isinstance(part, InputFile)
-            else "text"
-        )
-        if kind not in supports:
-            raise InvalidRequest(
-                "unsupported_content",
-                f"The selected model does not accept {kind} input.",
-                f"{where}[{index}].type",
-            )
-
-
-def validate_tools(tools: list[Tool]) -> None:
-    seen: set[str] = set()
-    for index, tool in enumerate(tools):
-        if not tool.name or tool.name in seen:
-            raise InvalidRequest(
-                "invalid_value",
-                f"Tool names must be non-empty and unique; '{tool.name}' is not.",
-                f"tools[{index}].name",
-            )
-        seen.add(tool.name)
-        params = tool.parameters
-        if params is not None and params.get("type", "object") != "object":
-            raise InvalidRequest(
-                "invalid_value",
-                "Function parameters must be a JSON Schema of type 'object'.",
-                f"tools[{index}].parameters",
-            )
-
-
 def scan(ctx: Context, items: list[InputItem]) -> list[Finding]:
     base = len(ctx.items)
     found: list[Finding] = []
@@ -188,18 +102,56 @@ def scan(ctx: Context, items: list[InputItem]) -> list[Finding]:
     return found
 
 
+def redact_item(item: InputItem) -> InputItem:
+    """The item as the model may read it under the ``redact`` policy (SAFE-3)."""
+    if isinstance(item, Message):
+        return msgspec.structs.replace(item, content=_redact_content(item.content))
+    if isinstance(item, FunctionCallOutput):
+        return msgspec.structs.replace(item, output=_redact_content(item.output))
+    if isinstance(item, FunctionCall):
+        return msgspec.structs.replace(item, arguments=redact(item.arguments))
+    return item
+
+
+def _redact_content(content: str | list[ContentPart]) -> str | list[ContentPart]:
+    if isinstance(content, str):
+        return redact(content)
+    return [
+        msgspec.structs.replace(part, text=redact(part.text))
+        if isinstance(part, InputText | OutputText)
+        else part
+        for part in content
+    ]
+
+
+@dataclass
+class TurnLog:
+    """What pre-inference did for one response: stage seconds and safety findings."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)
+
+    def add_time(self, stage: str, seconds: float) -> None:
+        self.seconds[stage] = self.seconds.get(stage, 0.0) + seconds
+
+
 # --------------------------------------------------------------------------- the pipeline
 
 
 class Pipeline:
-    """Runs the stages over new items and commits them into a ``Context`` atomically."""
+    """Runs the stages over new items and commits them into a ``Context`` atomically.
 
-    def __init__(self, stats: StageStats) -> None:
+    ``log`` is the current response's ``TurnLog``; the rollout points it at each new turn."""
+
+    def __init__(self, stats: StageStats, policy: str = "flag") -> None:
         self.stats = stats
+        self.policy = policy
+        self.log = TurnLog()
 
     def _timed(self, name: str, start: float) -> float:
         now = time.perf_counter()
         self.stats.seconds[name] = self.stats.seconds.get(name, 0.0) + now - start
+        self.log.add_time(name, now - start)
         return now
 
     def apply(
@@ -216,13 +168,22 @@ class Pipeline:
         items = resolve_references(ctx, items, param)
         validate(ctx, items, supports, param)
         t = self._count("validate", path, len(items), t)
-        findings = scan(ctx, items)
+        # The model's own output is not scanned: the scan guards what enters from outside.
+        findings = scan(ctx, items) if path != OUTPUT else []
+        if findings and self.policy == "redact":
+            items = self._redacted(ctx, items, findings)
         t = self._count("scan", path, len(items), t)
         rendered = [render_item(item) for item in items]
         self._count("render", path, len(items), t)
         total = self._commit(ctx, items, rendered, findings)
         self.stats.tokens[path] += total
         return total
+
+    @staticmethod
+    def _redacted(ctx: Context, items: list[InputItem], found: list[Finding]) -> list[InputItem]:
+        base = len(ctx.items)
+        dirty = {f.item_index - base for f in found if f.kind != "prompt_injection"}
+        return [redact_item(item) if n in dirty else item for n, item in enumerate(items)]
 
     def render_header(self, ctx: Context, instructions: str | None, tools: list[Tool]) -> int:
         """(Re-)render the instructions/tools header only when it changed (PIPE-4).
@@ -265,5 +226,6 @@ class Pipeline:
             elif isinstance(item, FunctionCallOutput):
                 ctx.answered.add(item.call_id)
         ctx.findings.extend(findings)
+        self.log.findings.extend(findings)
         self.stats.tokens_rendered += total
         return total

@@ -1,8 +1,10 @@
-"""Post-inference: usage accounting and metrics, once per rollout, off the critical path.
+"""Post-inference: the billing ledger and metrics, once per response (standard mode) or once per
+rollout (append mode), off the critical path (SPEC: POST-1..POST-4).
 
-A single owned worker drains a bounded queue (SPEC: POST-1..POST-3). The rollout hands its record
-over after its terminal frame is on the wire, so the client's next request never waits for this
-work. ``stop()`` drains the queue, so nothing is lost on shutdown.
+A single owned worker drains a bounded queue. The rollout hands its record over after the
+terminal frame is on the wire, so the client's next request never waits for this work. The
+ledger is append-only JSONL (one record per line); ``stop()`` drains the queue and closes it, so
+nothing is lost on shutdown.
 """
 
 from __future__ import annotations
@@ -11,9 +13,13 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from collections import Counter, deque
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import IO
+
+from engine.metrics import Metrics
 
 log = logging.getLogger("rollout.post")
 
@@ -23,37 +29,44 @@ class UsageRecord:
     rollout_id: str
     mode: str  # "append" | "standard"
     model: str
-    response_ids: list[str]
+    response_ids: list[str]  # the response billed (standard) or the rollout's one response
     status: str
     input_tokens: int
     cached_tokens: int
     output_tokens: int
     samples: int
     tool_calls: int
-    safety_findings: int
-    stage_runs: dict[str, int] = field(default_factory=dict)
+    safety_findings: dict[str, int] = field(default_factory=dict)
+    stage_seconds: dict[str, float] = field(default_factory=dict)  # this record's stages
+    stage_runs: dict[str, int] = field(default_factory=dict)  # runs since the last record
     stage_tokens: dict[str, int] = field(default_factory=dict)
     resume_tokens: list[int] = field(default_factory=list)
-    stage_seconds: dict[str, float] = field(default_factory=dict)
+    ended_at: float = field(default_factory=time.time)
 
 
 class PostInference:
-    """Owns the post-inference worker, the in-memory ledger and an optional JSONL ledger."""
+    """Owns the post-inference worker, the recent-records window and the JSONL ledger."""
 
-    def __init__(self, max_queue: int = 4096, ledger_path: Path | None = None) -> None:
+    def __init__(
+        self, metrics: Metrics, max_queue: int = 4096, ledger_path: Path | None = None
+    ) -> None:
+        self.metrics = metrics
         self._queue: asyncio.Queue[UsageRecord] = asyncio.Queue(maxsize=max_queue)
         self._task: asyncio.Task[None] | None = None
         self.ledger_path = ledger_path
+        self._ledger: IO[str] | None = None
         self.recent: deque[UsageRecord] = deque(maxlen=10_000)
         self.totals: Counter[str] = Counter()
         self.runs = 0
 
     async def start(self) -> None:
         if self._task is None:
+            if self.ledger_path is not None:
+                self._ledger = self.ledger_path.open("a", encoding="utf-8")
             self._task = asyncio.create_task(self._work(), name="post-inference")
 
     async def stop(self) -> None:
-        """Drain everything queued, then stop the worker."""
+        """Drain everything queued, then stop the worker and close the ledger."""
         if self._task is None:
             return
         await self._queue.join()
@@ -61,6 +74,9 @@ class PostInference:
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
         self._task = None
+        if self._ledger is not None:
+            self._ledger.close()
+            self._ledger = None
 
     async def submit(self, record: UsageRecord) -> None:
         await self._queue.put(record)
@@ -84,15 +100,29 @@ class PostInference:
                 self._queue.task_done()
 
     def _account(self, record: UsageRecord) -> None:
+        start = time.perf_counter()
         self.runs += 1
         self.recent.append(record)
-        self.totals["rollouts"] += 1
+        self.totals["records"] += 1
         self.totals["input_tokens"] += record.input_tokens
         self.totals["cached_tokens"] += record.cached_tokens
         self.totals["output_tokens"] += record.output_tokens
-        if self.ledger_path is not None:
-            with self.ledger_path.open("a", encoding="utf-8") as ledger:
-                ledger.write(json.dumps(asdict(record)) + "\n")
+        self._observe(record)
+        if self._ledger is not None:
+            self._ledger.write(json.dumps(asdict(record), separators=(",", ":")) + "\n")
+            self._ledger.flush()
+        self.metrics.stage_seconds.labels("post").observe(time.perf_counter() - start)
+
+    def _observe(self, record: UsageRecord) -> None:
+        m = self.metrics
+        for stage, seconds in record.stage_seconds.items():
+            m.stage_seconds.labels(stage).observe(seconds)
+        m.responses.labels(record.mode, record.status).inc()
+        m.tokens.labels("input").inc(record.input_tokens)
+        m.tokens.labels("cached").inc(record.cached_tokens)
+        m.tokens.labels("output").inc(record.output_tokens)
+        for kind, n in record.safety_findings.items():
+            m.findings.labels(kind).inc(n)
 
     def records_for(self, response_id: str) -> list[UsageRecord]:
         return [r for r in self.recent if response_id in r.response_ids]

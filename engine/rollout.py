@@ -18,10 +18,12 @@ import contextlib
 import enum
 import logging
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from engine.accounting import Tally, safety_report, usage_record
 from engine.core import Engine
 from engine.models.base import (
     ArgsDelta,
@@ -33,14 +35,14 @@ from engine.models.base import (
     SampleRequest,
     TextDelta,
 )
-from engine.pipeline import FULL, INCREMENTAL, Context, Pipeline, StageStats
+from engine.pipeline import FULL, INCREMENTAL, OUTPUT, Context, Pipeline, StageStats, TurnLog
 from engine.post import UsageRecord
 from engine.store import StoredResponse, listing_form
 from protocol import events as ev
 from protocol.codec import error_event
 from protocol.errors import InvalidRequest, ServerError
 from protocol.items import FunctionCall, FunctionCallOutput, InputItem
-from protocol.response import InputTokensDetails, Tool, ToolChoice, Usage
+from protocol.response import Tool, ToolChoice, Usage
 from protocol.states import TERMINAL_STATES, ResponseState
 from protocol.stream import ResponseStream, new_id
 
@@ -80,23 +82,6 @@ class Settings:
     store: bool
 
 
-@dataclass
-class Tally:
-    """Token usage of one response, or of a whole rollout."""
-
-    input_tokens: int = 0
-    cached_tokens: int = 0
-    output_tokens: int = 0
-
-    def usage(self) -> Usage:
-        return Usage(
-            input_tokens=self.input_tokens,
-            output_tokens=self.output_tokens,
-            total_tokens=self.input_tokens + self.output_tokens,
-            input_tokens_details=InputTokensDetails(cached_tokens=self.cached_tokens),
-        )
-
-
 def _future() -> asyncio.Future[str]:
     return asyncio.get_running_loop().create_future()
 
@@ -110,6 +95,7 @@ class Turn:
     input_items: list[InputItem]
     done: asyncio.Future[str] = field(default_factory=_future)
     tally: Tally = field(default_factory=Tally)
+    log: TurnLog = field(default_factory=TurnLog)
 
 
 def _now() -> int:
@@ -134,7 +120,9 @@ class Rollout:
         self.mode = mode
         self.ctx = context if context is not None else Context()
         self.stats = StageStats()
-        self.pipeline = Pipeline(self.stats)
+        self.pipeline = Pipeline(self.stats, engine.config.safety_policy)
+        self.pipeline.log = turn.log
+        self._reported_runs: Counter[str] = Counter()  # stage runs already in a ledger record
         self.phase = Phase.RUNNING
         self.pending: list[FunctionCall] = []
         self.response_ids: list[str] = [turn.stream.id]
@@ -143,9 +131,7 @@ class Rollout:
         self._idle: asyncio.Timeout | None = None  # the idle limit of the current suspension
         self._fresh_tokens = 0  # tokens rendered from input since the last sample
         self._totals = Tally()  # usage over the whole rollout
-        self._samples = 0
-        self._tool_calls = 0
-        self._status = "in_progress"
+        self.status = "in_progress"
 
     # ================================================================== pre-inference
     def prepare(self, items: list[InputItem], *, path: str) -> None:
@@ -194,7 +180,7 @@ class Rollout:
         finally:
             self.phase = Phase.DONE
             if not self.turn.done.done():
-                self.turn.done.set_result(self._status)
+                self.turn.done.set_result(self.status)
 
     async def _loop(self) -> None:
         turn = self.turn
@@ -229,15 +215,18 @@ class Rollout:
             usage.input_tokens += prompt
             usage.cached_tokens += max(prompt - self._fresh_tokens, 0)
         self._fresh_tokens = 0
-        self._samples += 1
+        turn.tally.samples += 1
+        self._totals.samples += 1
         stream, send = turn.stream, turn.sink.send
         first_new = len(stream.output)
         calls: list[FunctionCall] = []
         reason: FinishReason = "stop"
         request = self._sample_request()
+        clock = _ModelClock(turn.log)
         deltas = self.backend.stream(request)
         async with contextlib.aclosing(deltas):
             async for delta in deltas:
+                clock.first_delta()
                 if isinstance(delta, TextDelta):
                     if not stream.has_open_item:
                         for event in stream.add_message():
@@ -257,10 +246,12 @@ class Rollout:
                     reason = delta.reason
                     turn.tally.output_tokens += delta.output_tokens
                     self._totals.output_tokens += delta.output_tokens
+        clock.finished()
         if reason != "length":
             await self._close_message(turn, "completed")
         self._absorb_output(stream.output[first_new:])
-        self._tool_calls += len(calls)
+        turn.tally.tool_calls += len(calls)
+        self._totals.tool_calls += len(calls)
         return calls, reason
 
     def _sample_request(self) -> SampleRequest:
@@ -282,7 +273,7 @@ class Rollout:
 
     def _absorb_output(self, items: Sequence[InputItem]) -> None:
         """The model's own output joins the context (rendered once, never re-encoded)."""
-        self.pipeline.apply(self.ctx, list(items), path="output", supports=frozenset({"text"}))
+        self.pipeline.apply(self.ctx, list(items), path=OUTPUT, supports=frozenset({"text"}))
 
     # ================================================================== suspend / resume
     async def _suspend(self, turn: Turn, calls: list[FunctionCall]) -> Turn | None:
@@ -351,7 +342,12 @@ class Rollout:
         if not self.waiting:
             raise InvalidRequest("response_not_waiting", "The response cannot be continued.", None)
         self._require_outputs_for_pending(items)
-        self.offer(items)
+        previous_log, self.pipeline.log = self.pipeline.log, turn.log
+        try:
+            self.offer(items)
+        except Exception:
+            self.pipeline.log = previous_log
+            raise
         self.resume(turn, settings)
 
     def retire(self) -> None:
@@ -361,7 +357,9 @@ class Rollout:
 
     # ================================================================== endings
     async def _end_turn(self, turn: Turn, status: str, reason: str | None = None) -> None:
+        """The response's terminal frame; in standard mode also its ledger record (POST-1)."""
         stream, now = turn.stream, _now()
+        stream.response.safety = safety_report(self.pipeline.policy, turn.log.findings)
         if status == "completed":
             event: ev.ServerEvent = stream.completed(turn.tally.usage(), now)
         elif status == "incomplete":
@@ -370,13 +368,15 @@ class Rollout:
             event = stream.failed(
                 "server_error", "The model failed to generate a response.", turn.tally.usage(), now
             )
-        self._status = status
+        self.status = status
         self._store(turn)
         try:
             await turn.sink.send(event)
         finally:
             if not turn.done.done():
                 turn.done.set_result(status)
+        if self.mode is Mode.STANDARD:
+            await self.engine.post.submit(self._record([stream.id], turn.tally, turn.log))
 
     def _store(self, turn: Turn) -> None:
         if not self.settings.store:
@@ -398,52 +398,64 @@ class Rollout:
                 await turn.sink.send(error_event(ServerError(), stream_id=turn.stream.stream_id))
             elif turn.stream.state not in TERMINAL_STATES:
                 await self._end_turn(turn, "failed")
-        self._status = "failed"
+        self.status = "failed"
         await self._finish()
 
     def _abandon(self, status: str) -> None:
-        """Cancelled or the client left: record a terminal state, account what was used."""
+        """Cancelled or the client left: store a terminal state, account what was used."""
         turn = self.turn
-        if turn.stream.state not in TERMINAL_STATES:
+        open_turn = turn.stream.state not in TERMINAL_STATES
+        if open_turn:
             turn.stream.response.status = status  # type: ignore[assignment]
             turn.stream.response.completed_at = _now()
             self._store(turn)
-            self._status = status
-        if self.phase is not Phase.DONE:
-            self.phase = Phase.DONE
-            self.engine.stats.add(self.stats)
-            self.engine.post.submit_nowait(self._usage_record())
-
-    async def _finish(self) -> None:
-        """Post-inference, once per rollout (POST-1): handed to the owned background worker."""
+            self.status = status
         if self.phase is Phase.DONE:
             return
         self.phase = Phase.DONE
         self.engine.stats.add(self.stats)
-        await self.engine.post.submit(self._usage_record())
+        if self.mode is Mode.APPEND:
+            self.engine.post.submit_nowait(self._record(self.response_ids, self._totals, turn.log))
+        elif open_turn:
+            self.engine.post.submit_nowait(self._record([turn.stream.id], turn.tally, turn.log))
 
-    def _usage_record(self) -> UsageRecord:
-        return UsageRecord(
-            rollout_id=self.id,
-            mode=self.mode.value,
-            model=self.settings.model,
-            response_ids=list(self.response_ids),
-            status=self._status,
-            input_tokens=self._totals.input_tokens,
-            cached_tokens=self._totals.cached_tokens,
-            output_tokens=self._totals.output_tokens,
-            samples=self._samples,
-            tool_calls=self._tool_calls,
-            safety_findings=len(self.ctx.findings),
-            stage_runs=dict(self.stats.runs),
-            stage_tokens=dict(self.stats.tokens),
-            resume_tokens=list(self.resume_tokens),
-            stage_seconds=dict(self.stats.seconds),
-        )
+    async def _finish(self) -> None:
+        """End of the rollout. Append mode bills its one response here (POST-1)."""
+        if self.phase is Phase.DONE:
+            return
+        self.phase = Phase.DONE
+        self.engine.stats.add(self.stats)
+        if self.mode is Mode.APPEND:
+            record = self._record(self.response_ids, self._totals, self.turn.log)
+            await self.engine.post.submit(record)
+
+    def _record(self, response_ids: list[str], tally: Tally, log: TurnLog) -> UsageRecord:
+        runs = self.stats.runs - self._reported_runs
+        self._reported_runs = Counter(self.stats.runs)
+        return usage_record(self, response_ids, tally, log, dict(runs))
 
     @property
     def totals(self) -> Usage:
         return self._totals.usage()
+
+
+class _ModelClock:
+    """Time to first delta and total model time of one sampling step, into the turn's log."""
+
+    __slots__ = ("_first", "_log", "_start")
+
+    def __init__(self, log: TurnLog) -> None:
+        self._log = log
+        self._start = time.perf_counter()
+        self._first = False
+
+    def first_delta(self) -> None:
+        if not self._first:
+            self._first = True
+            self._log.add_time("ttft", time.perf_counter() - self._start)
+
+    def finished(self) -> None:
+        self._log.add_time("model", time.perf_counter() - self._start)
 
 
 def _missing_output(call_id: str) -> InvalidRequest:

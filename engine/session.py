@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import re
+import time
 from collections import deque
 
 from engine.compat import CacheEntry, run_create
@@ -44,7 +45,8 @@ class Lane:
     def __init__(self, session: Session, name: str | None, max_queued: int) -> None:
         self.session = session
         self.name = name
-        self.queue: asyncio.Queue[CreateParams] = asyncio.Queue(maxsize=max_queued)
+        # Each entry keeps its arrival time: queue wait is one of the reported stages (OBS-1).
+        self.queue: asyncio.Queue[tuple[CreateParams, float]] = asyncio.Queue(maxsize=max_queued)
         self.latest: CacheEntry | None = None
         self.worker: asyncio.Task[None] | None = None
 
@@ -62,9 +64,9 @@ class Lane:
 
     async def run(self) -> None:
         while True:
-            params = await self.queue.get()
+            params, arrived = await self.queue.get()
             try:
-                await run_create(self.session, self, params)
+                await run_create(self.session, self, params, arrived)
             except ProtocolError as err:
                 await self.session.send_error(err, self.name)
             except ClientGone:
@@ -139,7 +141,7 @@ class Session:
             )
         lane = self._lane(params.stream_id)
         try:
-            lane.queue.put_nowait(params)
+            lane.queue.put_nowait((params, time.perf_counter()))
         except asyncio.QueueFull:
             raise TooManyRequests(
                 "websocket_queue_full",

@@ -64,6 +64,19 @@ class Reasoning(msgspec.Struct):
     summary: str | None = None
 
 
+class SafetyFinding(msgspec.Struct):
+    kind: str
+    item_index: int
+    score: float = 1.0
+
+
+class SafetyReport(msgspec.Struct):
+    """Extension field (SAFE-4): what the safety scan found in this request's input."""
+
+    policy: str
+    findings: list[SafetyFinding]
+
+
 class Response(msgspec.Struct, kw_only=True):
     id: str
     object: Literal["response"] = "response"
@@ -95,6 +108,7 @@ class Response(msgspec.Struct, kw_only=True):
     metadata: dict[str, str] = msgspec.field(default_factory=dict)
     safety_identifier: str | None = None
     prompt_cache_key: str | None = None
+    safety: SafetyReport | None = None
 
 
 class CreateParams(msgspec.Struct, kw_only=True):

@@ -96,6 +96,7 @@ def create_app(
     app.router.add_get("/v1/models", http.list_models)
     app.router.add_get("/healthz", http.healthz)
     app.router.add_get("/debug/stats", http.stats)
+    app.router.add_get("/metrics", http.metrics)
     app.on_startup.append(_start)
     app.on_shutdown.append(_close_sockets)
     app.on_cleanup.append(_stop)

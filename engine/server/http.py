@@ -186,6 +186,14 @@ async def list_models(request: web.Request) -> web.Response:
     return json_response({"object": "list", "data": data})
 
 
+async def metrics(request: web.Request) -> web.Response:
+    """Prometheus exposition: stage histograms, responses, tokens, findings, cache events."""
+    engine: Engine = request.app[ENGINE]
+    return web.Response(
+        body=engine.metrics.render(), headers={"Content-Type": "text/plain; version=0.0.4"}
+    )
+
+
 async def stats(request: web.Request) -> web.Response:
     """Counters for operators and tests: stage runs, cache paths, post-inference runs."""
     engine: Engine = request.app[ENGINE]

@@ -7,6 +7,7 @@ once, each continuation rendered only its new items, post-inference ran once at 
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from openai import AsyncOpenAI
@@ -62,12 +63,20 @@ async def test_compat_continuations_resume_one_coroutine(server: LiveServer) -> 
     assert server.engine.counters["create.fast_path"] == len(CODING_AGENT_STEPS)
     assert server.engine.counters["create.stateless"] == 1
     await server.engine.post.stop()
-    (record,) = server.engine.post.recent  # post-inference once for the whole rollout
-    assert record.response_ids == response_ids
-    assert record.stage_runs["validate.full"] == 1
-    assert record.stage_runs["validate.incremental"] == len(CODING_AGENT_STEPS)
-    assert record.resume_tokens == rendered  # only the new items were rendered
-    assert record.stage_runs.get("header.render") == 1  # unchanged tools: header reused
+    records = list(server.engine.post.recent)
+    # post-inference once per response, each record billing exactly its response (POST-1)
+    assert [r.response_ids for r in records] == [[rid] for rid in response_ids]
+    assert len({r.rollout_id for r in records}) == 1  # ... all served by one coroutine
+    runs: Counter[str] = Counter()
+    for record in records:
+        runs.update(record.stage_runs)
+    assert runs["validate.full"] == 1  # the history was processed once
+    assert runs["validate.incremental"] == len(CODING_AGENT_STEPS)  # then only new items
+    assert runs["header.render"] == 1  # unchanged tools: header reused
+    assert records[-1].resume_tokens == rendered  # each continuation rendered only its items
+    assert [r.stage_runs.get("validate.incremental", 0) for r in records[1:]] == [1] * len(
+        CODING_AGENT_STEPS
+    )
 
 
 async def test_http_stateless_runs_full_pipeline_every_time(server: LiveServer) -> None:

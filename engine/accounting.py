@@ -1,0 +1,73 @@
+"""Usage tallies, safety reports and ledger records (SPEC: USE-1..USE-3, SAFE-4, POST-2)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from engine.pipeline import TurnLog
+from engine.post import UsageRecord
+from engine.safety import Finding
+from protocol.response import InputTokensDetails, SafetyFinding, SafetyReport, Usage
+
+if TYPE_CHECKING:
+    from engine.rollout import Rollout
+
+
+@dataclass
+class Tally:
+    """Token usage and sampling counts of one response, or of a whole rollout.
+
+    ``input_tokens`` adds the prompt length of every sampling step; ``cached_tokens`` the part of
+    it that was not rendered fresh for this request (USE-1, USE-2)."""
+
+    input_tokens: int = 0
+    cached_tokens: int = 0
+    output_tokens: int = 0
+    samples: int = 0
+    tool_calls: int = 0
+
+    def usage(self) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens,
+            output_tokens=self.output_tokens,
+            total_tokens=self.input_tokens + self.output_tokens,
+            input_tokens_details=InputTokensDetails(cached_tokens=self.cached_tokens),
+        )
+
+
+def safety_report(policy: str, findings: list[Finding]) -> SafetyReport | None:
+    """The ``safety`` field of a response: null when the scan found nothing (SAFE-4)."""
+    if not findings:
+        return None
+    return SafetyReport(
+        policy=policy,
+        findings=[SafetyFinding(f.kind, f.item_index, f.score) for f in findings],
+    )
+
+
+def usage_record(
+    rollout: Rollout,
+    response_ids: list[str],
+    tally: Tally,
+    log: TurnLog,
+    stage_runs: dict[str, int],
+) -> UsageRecord:
+    return UsageRecord(
+        rollout_id=rollout.id,
+        mode=rollout.mode.value,
+        model=rollout.settings.model,
+        response_ids=list(response_ids),
+        status=rollout.status,
+        input_tokens=tally.input_tokens,
+        cached_tokens=tally.cached_tokens,
+        output_tokens=tally.output_tokens,
+        samples=tally.samples,
+        tool_calls=tally.tool_calls,
+        safety_findings=dict(Counter(f.kind for f in log.findings)),
+        stage_seconds=dict(log.seconds),
+        stage_runs=stage_runs,
+        stage_tokens=dict(rollout.stats.tokens),
+        resume_tokens=list(rollout.resume_tokens),
+    )

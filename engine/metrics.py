@@ -1,0 +1,61 @@
+"""Prometheus metrics (SPEC: OBS-1..OBS-3). One registry per engine, so several engines (tests,
+benchmarks) never collide. Stage timings are observed by the post-inference worker, off the
+critical path; cache counters are read from the engine at scrape time."""
+
+from __future__ import annotations
+
+from collections import Counter as Tally
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+_BUCKETS = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
+)  # fmt: skip
+
+
+class _EngineCounters(Collector):
+    """Exposes the engine's create-path and cache counters without double bookkeeping."""
+
+    def __init__(self, counters: Tally[str]) -> None:
+        self._counters = counters
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(
+            "rollout_events",
+            "Create paths and cache events (fast_path, cache_hit …)",
+            labels=["event"],
+        )
+        for name, value in sorted(self._counters.items()):
+            family.add_metric([name], value)
+        yield family
+
+
+class Metrics:
+    def __init__(self, counters: Tally[str]) -> None:
+        self.registry = CollectorRegistry()
+        self.stage_seconds = Histogram(
+            "rollout_stage_seconds",
+            "Per-response time per stage: validate, scan, render, header, route, queue, "
+            "ttft, model, post",
+            ["stage"],
+            buckets=_BUCKETS,
+            registry=self.registry,
+        )
+        self.responses = Counter(
+            "rollout_responses", "Finished responses", ["mode", "status"], registry=self.registry
+        )
+        self.tokens = Counter(
+            "rollout_tokens", "Tokens by kind (input, cached, output)", ["kind"],
+            registry=self.registry,
+        )  # fmt: skip
+        self.findings = Counter(
+            "rollout_safety_findings", "Safety findings by kind", ["kind"], registry=self.registry
+        )
+        self.registry.register(_EngineCounters(counters))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,152 @@
+"""Semantic validation the schema cannot express (SPEC: VAL-1..VAL-6, ITEM-4)."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from protocol.errors import InvalidRequest
+from protocol.items import (
+    FunctionCall,
+    FunctionCallOutput,
+    InputFile,
+    InputImage,
+    InputItem,
+    ItemReference,
+    Message,
+)
+from protocol.response import Tool
+
+if TYPE_CHECKING:
+    from engine.pipeline import Context
+
+
+def resolve_references(ctx: Context, items: list[InputItem], param: str) -> list[InputItem]:
+    """Replace ``item_reference`` items by the items they name (ITEM-4)."""
+    if not any(isinstance(i, ItemReference) for i in items):
+        return items
+    out: list[InputItem] = []
+    local = {i.id: i for i in items if getattr(i, "id", None) and not isinstance(i, ItemReference)}
+    for index, item in enumerate(items):
+        if isinstance(item, ItemReference):
+            found = ctx.by_id.get(item.id) or local.get(item.id)
+            if found is None:
+                raise InvalidRequest(
+                    "item_not_found",
+                    f"Item with id '{item.id}' not found in this conversation.",
+                    f"{param}[{index}].id",
+                )
+            out.append(found)
+        else:
+            out.append(item)
+    return out
+
+
+def validate(
+    ctx: Context, items: list[InputItem], supports: frozenset[str], param: str = "input"
+) -> None:
+    """Semantic checks the schema cannot express (VAL-1..VAL-4)."""
+    calls = set(ctx.calls)
+    answered = set(ctx.answered)
+    for index, item in enumerate(items):
+        where = f"{param}[{index}]"
+        if isinstance(item, FunctionCall):
+            calls.add(item.call_id)
+        elif isinstance(item, FunctionCallOutput):
+            if item.call_id not in calls:
+                raise InvalidRequest(
+                    "unknown_call_id",
+                    f"No tool call found for function call output with call_id '{item.call_id}'.",
+                    f"{where}.call_id",
+                )
+            if item.call_id in answered:
+                raise InvalidRequest(
+                    "duplicate_tool_output",
+                    f"Duplicate function call output for call_id '{item.call_id}'.",
+                    f"{where}.call_id",
+                )
+            answered.add(item.call_id)
+            _check_content(item.output, supports, f"{where}.output")
+        elif isinstance(item, Message):
+            _check_content(item.content, supports, f"{where}.content")
+
+
+def _check_content(content: object, supports: frozenset[str], where: str) -> None:
+    if isinstance(content, str):
+        return
+    assert isinstance(content, list)
+    for index, part in enumerate(content):
+        kind = (
+            "image"
+            if isinstance(part, InputImage)
+            else "file"
+            if isinstance(part, InputFile)
+            else "text"
+        )
+        if kind not in supports:
+            raise InvalidRequest(
+                "unsupported_content",
+                f"The selected model does not accept {kind} input.",
+                f"{where}[{index}].type",
+            )
+
+
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_SCHEMA_TYPES = frozenset({"object", "string", "number", "integer", "boolean", "array", "null"})
+MAX_SCHEMA_DEPTH = 32
+
+
+def validate_tools(tools: list[Tool]) -> None:
+    """Tool definitions are well formed (VAL-6): unique names, JSON Schema objects."""
+    seen: set[str] = set()
+    for index, tool in enumerate(tools):
+        where = f"tools[{index}]"
+        if not _TOOL_NAME.fullmatch(tool.name):
+            raise InvalidRequest(
+                "invalid_value",
+                "Tool names must be 1-64 characters of letters, digits, '_' or '-'.",
+                f"{where}.name",
+            )
+        if tool.name in seen:
+            raise InvalidRequest(
+                "duplicate_tool_name", f"Duplicate tool name '{tool.name}'.", f"{where}.name"
+            )
+        seen.add(tool.name)
+        if tool.parameters is not None:
+            if tool.parameters.get("type", "object") != "object":
+                raise InvalidRequest(
+                    "invalid_value",
+                    "Function parameters must be a JSON Schema of type 'object'.",
+                    f"{where}.parameters.type",
+                )
+            check_schema(tool.parameters, f"{where}.parameters", 0)
+
+
+def check_schema(schema: object, where: str, depth: int) -> None:
+    """Every ``type`` in a JSON Schema names a JSON type; nested schemas are checked too."""
+    if depth > MAX_SCHEMA_DEPTH:
+        raise InvalidRequest("invalid_value", "The JSON Schema is nested too deeply.", where)
+    if not isinstance(schema, dict):
+        raise InvalidRequest("invalid_type", "A JSON Schema must be an object.", where)
+    kind = schema.get("type")
+    kinds = kind if isinstance(kind, list) else [kind] if kind is not None else []
+    for k in kinds:
+        if k not in _SCHEMA_TYPES:
+            shown = k if isinstance(k, str) else type(k).__name__
+            raise InvalidRequest(
+                "invalid_value", f"Unknown JSON Schema type '{shown[:40]}'.", f"{where}.type"
+            )
+    for key in ("properties", "$defs", "definitions"):
+        children = schema.get(key)
+        if isinstance(children, dict):
+            for name, child in children.items():
+                check_schema(child, f"{where}.{key}.{name}", depth + 1)
+    for key in ("items", "additionalProperties", "not"):
+        child = schema.get(key)
+        if isinstance(child, dict):
+            check_schema(child, f"{where}.{key}", depth + 1)
+    for key in ("anyOf", "oneOf", "allOf"):
+        options = schema.get(key)
+        if isinstance(options, list):
+            for n, child in enumerate(options):
+                check_schema(child, f"{where}.{key}[{n}]", depth + 1)

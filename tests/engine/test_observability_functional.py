@@ -26,10 +26,11 @@ async def _tool_round_trip(live: LiveServer, output: str) -> Any:
     client = AsyncOpenAI(base_url=live.base_url, api_key="x")
     first = await client.responses.create(model="sim", input="read_file a.py", tools=[TOOL])
     call = first.output[0]
+    item: Any = {"type": "function_call_output", "call_id": call.call_id, "output": output}
     second = await client.responses.create(
         model="sim",
         previous_response_id=first.id,
-        input=[{"type": "function_call_output", "call_id": call.call_id, "output": output}],
+        input=[item],
         tools=[TOOL],
     )
     await client.close()

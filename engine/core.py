@@ -29,6 +29,7 @@ class EngineConfig:
     post_queue_size: int = 4096
     ledger_path: Path | None = None
     default_model: str = "sim"
+    model_timeout_s: float = 600.0  # one sampling step; over -> response.failed (LIM-7)
     safety_policy: str = "flag"  # "flag" records findings; "redact" also masks secrets (SAFE-3)
 
 

@@ -28,6 +28,7 @@ from engine.core import Engine
 from engine.models.base import (
     ArgsDelta,
     Backend,
+    BackendError,
     CallEnd,
     CallStart,
     Finish,
@@ -40,7 +41,7 @@ from engine.post import UsageRecord
 from engine.store import StoredResponse, listing_form
 from protocol import events as ev
 from protocol.codec import error_event
-from protocol.errors import InvalidRequest, ServerError
+from protocol.errors import InvalidRequest, ProtocolError, ServerError
 from protocol.items import FunctionCall, FunctionCallOutput, InputItem
 from protocol.response import Tool, ToolChoice, Usage
 from protocol.states import TERMINAL_STATES, ResponseState
@@ -131,6 +132,7 @@ class Rollout:
         self._idle: asyncio.Timeout | None = None  # the idle limit of the current suspension
         self._fresh_tokens = 0  # tokens rendered from input since the last sample
         self._totals = Tally()  # usage over the whole rollout
+        self._model_timeout = engine.config.model_timeout_s
         self.status = "in_progress"
 
     # ================================================================== pre-inference
@@ -174,6 +176,12 @@ class Rollout:
             raise
         except ClientGone:
             self._abandon("cancelled")
+        except BackendError as exc:
+            log.warning("rollout %s: backend failed: %s", self.id, exc)
+            await self._fail_quietly(exc.protocol_error())
+        except TimeoutError:
+            log.warning("rollout %s: model exceeded %.0f s", self.id, self._model_timeout)
+            await self._fail_quietly()
         except Exception:
             log.exception("rollout %s failed", self.id)
             await self._fail_quietly()
@@ -184,7 +192,6 @@ class Rollout:
 
     async def _loop(self) -> None:
         turn = self.turn
-        await self._open_turn(turn)
         while True:
             calls, reason = await self._sample(turn)
             if reason == "length":
@@ -198,7 +205,6 @@ class Rollout:
                 break
             if next_turn is not turn:
                 turn = self.turn = next_turn
-                await self._open_turn(turn)
             else:
                 turn.stream.resume()
         await self._finish()
@@ -224,9 +230,15 @@ class Rollout:
         request = self._sample_request()
         clock = _ModelClock(turn.log)
         deltas = self.backend.stream(request)
-        async with contextlib.aclosing(deltas):
+        # The response opens at the model's first delta, so a backend that refuses the request
+        # (an upstream 4xx) yields a plain ``error`` and no response at all (MODEL-5).
+        opened = turn.stream.state is not ResponseState.NEW
+        async with asyncio.timeout(self._model_timeout), contextlib.aclosing(deltas):
             async for delta in deltas:
-                clock.first_delta()
+                if not opened:
+                    clock.first_delta()
+                    await self._open_turn(turn)
+                    opened = True
                 if isinstance(delta, TextDelta):
                     if not stream.has_open_item:
                         for event in stream.add_message():
@@ -247,6 +259,8 @@ class Rollout:
                     turn.tally.output_tokens += delta.output_tokens
                     self._totals.output_tokens += delta.output_tokens
         clock.finished()
+        if not opened:
+            await self._open_turn(turn)
         if reason != "length":
             await self._close_message(turn, "completed")
         self._absorb_output(stream.output[first_new:])
@@ -390,13 +404,16 @@ class Rollout:
             )
         )
 
-    async def _fail_quietly(self) -> None:
-        """An internal fault: the client gets a generic ``response.failed`` (ERR-3)."""
+    async def _fail_quietly(self, refusal: ProtocolError | None = None) -> None:
+        """A backend's refusal before the response opened is an ``error`` with the backend's
+        status and no response (MODEL-5); any other fault is a generic ``response.failed``
+        (ERR-3)."""
         turn = self.turn
         with contextlib.suppress(Exception):
-            if turn.stream.state is ResponseState.NEW:
-                await turn.sink.send(error_event(ServerError(), stream_id=turn.stream.stream_id))
+            if turn.stream.state is ResponseState.NEW and refusal is not None:
+                await turn.sink.send(error_event(refusal, stream_id=turn.stream.stream_id))
             elif turn.stream.state not in TERMINAL_STATES:
+                await self._open_turn(turn)
                 await self._end_turn(turn, "failed")
         self.status = "failed"
         await self._finish()

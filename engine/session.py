@@ -19,7 +19,14 @@ from engine.core import Engine
 from engine.models.base import Backend
 from engine.rollout import ClientGone, Mode, Rollout, Sink
 from protocol.codec import error_event, parse_input
-from protocol.errors import InvalidRequest, NotFound, ProtocolError, ServerError, TooManyRequests
+from protocol.errors import (
+    InvalidRequest,
+    NotFound,
+    ProtocolError,
+    ServerError,
+    TooManyRequests,
+    Unavailable,
+)
 from protocol.events import (
     ClientEvent,
     InjectError,
@@ -49,6 +56,7 @@ class Lane:
         self.queue: asyncio.Queue[tuple[CreateParams, float]] = asyncio.Queue(maxsize=max_queued)
         self.latest: CacheEntry | None = None
         self.worker: asyncio.Task[None] | None = None
+        self.active = False  # a create is being served right now
 
     def replace(self, entry: CacheEntry) -> None:
         old, self.latest = self.latest, entry
@@ -65,6 +73,7 @@ class Lane:
     async def run(self) -> None:
         while True:
             params, arrived = await self.queue.get()
+            self.active = True
             try:
                 await run_create(self.session, self, params, arrived)
             except ProtocolError as err:
@@ -75,6 +84,7 @@ class Lane:
                 log.exception("create failed on lane %r", self.name)
                 await self.session.send_error(ServerError(), self.name)
             finally:
+                self.active = False
                 self.queue.task_done()
 
 
@@ -99,6 +109,8 @@ class Session:
         self._loop = asyncio.get_running_loop()
         self.opened_at = self._loop.time()
         self.closed = False
+        self.draining = False  # server shutdown began: no new creates (LIM-13)
+        self.expired = False  # connection age limit reached: close after the error (LIM-11)
 
     # ------------------------------------------------------------------ routing (once per model)
     def resolve(self, model: str) -> Backend:
@@ -131,8 +143,11 @@ class Session:
         return stream_id if isinstance(stream_id, str) and _valid(stream_id) else None
 
     def submit_create(self, params: CreateParams) -> None:
+        if self.draining:
+            raise Unavailable("server_shutting_down", "The server is shutting down.", None)
         age, age_limit = self._loop.time() - self.opened_at, self.engine.config.max_connection_age_s
         if age > age_limit:
+            self.expired = True
             raise InvalidRequest(
                 "websocket_connection_limit_reached",
                 f"Responses websocket connection limit reached ({_age(age_limit)}). "
@@ -207,6 +222,11 @@ class Session:
     async def send_error(self, err: ProtocolError, stream_id: str | None = None) -> None:
         with contextlib.suppress(ClientGone):
             await self.sink.send(error_event(err, stream_id=stream_id))
+
+    @property
+    def busy(self) -> bool:
+        """A create is queued or a response is being produced (shutdown waits for these)."""
+        return any(lane.active or not lane.queue.empty() for lane in self.lanes.values())
 
     # ------------------------------------------------------------------ tasks
     def spawn(self, rollout: Rollout) -> None:

@@ -43,6 +43,17 @@ class HttpStatusError(ProtocolError):
         self.status = status  # type: ignore[misc]
 
 
+class Unauthorized(ProtocolError):
+    status = 401
+
+
+class Unavailable(ProtocolError):
+    """The server cannot take this request now (over capacity, shutting down)."""
+
+    status = 503
+    error_type = "server_error"
+
+
 class TooManyRequests(ProtocolError):
     status = 429
     error_type = "rate_limit_error"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -10,14 +12,21 @@ from aiohttp import WSCloseCode, web
 
 from engine.core import Engine, EngineConfig
 from engine.server import http
-from engine.server.keys import ENGINE, MAX_FRAME, SESSIONS
+from engine.server.config import ServerConfig
+from engine.server.keys import DRAINING, ENGINE, MAX_FRAME, SERVER, SESSIONS
 from engine.server.ws import serve_socket
 from engine.session import Session
-from protocol.errors import HttpStatusError, InvalidRequest, ProtocolError, ServerError
+from protocol.errors import (
+    HttpStatusError,
+    InvalidRequest,
+    ProtocolError,
+    ServerError,
+    Unauthorized,
+    Unavailable,
+)
 
 log = logging.getLogger("rollout.server")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-MAX_BODY_BYTES = 32 * 1024 * 1024
 
 
 @web.middleware
@@ -49,6 +58,22 @@ def _http_error(exc: web.HTTPException) -> ProtocolError:
     return HttpStatusError(exc.status, code, message)
 
 
+@web.middleware
+async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Bearer API keys, checked before any work and before a WebSocket upgrade (AUTH-2)."""
+    config = request.app[SERVER]
+    if config.api_keys and request.path not in _OPEN_PATHS:
+        scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not config.key_allowed(presented.strip()):
+            raise Unauthorized(
+                "invalid_api_key", "Incorrect or missing API key (use Authorization: Bearer).", None
+            )
+    return await handler(request)
+
+
+_OPEN_PATHS = frozenset({"/healthz"})
+
+
 async def responses_get(request: web.Request) -> web.StreamResponse:
     """``GET /v1/responses`` is the WebSocket endpoint (WS-1)."""
     if request.headers.get("Upgrade", "").lower() != "websocket":
@@ -57,22 +82,47 @@ async def responses_get(request: web.Request) -> web.StreamResponse:
             "GET /v1/responses opens a WebSocket; use POST /v1/responses for HTTP.",
             None,
         )
-    engine: Engine = request.app[ENGINE]
-    return await serve_socket(request, engine, request.app[MAX_FRAME])
+    config = request.app[SERVER]
+    if not config.websocket_enabled:
+        raise HttpStatusError(
+            426,
+            "websocket_disabled",
+            "WebSocket mode is disabled here; use HTTP POST /v1/responses.",
+        )
+    if request.app[DRAINING][0]:
+        raise Unavailable("server_shutting_down", "The server is shutting down.", None)
+    if len(request.app[SESSIONS]) >= config.max_connections:
+        raise Unavailable(
+            "too_many_connections",
+            f"This server accepts at most {config.max_connections} WebSocket connections.",
+            None,
+        )
+    return await serve_socket(request, request.app[ENGINE], config)
 
 
 async def _start(app: web.Application) -> None:
     await app[ENGINE].start()
 
 
-async def _close_sockets(app: web.Application) -> None:
+async def _drain_sockets(app: web.Application) -> None:
+    """Graceful shutdown (LIM-13): refuse new work, let in-flight responses finish within the
+    grace period, then close every socket with 1001 (going away)."""
+    app[DRAINING][0] = True
     sessions: set[Session] = app[SESSIONS]
+    for session in sessions:
+        session.draining = True
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + app[SERVER].shutdown_grace_s
+    # A bounded poll, once, at shutdown: simpler than wiring idle events through every lane.
+    while any(s.busy for s in sessions) and loop.time() < deadline:  # noqa: ASYNC110
+        await asyncio.sleep(0.05)
     for session in list(sessions):
-        sink = session.sink
-        ws = getattr(sink, "_ws", None)
+        ws = getattr(session.sink, "ws", None)
         if ws is not None:
             with contextlib.suppress(Exception):
-                await ws.close(code=WSCloseCode.GOING_AWAY, message=b"server shutdown")
+                await asyncio.wait_for(
+                    ws.close(code=WSCloseCode.GOING_AWAY, message=b"shutdown"), 1
+                )
         await session.close()
 
 
@@ -81,12 +131,20 @@ async def _stop(app: web.Application) -> None:
 
 
 def create_app(
-    engine: Engine | None = None, *, max_frame_bytes: int = MAX_BODY_BYTES
+    engine: Engine | None = None,
+    *,
+    max_frame_bytes: int | None = None,
+    server: ServerConfig | None = None,
 ) -> web.Application:
-    app = web.Application(middlewares=[errors], client_max_size=max_frame_bytes)
+    config = server or ServerConfig()
+    if max_frame_bytes is not None:
+        config = dataclasses.replace(config, max_frame_bytes=max_frame_bytes)
+    app = web.Application(middlewares=[errors, auth], client_max_size=config.max_frame_bytes)
     app[ENGINE] = engine or Engine(EngineConfig())
     app[SESSIONS] = set()
-    app[MAX_FRAME] = max_frame_bytes
+    app[MAX_FRAME] = config.max_frame_bytes
+    app[SERVER] = config
+    app[DRAINING] = [False]
     app.router.add_get("/v1/responses", responses_get)
     app.router.add_post("/v1/responses", http.create_response)
     app.router.add_get("/v1/responses/{response_id}", http.get_response)
@@ -98,6 +156,6 @@ def create_app(
     app.router.add_get("/debug/stats", http.stats)
     app.router.add_get("/metrics", http.metrics)
     app.on_startup.append(_start)
-    app.on_shutdown.append(_close_sockets)
+    app.on_shutdown.append(_drain_sockets)
     app.on_cleanup.append(_stop)
     return app

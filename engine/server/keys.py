@@ -5,8 +5,11 @@ from __future__ import annotations
 from aiohttp import web
 
 from engine.core import Engine
+from engine.server.config import ServerConfig
 from engine.session import Session
 
 ENGINE = web.AppKey("engine", Engine)
 SESSIONS = web.AppKey("sessions", set[Session])
 MAX_FRAME = web.AppKey("max_frame_bytes", int)
+SERVER = web.AppKey("server_config", ServerConfig)
+DRAINING = web.AppKey("draining", list[bool])  # [True] once shutdown began

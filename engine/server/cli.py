@@ -1,32 +1,58 @@
-"""``rollout`` command line: ``serve`` and ``agent``."""
+"""``rollout`` command line: ``serve``, ``agent`` and ``bench``."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import logging
+import ssl
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
+
+from aiohttp import web
 
 from engine.core import Engine, EngineConfig
 from engine.models.router import Router
+from engine.server.config import ServerConfig, load_api_keys, warn_if_open
 
 
 def _serve_args(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("serve", help="run the Responses API server (simulated model by default)")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--tps", type=float, default=1000.0, help="simulated model tokens/second")
-    p.add_argument("--max-connection-age", type=float, default=3600.0, help="seconds")
-    p.add_argument("--idle-timeout", type=float, default=600.0, help="suspended rollout, seconds")
-    p.add_argument("--max-queued", type=int, default=16, help="queued creates per lane")
-    p.add_argument("--max-frame-bytes", type=int, default=32 * 1024 * 1024)
-    p.add_argument("--ledger", type=Path, default=None, help="append usage records (JSONL)")
-    p.add_argument("--log-level", default="INFO")
-    p.add_argument("--config", type=Path, default=None, help="model routing file (TOML)")
-    p.add_argument("--upstream", default=None, help="OpenAI-compatible base URL, e.g. …/v1")
-    p.add_argument("--upstream-model", default=None, help="model name sent upstream")
-    p.add_argument("--upstream-key-env", default=None, help="env var holding the upstream key")
+    net = p.add_argument_group("network")
+    net.add_argument("--host", default="127.0.0.1")
+    net.add_argument("--port", type=int, default=8000)
+    net.add_argument("--tls-cert", type=Path, default=None, help="PEM certificate: serve https/wss")
+    net.add_argument("--tls-key", type=Path, default=None, help="PEM private key for --tls-cert")
+    net.add_argument("--api-keys-file", type=Path, default=None, help="one API key per line")
+    net.add_argument(
+        "--api-keys-env", default="ROLLOUT_API_KEYS", help="env var with comma-separated API keys"
+    )
+    net.add_argument("--no-websocket", action="store_true", help="answer upgrades with 426")
+    lim = p.add_argument_group("limits")
+    lim.add_argument("--max-connections", type=int, default=1024, help="open WebSockets")
+    lim.add_argument("--max-frame-bytes", type=int, default=32 * 1024 * 1024)
+    lim.add_argument("--max-connection-age", type=float, default=3600.0, help="seconds")
+    lim.add_argument("--idle-timeout", type=float, default=600.0, help="suspended rollout, s")
+    lim.add_argument("--max-queued", type=int, default=16, help="queued creates per lane")
+    lim.add_argument("--max-lanes", type=int, default=32, help="named stream_ids per connection")
+    lim.add_argument("--max-input-items", type=int, default=10_000, help="items per request")
+    lim.add_argument("--model-timeout", type=float, default=600.0, help="one sampling step, s")
+    lim.add_argument("--send-timeout", type=float, default=30.0, help="slow reader cut-off, s")
+    lim.add_argument("--shutdown-grace", type=float, default=10.0, help="in-flight drain, s")
+    lim.add_argument("--store-max-entries", type=int, default=10_000, help="stored responses")
+    eng = p.add_argument_group("engine")
+    eng.add_argument("--tps", type=float, default=1000.0, help="simulated model tokens/second")
+    eng.add_argument("--safety-policy", choices=["flag", "redact"], default="flag")
+    eng.add_argument("--ledger", type=Path, default=None, help="append usage records (JSONL)")
+    eng.add_argument("--log-level", default="INFO")
+    up = p.add_argument_group("models")
+    up.add_argument("--config", type=Path, default=None, help="model routing file (TOML)")
+    up.add_argument("--upstream", default=None, help="OpenAI-compatible base URL, e.g. …/v1")
+    up.add_argument("--upstream-model", default=None, help="model name sent upstream")
+    up.add_argument("--upstream-key-env", default=None, help="env var holding the upstream key")
 
 
 def _agent_args(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -39,46 +65,87 @@ def _agent_args(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("--quiet", action="store_true")
 
 
-def serve(args: argparse.Namespace) -> int:
-    from aiohttp import web
+def engine_config(args: argparse.Namespace) -> EngineConfig:
+    return EngineConfig(
+        tokens_per_second=args.tps,
+        max_connection_age_s=args.max_connection_age,
+        suspended_idle_timeout_s=args.idle_timeout,
+        max_queued_creates=args.max_queued,
+        max_lanes=args.max_lanes,
+        max_input_items=args.max_input_items,
+        store_max_entries=args.store_max_entries,
+        model_timeout_s=args.model_timeout,
+        ledger_path=args.ledger,
+        safety_policy=args.safety_policy,
+    )
 
+
+def server_config(args: argparse.Namespace) -> ServerConfig:
+    return ServerConfig(
+        max_frame_bytes=args.max_frame_bytes,
+        max_connections=args.max_connections,
+        websocket_enabled=not args.no_websocket,
+        api_keys=load_api_keys(args.api_keys_file, args.api_keys_env),
+        send_timeout_s=args.send_timeout,
+        shutdown_grace_s=args.shutdown_grace,
+    )
+
+
+def tls_context(cert: Path | None, key: Path | None) -> ssl.SSLContext | None:
+    """TLS for ``https://`` and ``wss://`` straight from the server (TLS-1)."""
+    if cert is None and key is None:
+        return None
+    if cert is None or key is None:
+        raise ValueError("--tls-cert and --tls-key go together")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    return context
+
+
+def serve(args: argparse.Namespace) -> int:
     from engine.server.app import create_app
 
     logging.basicConfig(
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
-    config = EngineConfig(
-        tokens_per_second=args.tps,
-        max_connection_age_s=args.max_connection_age,
-        suspended_idle_timeout_s=args.idle_timeout,
-        max_queued_creates=args.max_queued,
-        ledger_path=args.ledger,
-    )
+    config = engine_config(args)
     try:
         router = _router(args, config)
-    except ValueError as exc:
+        tls = tls_context(args.tls_cert, args.tls_key)
+        server = server_config(args)
+    except (ValueError, OSError) as exc:
         print(f"rollout serve: {exc}", file=sys.stderr)
         return 2
-    app = create_app(Engine(config, router=router), max_frame_bytes=args.max_frame_bytes)
-    base = f"http://{args.host}:{args.port}/v1"
+    warn_if_open(server, args.host)
+    app = create_app(Engine(config, router=router), server=server)
+    _banner(args, router, tls is not None)
+    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        runner.run(_run_app(app, args.host, args.port, tls, server.shutdown_grace_s))
+    return 0
+
+
+def _banner(args: argparse.Namespace, router: Router | None, tls: bool) -> None:
+    http, ws = ("https", "wss") if tls else ("http", "ws")
+    base = f"{http}://{args.host}:{args.port}/v1"
     models = ", ".join(router.models()) if router else f"simulated, {args.tps:g} tokens/s"
     print(
         f"rollout engine on {base} (models: {models})\n"
         f"  HTTP:      POST {base}/responses\n"
-        f"  WebSocket: ws://{args.host}:{args.port}/v1/responses\n"
+        f"  WebSocket: {ws}://{args.host}:{args.port}/v1/responses\n"
         f"  openai SDK: AsyncOpenAI(base_url='{base}', api_key='any')\n"
         f"  demo agent: rollout agent --url {base}",
         flush=True,
     )
+
+
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     try:
         import uvloop
 
-        loop_factory = uvloop.new_event_loop
+        factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+        return factory
     except ImportError:  # pragma: no cover - non-POSIX
-        loop_factory = None
-    with asyncio.Runner(loop_factory=loop_factory) as runner:
-        runner.run(_run_app(web, app, args.host, args.port))
-    return 0
+        return None
 
 
 def _router(args: argparse.Namespace, config: EngineConfig) -> Router | None:
@@ -99,13 +166,13 @@ def _router(args: argparse.Namespace, config: EngineConfig) -> Router | None:
     return build_router(routing)
 
 
-async def _run_app(web: object, app: object, host: str, port: int) -> None:
-    from aiohttp import web as aioweb
-
-    assert isinstance(app, aioweb.Application)
-    runner = aioweb.AppRunner(app, handle_signals=True)
+async def _run_app(
+    app: web.Application, host: str, port: int, tls: ssl.SSLContext | None, grace: float
+) -> None:
+    """Serve until SIGINT/SIGTERM; then stop accepting, drain, close (LIM-13)."""
+    runner = web.AppRunner(app, handle_signals=True, shutdown_timeout=grace)
     await runner.setup()
-    site = aioweb.TCPSite(runner, host, port)
+    site = web.TCPSite(runner, host, port, ssl_context=tls)
     await site.start()
     try:
         await asyncio.Event().wait()
@@ -124,10 +191,24 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     _serve_args(sub)
     _agent_args(sub)
+    bench = _bench_module()
+    if bench is not None:
+        bench.add_bench_parser(sub)
     args = parser.parse_args(argv)
     if args.command == "serve":
         return serve(args)
+    if args.command == "bench" and bench is not None:
+        result: int = bench.run_bench(args)
+        return result
     return agent(args)
+
+
+def _bench_module() -> ModuleType | None:
+    """``rollout bench`` lives in ``engine.bench`` (kept out of the server's import path)."""
+    try:
+        return importlib.import_module("engine.bench.cli")
+    except ImportError:
+        return None
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from engine.pipeline import Context
+from protocol.errors import ProtocolError
 from protocol.response import Tool, ToolChoice
 
 FinishReason = Literal["stop", "tool_calls", "length"]
@@ -86,3 +87,8 @@ class Backend(Protocol):
 
 class BackendError(Exception):
     """A backend failed; reported to clients as ``response.failed`` / ``server_error``."""
+
+    def protocol_error(self) -> ProtocolError | None:
+        """The client-facing error when the request itself was refused (e.g. an upstream 4xx,
+        with the upstream's status and a sanitised message); None for a server-side fault."""
+        return None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 import msgspec
 
@@ -49,10 +49,10 @@ class ChatBackend:
         self.supports = supports
         self.stats: Counter[str] = Counter()  # requests, dropped items, estimated usage …
 
-    def stream(self, request: SampleRequest) -> AsyncIterator[Delta]:
+    def stream(self, request: SampleRequest) -> AsyncGenerator[Delta, None]:
         return retry_before_first(lambda _attempt: self._attempt(request), self.endpoint)
 
-    async def _attempt(self, request: SampleRequest) -> AsyncIterator[Delta]:
+    async def _attempt(self, request: SampleRequest) -> AsyncGenerator[Delta, None]:
         payload = build_body(request, self.options)
         self.stats.update({f"dropped.{k}": v for k, v in payload.dropped.items()})
         self.stats["requests"] += 1

@@ -147,10 +147,10 @@ def _attach_call(out: list[ChatMessage], item: FunctionCall) -> None:
     last = out[-1] if out else None
     if last is not None and last["role"] == "assistant":
         last.setdefault("tool_calls", []).append(call)
-        if not last.get("content"):
-            last["content"] = None
         return
-    out.append({"role": "assistant", "content": None, "tool_calls": [call]})
+    # Empty text rather than null or no key: llama-cpp-python's schema rejects null and its
+    # chat templates read ``content`` unconditionally; OpenAI and vLLM accept "".
+    out.append({"role": "assistant", "content": "", "tool_calls": [call]})
 
 
 def _tool_result(item: FunctionCallOutput, dropped: Counter[str]) -> ChatMessage:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import weakref
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,10 +67,10 @@ class ResponsesBackend:
         self.stats: Counter[str] = Counter()
         self._links: dict[int, _Link] = {}  # id(Context) -> link; dropped when it is collected
 
-    def stream(self, request: SampleRequest) -> AsyncIterator[Delta]:
+    def stream(self, request: SampleRequest) -> AsyncGenerator[Delta, None]:
         return retry_before_first(lambda n: self._attempt(request, n), self.endpoint)
 
-    async def _attempt(self, request: SampleRequest, number: int) -> AsyncIterator[Delta]:
+    async def _attempt(self, request: SampleRequest, number: int) -> AsyncGenerator[Delta, None]:
         ctx = request.context
         link = self._links.get(id(ctx)) if self.options.continue_by_id else None
         if link is not None and number > 0:

@@ -15,7 +15,7 @@ import contextlib
 import logging
 import os
 import re
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +26,7 @@ from yarl import URL
 from engine.models.base import BackendError, Delta
 from engine.models.http_pool import HttpPool
 from engine.models.sse_decoder import SseDecoder, SseEvent, SseTooLarge
-from protocol.errors import ProtocolError, ServerError
+from protocol.errors import ProtocolError
 
 log = logging.getLogger("rollout.upstream")
 
@@ -91,11 +91,11 @@ class UpstreamError(BackendError):
         """The upstream refused the request itself (4xx): the client may be able to fix it."""
         return self.status is not None and 400 <= self.status < 500
 
-    def protocol_error(self) -> ProtocolError:
-        """What the client is told: the upstream's status and safe message for a 4xx, a generic
-        ``server_error`` otherwise."""
+    def protocol_error(self) -> ProtocolError | None:
+        """A 4xx reaches the client with the upstream's status and our sanitised message; None
+        (a generic ``server_error``) for everything else."""
         if self.status is None or not self.rejected:
-            return ServerError()
+            return None
         return UpstreamRejected(self.status, self.message)
 
 
@@ -219,8 +219,8 @@ def decode_json(data: str, kind: type[Any]) -> Any:
 
 
 async def retry_before_first(
-    attempt: Callable[[int], AsyncIterator[Delta]], endpoint: Endpoint
-) -> AsyncIterator[Delta]:
+    attempt: Callable[[int], AsyncGenerator[Delta, None]], endpoint: Endpoint
+) -> AsyncGenerator[Delta, None]:
     """Run ``attempt`` (given its 0-based number), retrying a retryable failure up to
     ``endpoint.retries`` times, but only while nothing has been yielded: once a delta reached the
     client, replaying the request would duplicate output. An error marked ``fallback`` gets one
@@ -231,7 +231,7 @@ async def retry_before_first(
         deltas = attempt(number)
         started = False
         try:
-            async with contextlib.aclosing(deltas):  # type: ignore[type-var]
+            async with contextlib.aclosing(deltas):
                 async for delta in deltas:
                     started = True
                     yield delta

@@ -1,0 +1,1 @@
+"""Upstream backends (chat completions, Responses) against local peers (SPEC: UP-*)."""

@@ -1,0 +1,120 @@
+"""Fixtures: local upstream peers, and our server routed to them.
+
+``engine_for`` builds ``Engine(EngineConfig(...), router=...)`` itself (the shared
+``start_server`` always uses the simulator) and cleans everything up, which also closes the
+shared upstream HTTP pool through ``Engine.stop``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from engine.core import Engine, EngineConfig
+from engine.models.config import build_router, parse_config
+from engine.models.router import Router
+from engine.server.app import create_app
+from tests.conftest import LiveServer
+from tests.upstream.peer import SECRET, ChatPeer, ResponsesPeer
+
+KEY_ENV = "ROLLOUT_TEST_UPSTREAM_KEY"
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "Weather for a city",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+        "additionalProperties": False,
+    },
+    "strict": True,
+}
+StartEngine = Callable[..., Awaitable[LiveServer]]
+
+
+@pytest.fixture(autouse=True)
+def upstream_key(monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv(KEY_ENV, SECRET)
+    return SECRET
+
+
+@pytest.fixture
+async def chat_peer() -> AsyncIterator[ChatPeer]:
+    peer = ChatPeer()
+    await peer.start()
+    try:
+        yield peer
+    finally:
+        await peer.stop()
+
+
+@pytest.fixture
+async def responses_peer() -> AsyncIterator[ResponsesPeer]:
+    peer = ResponsesPeer()
+    await peer.start()
+    try:
+        yield peer
+    finally:
+        await peer.stop()
+
+
+def route(backend: str, base_url: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "backend": backend,
+        "base_url": base_url,
+        "model": "up-model",
+        "api_key_env": KEY_ENV,
+        "aliases": ["gpt-up"],
+        **extra,
+    }
+
+
+def router_for(backend: str, base_url: str, **extra: Any) -> Router:
+    """``model-a`` (alias ``gpt-up``) -> the peer, also the default; ``sim`` stays routable."""
+    raw = {
+        "default": "model-a",
+        "models": {"model-a": route(backend, base_url, **extra), "sim": {"backend": "sim"}},
+    }
+    return build_router(parse_config(raw))
+
+
+async def start_engine(router: Router, **config: Any) -> LiveServer:
+    settings = {"tokens_per_second": 0, "default_model": "model-a", **config}
+    engine = Engine(EngineConfig(**settings), router=router)
+    runner = web.AppRunner(create_app(engine), handle_signals=False, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    assert site._server is not None
+    port = site._server.sockets[0].getsockname()[1]
+    return LiveServer(engine=engine, port=port, runner=runner)
+
+
+@pytest.fixture
+async def engine_for() -> AsyncIterator[StartEngine]:
+    started: list[LiveServer] = []
+
+    async def make(router: Router, **config: Any) -> LiveServer:
+        live = await start_engine(router, **config)
+        started.append(live)
+        return live
+
+    try:
+        yield make
+    finally:
+        for live in started:
+            await live.runner.cleanup()
+
+
+@pytest.fixture
+async def chat_server(chat_peer: ChatPeer, engine_for: StartEngine) -> LiveServer:
+    return await engine_for(router_for("chat", chat_peer.base_url))
+
+
+@pytest.fixture
+async def responses_server(responses_peer: ResponsesPeer, engine_for: StartEngine) -> LiveServer:
+    return await engine_for(router_for("responses", responses_peer.base_url))

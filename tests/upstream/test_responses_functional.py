@@ -1,0 +1,144 @@
+"""Our server in front of an HTTP-only Responses peer (UP-RESP-1..UP-RESP-5): items and deltas
+are relayed, the full context goes up each step unless the route continues by id."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import aiohttp
+
+from tests.conftest import LiveServer
+from tests.upstream.conftest import WEATHER, StartEngine, router_for
+from tests.upstream.peer import SECRET, Call, Reply, ResponsesPeer
+from tests.upstream.test_chat_functional import post, until
+
+FCO = {"type": "function_call_output", "call_id": "call_r", "output": "sunny"}
+
+
+async def tool_round(server: LiveServer, peer: ResponsesPeer, **extra: Any) -> list[dict[str, Any]]:
+    """Weather question -> call -> output -> answer, over WS with the compat fast path."""
+    peer.queue(
+        Reply(text="Checking.", calls=[Call("get_weather", '{"city":"Paris"}', "call_r")]),
+        Reply(text="It is sunny."),
+    )
+    common = {"model": "model-a", "tools": [WEATHER], "instructions": "Be brief.", "store": False}
+    async with aiohttp.ClientSession() as http, http.ws_connect(server.ws_url) as ws:
+        await ws.send_json({"type": "response.create", "input": "Weather?", **common, **extra})
+        first, _ = await until(ws, "response.completed")
+        assert [i["type"] for i in first["response"]["output"]] == ["message", "function_call"]
+        await ws.send_json(
+            {
+                "type": "response.create",
+                "previous_response_id": first["response"]["id"],
+                "input": [FCO],
+                **common,
+            }
+        )
+        second, _ = await until(ws, "response.completed")
+    assert second["response"]["output"][0]["content"][0]["text"] == "It is sunny."
+    return [r.body for r in peer.requests]
+
+
+async def test_text_relay_and_usage(
+    responses_server: LiveServer, responses_peer: ResponsesPeer
+) -> None:
+    status, body = await post(responses_server, model="model-a", input="hi", store=False)
+    assert status == 200 and body["output"][0]["content"][0]["text"] == "Hello from upstream"
+    assert body["usage"]["output_tokens"] == 7
+    sent = responses_peer.last
+    assert sent["model"] == "up-model" and sent["stream"] is True and sent["store"] is False
+    assert sent["input"] == [{"type": "message", "role": "user", "content": "hi"}]
+
+
+async def test_full_context_each_step_without_our_ids(
+    responses_server: LiveServer, responses_peer: ResponsesPeer
+) -> None:
+    first, second = await tool_round(responses_server, responses_peer, max_output_tokens=99)
+    assert first["instructions"] == "Be brief." and first["max_output_tokens"] == 99
+    assert first["tools"] == [WEATHER]
+    assert "previous_response_id" not in second
+    assert second["input"] == [
+        {"type": "message", "role": "user", "content": "Weather?"},
+        {
+            "type": "message",
+            "role": "assistant",
+            "content": [
+                {"type": "output_text", "text": "Checking.", "annotations": [], "logprobs": []}
+            ],
+        },
+        {
+            "type": "function_call",
+            "call_id": "call_r",
+            "name": "get_weather",
+            "arguments": '{"city":"Paris"}',
+        },
+        FCO,
+    ]
+
+
+async def test_continue_by_id_sends_only_new_items(
+    responses_peer: ResponsesPeer, engine_for: StartEngine
+) -> None:
+    server = await engine_for(router_for("responses", responses_peer.base_url, continue_by_id=True))
+    first, second = await tool_round(server, responses_peer)
+    assert first["store"] is True and "previous_response_id" not in first
+    assert second["previous_response_id"] == "resp_up_1"
+    assert second["input"] == [FCO]
+
+
+async def test_rejected_continuation_falls_back_to_full_context(
+    responses_peer: ResponsesPeer, engine_for: StartEngine
+) -> None:
+    server = await engine_for(router_for("responses", responses_peer.base_url, continue_by_id=True))
+    responses_peer.queue(
+        Reply(calls=[Call("get_weather", '{"city":"Paris"}', "call_r")]),
+        Reply(status=400, error_body={"error": {"message": "Previous response not found."}}),
+        Reply(text="It is sunny."),
+    )
+    async with aiohttp.ClientSession() as http, http.ws_connect(server.ws_url) as ws:
+        common = {"model": "model-a", "tools": [WEATHER], "store": False}
+        await ws.send_json({"type": "response.create", "input": "Weather?", **common})
+        first, _ = await until(ws, "response.completed")
+        await ws.send_json(
+            {
+                "type": "response.create",
+                "previous_response_id": first["response"]["id"],
+                "input": [FCO],
+                **common,
+            }
+        )
+        await until(ws, "response.completed")
+    retry = responses_peer.requests[2].body
+    assert "previous_response_id" not in retry and len(retry["input"]) == 3
+
+
+async def test_incomplete_and_failed_upstream_responses(
+    responses_server: LiveServer, responses_peer: ResponsesPeer
+) -> None:
+    responses_peer.queue(Reply(text="Once upon", finish="length"), Reply(text="x", finish="failed"))
+    _, body = await post(responses_server, model="model-a", input="story", max_output_tokens=2)
+    assert body["status"] == "incomplete"
+    assert body["incomplete_details"] == {"reason": "max_output_tokens"}
+    async with aiohttp.ClientSession() as http, http.ws_connect(responses_server.ws_url) as ws:
+        await ws.send_json({"type": "response.create", "model": "model-a", "input": "hi"})
+        failed, events = await until(ws, "response.failed")
+    assert failed["response"]["error"]["code"] == "server_error"
+    assert SECRET not in json.dumps(events)
+
+
+async def test_reasoning_items_are_dropped_and_counted(
+    responses_server: LiveServer, responses_peer: ResponsesPeer
+) -> None:
+    reasoning = {
+        "type": "reasoning",
+        "id": "rs_1",
+        "summary": [{"type": "summary_text", "text": "t"}],
+    }
+    user = {"type": "message", "role": "user", "content": "hi"}
+    await post(responses_server, model="model-a", input=[reasoning, user], store=False)
+    assert responses_peer.last["input"] == [user]
+    stats_url = f"http://127.0.0.1:{responses_server.port}/debug/stats"
+    async with aiohttp.ClientSession() as http, http.get(stats_url) as r:
+        stats = await r.json()
+    assert stats["backends"]["gpt-up"]["dropped.reasoning"] == 1

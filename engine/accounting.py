@@ -6,6 +6,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import msgspec
+
+from engine.models.base import Finish
 from engine.pipeline import TurnLog
 from engine.post import UsageRecord
 from engine.safety import Finding
@@ -27,6 +30,17 @@ class Tally:
     output_tokens: int = 0
     samples: int = 0
     tool_calls: int = 0
+    estimated: bool = False  # some output was counted with our tokenizer (USE-3)
+
+    def count_finish(self, finish: Finish, prompt: int, cached: int) -> None:
+        """Add a sampling step's counts; the backend's own prompt and cache counts, when it
+        reports them, replace our render's estimate (UP-7)."""
+        self.output_tokens += finish.output_tokens
+        if finish.input_tokens is not None:
+            self.input_tokens += finish.input_tokens - prompt
+        if finish.cached_tokens is not None:
+            self.cached_tokens += finish.cached_tokens - cached
+        self.estimated = self.estimated or finish.usage_estimated
 
     def usage(self) -> Usage:
         return Usage(
@@ -34,6 +48,7 @@ class Tally:
             output_tokens=self.output_tokens,
             total_tokens=self.input_tokens + self.output_tokens,
             input_tokens_details=InputTokensDetails(cached_tokens=self.cached_tokens),
+            estimated=True if self.estimated else msgspec.UNSET,
         )
 
 

@@ -58,6 +58,8 @@ def settings_from(params: CreateParams, model: str) -> Settings:
         max_output_tokens=params.max_output_tokens,
         max_tool_calls=params.max_tool_calls,
         store=params.store,
+        temperature=params.temperature,
+        top_p=params.top_p,
     )
 
 

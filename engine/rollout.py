@@ -41,7 +41,7 @@ from engine.post import UsageRecord
 from engine.store import StoredResponse, listing_form
 from protocol import events as ev
 from protocol.codec import error_event
-from protocol.errors import InvalidRequest, ProtocolError, ServerError
+from protocol.errors import InvalidRequest, ProtocolError
 from protocol.items import FunctionCall, FunctionCallOutput, InputItem
 from protocol.response import Tool, ToolChoice, Usage
 from protocol.states import TERMINAL_STATES, ResponseState
@@ -81,6 +81,8 @@ class Settings:
     max_output_tokens: int | None
     max_tool_calls: int | None
     store: bool
+    temperature: float | None = None
+    top_p: float | None = None
 
 
 def _future() -> asyncio.Future[str]:
@@ -217,9 +219,10 @@ class Rollout:
     # ================================================================== sampling
     async def _sample(self, turn: Turn) -> tuple[list[FunctionCall], FinishReason]:
         prompt = self.ctx.prompt_tokens
+        cached = max(prompt - self._fresh_tokens, 0)
         for usage in (turn.tally, self._totals):
             usage.input_tokens += prompt
-            usage.cached_tokens += max(prompt - self._fresh_tokens, 0)
+            usage.cached_tokens += cached
         self._fresh_tokens = 0
         turn.tally.samples += 1
         self._totals.samples += 1
@@ -256,8 +259,8 @@ class Rollout:
                         await send(event)
                 elif isinstance(delta, Finish):
                     reason = delta.reason
-                    turn.tally.output_tokens += delta.output_tokens
-                    self._totals.output_tokens += delta.output_tokens
+                    for tally in (turn.tally, self._totals):
+                        tally.count_finish(delta, prompt, cached)
         clock.finished()
         if not opened:
             await self._open_turn(turn)
@@ -278,6 +281,8 @@ class Rollout:
             parallel_tool_calls=s.parallel_tool_calls,
             max_output_tokens=s.max_output_tokens,
             max_tool_calls=s.max_tool_calls,
+            temperature=s.temperature,
+            top_p=s.top_p,
         )
 
     async def _close_message(self, turn: Turn, status: str) -> None:

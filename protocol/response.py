@@ -48,6 +48,9 @@ class Usage(msgspec.Struct):
     total_tokens: int
     input_tokens_details: InputTokensDetails = msgspec.field(default_factory=InputTokensDetails)
     output_tokens_details: OutputTokensDetails = msgspec.field(default_factory=OutputTokensDetails)
+    # Extension (USE-3): present and true only when output tokens were counted by our tokenizer
+    # because the upstream reported no usage.
+    estimated: bool | msgspec.UnsetType = msgspec.UNSET
 
 
 class ResponseErrorInfo(msgspec.Struct):

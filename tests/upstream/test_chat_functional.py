@@ -207,7 +207,6 @@ async def test_upstream_4xx_reaches_the_client_with_its_status(
     assert status == 400 and "context too long" in body["error"]["message"]
 
 
-@pytest.mark.xfail(strict=True, reason="needs the rollout change proposed in issue 5's report")
 async def test_temperature_and_top_p_reach_the_upstream(
     chat_server: LiveServer, chat_peer: ChatPeer
 ) -> None:

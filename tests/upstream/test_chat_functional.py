@@ -179,6 +179,7 @@ async def test_usage_falls_back_to_our_tokenizer(
     chat_peer.queue(Reply(text="Counted by the engine itself.", usage=None))
     _, body = await post(chat_server, model="model-a", input="hi", store=False)
     assert body["usage"]["output_tokens"] == count("Counted by the engine itself.")
+    assert body["usage"]["estimated"] is True  # USE-3: the response says so
     async with (
         aiohttp.ClientSession() as http,
         http.get(f"http://127.0.0.1:{chat_server.port}/debug/stats") as r,

@@ -1,12 +1,13 @@
-# Two commands on a fresh machine: `make run` and `make test`.
+# Two commands on a fresh machine: `make run` and `make test`. Everything else is optional.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 STAMP  := $(VENV)/.installed
+REAL_VENV ?= .venv-real
 
-.PHONY: run test lint types unit install clean agent
+.PHONY: run test lint types unit install clean agent bench fuzz load test-real
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,9 +31,27 @@ types: $(STAMP)
 	$(BIN)/mypy
 
 unit: $(STAMP)
-	$(BIN)/pytest
+	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(BIN)/pytest
 
 test: lint types unit
+
+# Benchmarks are not tests: they report figures, they assert nothing about time.
+bench: $(STAMP)
+	$(BIN)/rollout bench --json bench.json --png bench.png
+
+# The deep hypothesis profile (>= 10,000 sequences); slow, opt-in.
+fuzz: $(STAMP)
+	HYPOTHESIS_PROFILE=deep $(BIN)/pytest tests/fuzz tests/protocol -q -p no:cacheprovider --timeout 0 --hypothesis-show-statistics
+
+# Opt-in end-to-end test against a real llama.cpp server (builds llama-cpp-python: ~30 min).
+$(REAL_VENV)/.installed:
+	$(PYTHON) -m venv $(REAL_VENV)
+	CMAKE_BUILD_PARALLEL_LEVEL=2 CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF" \
+	  $(REAL_VENV)/bin/pip install --quiet 'llama-cpp-python[server]==0.3.36' gguf numpy
+	touch $@
+
+test-real: $(STAMP) $(REAL_VENV)/.installed
+	ROLLOUT_REAL_PYTHON=$(REAL_VENV)/bin/python $(BIN)/pytest tests/upstream/test_real_llama_cpp.py -q
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -174,28 +174,22 @@ class SimulatedModel:
     # ------------------------------------------------------------------ streaming
     async def stream(self, request: SampleRequest) -> AsyncGenerator[Delta, None]:
         plan = self.plan(request)
-        budget = request.max_output_tokens
-        pacer = _Pacer(self.tokens_per_second)
-        produced = 0
+        tokens = _TokenBudget(request.max_output_tokens, _Pacer(self.tokens_per_second))
         if plan.text is not None:
-            for piece in token_pieces(plan.text):
-                if budget is not None and produced >= budget:
-                    yield Finish("length", produced)
-                    return
-                await pacer.tick(produced)
-                produced += 1
+            async for piece in tokens.paced(token_pieces(plan.text)):
                 yield TextDelta(piece)
         for index, call in enumerate(plan.calls):
+            if tokens.exhausted:
+                break
             yield CallStart(self._call_id(request, index, call.name), call.name)
-            for piece in token_pieces(call.arguments):
-                if budget is not None and produced >= budget:
-                    yield Finish("length", produced)
-                    return
-                await pacer.tick(produced)
-                produced += 1
+            async for piece in tokens.paced(token_pieces(call.arguments)):
                 yield ArgsDelta(piece)
-            yield CallEnd()
-        yield Finish("tool_calls" if plan.calls else "stop", produced)
+            if not tokens.exhausted:
+                yield CallEnd()
+        if tokens.exhausted:
+            yield Finish("length", tokens.produced)
+        else:
+            yield Finish("tool_calls" if plan.calls else "stop", tokens.produced)
 
     @staticmethod
     def _call_id(request: SampleRequest, index: int, name: str) -> str:
@@ -206,6 +200,27 @@ class SimulatedModel:
 def _excerpt(text: str, words: int) -> str:
     parts = text.split()
     return " ".join(parts[:words]) + (" …" if len(parts) > words else "")
+
+
+class _TokenBudget:
+    """Counts output tokens against ``max_output_tokens`` and paces them."""
+
+    __slots__ = ("_budget", "_pacer", "exhausted", "produced")
+
+    def __init__(self, budget: int | None, pacer: _Pacer) -> None:
+        self._budget = budget
+        self._pacer = pacer
+        self.produced = 0
+        self.exhausted = False
+
+    async def paced(self, pieces: list[str]) -> AsyncGenerator[str, None]:
+        for piece in pieces:
+            if self._budget is not None and self.produced >= self._budget:
+                self.exhausted = True
+                return
+            await self._pacer.tick(self.produced)
+            self.produced += 1
+            yield piece
 
 
 class _Pacer:

@@ -119,8 +119,11 @@ def serve(args: argparse.Namespace) -> int:
     warn_if_open(server, args.host)
     app = create_app(Engine(config, router=router), server=server)
     _banner(args, router, tls is not None)
-    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-        runner.run(_run_app(app, args.host, args.port, tls, server.shutdown_grace_s))
+    try:
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            runner.run(_run_app(app, args.host, args.port, tls, server.shutdown_grace_s))
+    except (web.GracefulExit, KeyboardInterrupt):
+        pass  # SIGTERM/SIGINT: the app has drained and closed (LIM-13); a clean exit
     return 0
 
 

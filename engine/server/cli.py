@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import importlib
 import logging
+import signal
 import ssl
 import sys
 from collections.abc import Callable
@@ -172,13 +173,20 @@ def _router(args: argparse.Namespace, config: EngineConfig) -> Router | None:
 async def _run_app(
     app: web.Application, host: str, port: int, tls: ssl.SSLContext | None, grace: float
 ) -> None:
-    """Serve until SIGINT/SIGTERM; then stop accepting, drain, close (LIM-13)."""
-    runner = web.AppRunner(app, handle_signals=True, shutdown_timeout=grace)
+    """Serve until SIGINT/SIGTERM; then stop accepting, drain, close (LIM-13).
+
+    The signals only set an event: aiohttp's own handling raises out of the loop, which
+    cancels every task at once and would cut in-flight responses."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=grace)
     await runner.setup()
     site = web.TCPSite(runner, host, port, ssl_context=tls)
     await site.start()
     try:
-        await asyncio.Event().wait()
+        await stop.wait()
     finally:
         await runner.cleanup()
 

@@ -1,0 +1,67 @@
+"""LIM-13 end to end: SIGTERM to a real ``rollout serve`` process mid-response."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import socket
+import sys
+from pathlib import Path
+
+import aiohttp
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+async def _wait_healthy(port: int) -> None:
+    async with aiohttp.ClientSession() as http:
+        for _ in range(100):
+            try:
+                async with http.get(f"http://127.0.0.1:{port}/healthz") as resp:
+                    if resp.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.1)
+    raise AssertionError("server did not start")
+
+
+async def test_sigterm_drains_in_flight_then_exits_cleanly(tmp_path: Path) -> None:
+    port, ledger = _free_port(), tmp_path / "ledger.jsonl"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "engine.server.cli", "serve", "--port", str(port),
+        "--tps", "40", "--ledger", str(ledger), "--log-level", "WARNING",
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        await _wait_healthy(port)
+        async with (
+            aiohttp.ClientSession() as http,
+            http.ws_connect(f"ws://127.0.0.1:{port}/v1/responses") as ws,
+        ):
+            await ws.send_json({"type": "response.create", "input": "tell me something long"})
+            first = json.loads((await ws.receive(timeout=10)).data)
+            assert first["type"] == "response.created"
+            proc.send_signal(signal.SIGTERM)  # mid-stream: ~0.5 s of tokens still to come
+            types = []
+            while True:
+                msg = await ws.receive(timeout=10)
+                if msg.type is not aiohttp.WSMsgType.TEXT:
+                    break
+                types.append(json.loads(msg.data)["type"])
+            assert types[-1] == "response.completed"  # allowed to finish within the grace
+            assert ws.close_code == 1001  # then going away: the SDK reconnects
+        assert await asyncio.wait_for(proc.wait(), 20) == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    (record,) = [json.loads(line) for line in ledger.read_text().splitlines()]
+    assert record["response_ids"] == [first["response"]["id"]]  # post-inference drained
+    assert record["status"] == "completed"

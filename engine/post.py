@@ -55,7 +55,7 @@ class PostInference:
         self._task: asyncio.Task[None] | None = None
         self.ledger_path = ledger_path
         self._ledger: IO[str] | None = None
-        self.recent: deque[UsageRecord] = deque(maxlen=10_000)
+        self.recent: deque[UsageRecord] = deque(maxlen=2048)  # a window for tests and debugging
         self.totals: Counter[str] = Counter()
         self.runs = 0
 

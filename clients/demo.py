@@ -34,13 +34,15 @@ MODES = ("append", "ws", "http")
 BAR_WIDTH = 24
 
 
-def make_client(mode: str, url: str, hooks: Hooks) -> RolloutClient:
+def make_client(
+    mode: str, url: str, hooks: Hooks, headers: dict[str, str] | None = None
+) -> RolloutClient:
     if mode == "append":
-        return AppendClient(url, hooks=hooks)
+        return AppendClient(url, hooks=hooks, headers=headers)
     if mode == "ws":
-        return CompatClient(url, hooks=hooks)
+        return CompatClient(url, hooks=hooks, headers=headers)
     if mode == "http":
-        return HttpClient(url, hooks=hooks)
+        return HttpClient(url, hooks=hooks, headers=headers)
     raise ValueError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
 
 
@@ -135,13 +137,18 @@ def print_summary(
 
 
 async def run_demo(
-    url: str, mode: str = "append", model: str = "sim-coding-agent", quiet: bool = False
+    url: str,
+    mode: str = "append",
+    model: str = "sim-coding-agent",
+    quiet: bool = False,
+    api_key: str | None = None,
 ) -> int:
     """Run the scenario once; 0 when the rollout completed, 1 on any client-side failure."""
     out = sys.stdout
     progress = Progress(out, tty=out.isatty(), quiet=quiet)
     try:
-        client = make_client(mode, url, progress.hooks())
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+        client = make_client(mode, url, progress.hooks(), headers)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

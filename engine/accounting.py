@@ -1,4 +1,4 @@
-"""Usage tallies, safety reports and ledger records (SPEC: USE-1..USE-3, SAFE-4, POST-2)."""
+"""Usage tallies, safety reports and ledger records (SPEC: USE-1..USE-3, SAFE-4, POST-3)."""
 
 from __future__ import annotations
 

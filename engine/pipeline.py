@@ -28,6 +28,8 @@ from protocol.items import (
     InputText,
     Message,
     OutputText,
+    Reasoning,
+    Refusal,
     item_texts,
 )
 from protocol.response import Tool
@@ -110,18 +112,24 @@ def redact_item(item: InputItem) -> InputItem:
         return msgspec.structs.replace(item, output=_redact_content(item.output))
     if isinstance(item, FunctionCall):
         return msgspec.structs.replace(item, arguments=redact(item.arguments))
+    if isinstance(item, Reasoning):
+        summary = [msgspec.structs.replace(s, text=redact(s.text)) for s in item.summary]
+        return msgspec.structs.replace(item, summary=summary)
     return item
 
 
 def _redact_content(content: str | list[ContentPart]) -> str | list[ContentPart]:
     if isinstance(content, str):
         return redact(content)
-    return [
-        msgspec.structs.replace(part, text=redact(part.text))
-        if isinstance(part, InputText | OutputText)
-        else part
-        for part in content
-    ]
+    return [_redact_part(part) for part in content]
+
+
+def _redact_part(part: ContentPart) -> ContentPart:
+    if isinstance(part, InputText | OutputText):
+        return msgspec.structs.replace(part, text=redact(part.text))
+    if isinstance(part, Refusal):
+        return msgspec.structs.replace(part, refusal=redact(part.refusal))
+    return part
 
 
 @dataclass

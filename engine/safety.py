@@ -4,8 +4,8 @@ Two real detectors whose cost grows with the text:
 
 * a credential/secret detector: the patterns are compiled once into one alternation, so a text is
   scanned in a single linear pass;
-* a prompt-injection heuristic: word uni- and bigrams are hashed into a fixed feature space and
-  scored against weights learned offline from known injection phrasings (numpy, vectorised).
+* a prompt-injection heuristic: word trigrams are hashed into a fixed feature space and scored
+  against weights built from known injection phrasings (numpy, vectorised).
 
 Findings are recorded on the response and in metrics. Policy ``flag`` only records; ``redact``
 also replaces secrets by ``[REDACTED:<kind>]`` in what the model reads. Content is never dropped
@@ -34,8 +34,8 @@ _SECRETS = re.compile("|".join(f"(?P<{name}>{rx})" for name, rx in _SECRET_PATTE
 # trying the full alternation at every position; the full pattern then runs only at candidates.
 _PREFIXES = re.compile(r"sk-|A[KS]IA|gh[pousr]_|xox[abprs]-|-----BEGIN|AIza")
 
-# Phrasings typical of prompt injections in tool outputs and documents. Their uni- and bigrams
-# get positive weight; everything else weighs nothing, so ordinary code and prose score ~0.
+# Phrasings typical of prompt injections in tool outputs and documents. Their word trigrams get
+# weight 1; everything else weighs nothing, so ordinary code and prose score 0.
 _INJECTION_PHRASES = (
     "ignore all previous instructions",
     "ignore the previous instructions",

@@ -45,7 +45,7 @@ def resolve_references(ctx: Context, items: list[InputItem], param: str) -> list
 def validate(
     ctx: Context, items: list[InputItem], supports: frozenset[str], param: str = "input"
 ) -> None:
-    """Semantic checks the schema cannot express (VAL-1..VAL-4)."""
+    """Semantic checks the schema cannot express (VAL-1..VAL-5)."""
     calls = set(ctx.calls)
     answered = set(ctx.answered)
     for index, item in enumerate(items):

@@ -146,16 +146,6 @@ class ResponseStream:
         seq = self._step(Step.NOTICE)
         return ev.InjectCreated(sequence_number=seq, stream_id=self.stream_id, response_id=self.id)
 
-    def inject_failed(self, code: str, message: str, raw_input: list[Any]) -> ev.InjectFailed:
-        seq = self._step(Step.NOTICE)
-        return ev.InjectFailed(
-            sequence_number=seq,
-            stream_id=self.stream_id,
-            response_id=self.id,
-            error=ev.InjectError(code=code, message=message),
-            input=raw_input,
-        )
-
     # ------------------------------------------------------------------ message items
     def add_message(self) -> list[ev.ServerEvent]:
         self._require_closed()

@@ -86,7 +86,9 @@ class Backend(Protocol):
 
 
 class BackendError(Exception):
-    """A backend failed; reported to clients as ``response.failed`` / ``server_error``."""
+    """A backend failed. A refusal before any output (``protocol_error()`` not None) reaches the
+    client as an ``error`` with the backend's status (MODEL-5); anything else is
+    ``response.failed`` / ``server_error``."""
 
     def protocol_error(self) -> ProtocolError | None:
         """The client-facing error when the request itself was refused (e.g. an upstream 4xx,

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import importlib
 import logging
+import os
 import signal
 import ssl
 import sys
@@ -63,6 +64,11 @@ def _agent_args(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "--mode", choices=["append", "ws", "http"], default="append", help="client transport"
     )
     p.add_argument("--model", default="sim-coding-agent")
+    p.add_argument(
+        "--api-key-env",
+        default="OPENAI_API_KEY",
+        help="env var with the key, if the server wants one",
+    )
     p.add_argument("--quiet", action="store_true")
 
 
@@ -194,7 +200,10 @@ async def _run_app(
 def agent(args: argparse.Namespace) -> int:
     from clients.demo import run_demo
 
-    return asyncio.run(run_demo(args.url, mode=args.mode, model=args.model, quiet=args.quiet))
+    key = os.environ.get(args.api_key_env) if args.api_key_env else None
+    return asyncio.run(
+        run_demo(args.url, mode=args.mode, model=args.model, quiet=args.quiet, api_key=key)
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,6 +9,7 @@ from clients.loop import Hooks, TurnReader, add_usage
 from protocol import events as ev
 from protocol.codec import error_event
 from protocol.errors import NotFound
+from protocol.events import InjectError, InjectFailed
 from protocol.items import FunctionCall
 from protocol.response import InputTokensDetails, Response, Usage
 from protocol.stream import ResponseStream
@@ -97,7 +98,13 @@ def test_error_failed_and_inject_failed_raise_client_errors() -> None:
     stream = new_stream()
     feed_all(reader, [stream.created(), stream.in_progress()])
     with pytest.raises(AppendRejected, match="bad_call"):
-        reader.feed(stream.inject_failed("bad_call", "unknown call id", []))
+        rejected = InjectFailed(
+            sequence_number=stream.next_sequence_number,
+            response_id=stream.id,
+            error=InjectError(code="bad_call", message="unknown call id"),
+            input=[],
+        )
+        reader.feed(rejected)
     with pytest.raises(RolloutFailed, match="server_error") as failed:
         reader.feed(stream.failed("server_error", "boom", None, 1))
     assert failed.value.response.status == "failed"

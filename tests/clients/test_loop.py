@@ -99,7 +99,7 @@ def test_error_failed_and_inject_failed_raise_client_errors() -> None:
     feed_all(reader, [stream.created(), stream.in_progress()])
     with pytest.raises(AppendRejected, match="bad_call"):
         rejected = InjectFailed(
-            sequence_number=stream.next_sequence_number,
+            sequence_number=stream.inject_created().sequence_number,  # takes the next number
             response_id=stream.id,
             error=InjectError(code="bad_call", message="unknown call id"),
             input=[],

@@ -7,7 +7,7 @@ PORT   ?= 8000
 STAMP  := $(VENV)/.installed
 REAL_VENV ?= .venv-real
 
-.PHONY: run test lint types unit install clean agent bench fuzz load test-real
+.PHONY: run test lint types unit install clean agent bench bench-all fuzz load test-real
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,15 @@ test: lint types unit
 # Benchmarks are not tests: they report figures, they assert nothing about time.
 bench: $(STAMP)
 	$(BIN)/rollout bench --json bench.json --png bench.png
+
+bench-all: $(STAMP)
+	$(BIN)/rollout bench --json bench.json --png bench.png
+	$(BIN)/rollout bench --turns 100 --json bench100.json --png bench100.png
+	$(BIN)/rollout bench --stream --memory --json bench-extras.json
+
+# 200 WebSocket agents x 20 tool-call turns plus HTTP traffic, every event checked.
+load: $(STAMP)
+	$(BIN)/rollout bench --load
 
 # The deep hypothesis profile (>= 10,000 sequences); slow, opt-in.
 fuzz: $(STAMP)

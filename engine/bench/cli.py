@@ -1,0 +1,196 @@
+"""``rollout bench``: flags, and the one entry point that runs the parts asked for.
+
+``add_bench_parser(sub)`` adds the subcommand to ``rollout``'s subparsers; ``run_bench(args)``
+runs it. ``python -m engine.bench`` offers the same flags on its own.
+
+Default: the coding-agent scenario at 65, 1,000 and 4,000 tokens/s in all four modes.
+``--stream`` and ``--memory`` run those benchmarks instead (add ``--scenario`` to run it too).
+Exit status: 0 when every part ran (missed targets are reported, not failures), 1 when the
+benchmark itself failed, 2 for bad flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from engine.bench import report, table
+from engine.bench.load import LoadSettings, main_load
+from engine.bench.memory import MemorySettings, run_memory
+from engine.bench.modes import MODES
+from engine.bench.progress import Progress
+from engine.bench.runner import ScenarioConfig, run_scenarios
+from engine.bench.scenario import SCRIPT_CALLS
+from engine.bench.stream import StreamSettings, run_stream
+from engine.bench.wire import BenchError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--url", default=None, help="bench a running server (…/v1) instead of its own")
+    p.add_argument("--speeds", default="65,1000,4000", help="model tokens/s, comma-separated")
+    p.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of modes")
+    p.add_argument("--turns", type=int, default=SCRIPT_CALLS, help="tool calls per rollout")
+    p.add_argument("--history-scale", type=int, default=1, help="tool output size multiplier")
+    p.add_argument("--tool-latency", type=float, default=0.0, help="simulated tool time, ms")
+    p.add_argument("--repeat", type=int, default=3, help="runs per mode and speed (medians)")
+    p.add_argument(
+        "--quick", action="store_true", help="1,000 tokens/s only (the 26-call scenario)"
+    )
+    p.add_argument("--stream", action="store_true", help="streaming throughput benchmark")
+    p.add_argument("--memory", action="store_true", help="suspended-rollout memory benchmark")
+    p.add_argument("--scenario", action="store_true", help="with --stream/--memory: run it too")
+    p.add_argument("--json", type=Path, default=None, help="write results as JSON")
+    p.add_argument("--png", type=Path, default=None, help="plot per-turn overhead (PNG)")
+    p.add_argument("--stream-connections", type=int, default=32)
+    p.add_argument("--stream-seconds", type=float, default=8.0)
+    p.add_argument("--stream-tokens", type=int, default=20_000, help="single-connection answer")
+    p.add_argument("--memory-rollouts", type=int, default=1000)
+    p.add_argument("--memory-tokens", type=int, default=10_000, help="history per rollout")
+    p.add_argument("--memory-lanes", type=int, default=25, help="rollouts per connection (≤32)")
+    p.add_argument("--load", action="store_true", help="load test: WS agents + HTTP (LOAD-1)")
+    p.add_argument("--load-connections", type=int, default=200)
+    p.add_argument("--load-turns", type=int, default=20, help="tool-call turns per connection")
+    p.add_argument("--load-http-clients", type=int, default=8)
+
+
+def add_bench_parser(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> argparse.ArgumentParser:
+    p = sub.add_parser("bench", help="benchmark the four transport modes (see README)")
+    add_arguments(p)
+    return p
+
+
+def scenario_config(args: argparse.Namespace) -> ScenarioConfig:
+    speeds = [1000.0] if args.quick else [float(s) for s in args.speeds.split(",") if s]
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    unknown = [m for m in modes if m not in MODES]
+    if unknown or not modes or not speeds:
+        raise ValueError(f"bad --modes/--speeds (modes are {', '.join(MODES)})")
+    if args.url is not None and args.turns != SCRIPT_CALLS:
+        raise ValueError(f"--turns other than {SCRIPT_CALLS} needs the bench's own server")
+    if args.turns < 1 or args.history_scale < 1 or args.repeat < 1:
+        raise ValueError("--turns, --history-scale and --repeat must be at least 1")
+    return ScenarioConfig(
+        speeds=speeds,
+        modes=modes,
+        tool_calls=args.turns,
+        history_scale=args.history_scale,
+        tool_latency_s=args.tool_latency / 1000.0,
+        repeat=args.repeat,
+        url=args.url,
+    )
+
+
+def _settings(args: argparse.Namespace, config: ScenarioConfig | None) -> dict[str, Any]:
+    return {
+        "speeds": config.speeds if config else [],
+        "modes": config.modes if config else [],
+        "tool_calls": config.tool_calls if config else None,
+        "model": config.model if config else None,
+        "history_scale": args.history_scale,
+        "tool_latency_ms": args.tool_latency,
+        "repeat": config.repeat if config else None,
+        "server": args.url or "subprocess: python -m engine.bench.server",
+        "stream": bool(args.stream),
+        "memory": bool(args.memory),
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "loadavg_at_start": list(os.getloadavg()),
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+async def _run(args: argparse.Namespace, config: ScenarioConfig | None) -> dict[str, Any]:
+    doc: dict[str, Any] = {"settings": _settings(args, config), "runs": []}
+    targets: list[dict[str, Any]] = []
+    if config is not None:
+        progress = Progress(len(config.speeds) * len(config.modes) * config.repeat)
+        doc["runs"] = await run_scenarios(config, progress)
+        doc["summary"] = report.summarize(doc["runs"])
+        targets += report.scenario_targets(doc["summary"])
+    if args.stream:
+        print("streaming benchmark …", file=sys.stderr, flush=True)
+        doc["stream"] = await run_stream(_stream_settings(args), args.url)
+        targets += report.stream_targets(doc["stream"])
+    if args.memory:
+        print("memory benchmark …", file=sys.stderr, flush=True)
+        doc["memory"] = await run_memory(_memory_settings(args), args.url)
+        targets += report.memory_targets(doc["memory"])
+    doc["targets"] = targets
+    return report.clean(doc)  # type: ignore[no-any-return]
+
+
+def _stream_settings(args: argparse.Namespace) -> StreamSettings:
+    return StreamSettings(
+        single_tokens=args.stream_tokens,
+        connections=args.stream_connections,
+        seconds=args.stream_seconds,
+    )
+
+
+def _memory_settings(args: argparse.Namespace) -> MemorySettings:
+    return MemorySettings(
+        rollouts=args.memory_rollouts, history_tokens=args.memory_tokens, lanes=args.memory_lanes
+    )
+
+
+def _loop_factory() -> Any:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - non-POSIX
+        return None
+    return uvloop.new_event_loop
+
+
+def run_load(args: argparse.Namespace) -> int:
+    """``--load``: prints and optionally writes the load report; exit 1 if anything was lost."""
+    settings = LoadSettings(args.load_connections, args.load_turns, args.load_http_clients)
+    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        report = runner.run(main_load(settings))
+    print(json.dumps(report, indent=1))
+    if args.json is not None:
+        args.json.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    return 0 if report["lost"] == report["misordered"] == 0 else 1
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    if args.load:
+        return run_load(args)
+    only_extras = args.stream or args.memory
+    try:
+        config = scenario_config(args) if (args.scenario or not only_extras) else None
+    except ValueError as exc:
+        print(f"rollout bench: {exc}", file=sys.stderr)
+        return 2
+    try:
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            doc = runner.run(_run(args, config))
+    except (BenchError, RuntimeError, OSError) as exc:
+        print(f"rollout bench: failed: {exc}", file=sys.stderr)
+        return 1
+    print(table.render(doc))
+    if args.json is not None:
+        args.json.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    if args.png is not None and doc["runs"]:
+        try:
+            from engine.bench.plot import write_png
+
+            write_png(args.png, doc["runs"])
+        except ImportError:
+            print("rollout bench: --png needs matplotlib (pip install matplotlib)", file=sys.stderr)
+            return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m engine.bench", description=__doc__)
+    add_arguments(parser)
+    return run_bench(parser.parse_args(argv))

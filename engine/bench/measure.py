@@ -1,0 +1,187 @@
+"""Run the scenario once in one mode and turn client-side timestamps into the reported figures.
+
+Per turn (all measured on the client, loopback):
+
+* ``ttft``: from the request leaving the client to the first model delta event arriving;
+* ``overhead = ttft - simulator TTFT``: the simulator paces token n at ``start + n/tps`` and
+  sleeps only when more than 0.5 ms ahead (``engine.models.sim._Pacer``), so its own time to
+  the first token is ``1/tps`` when that exceeds 0.5 ms and ~0 otherwise (4,000 tokens/s,
+  unlimited). What is left is the server's own work: reading and decoding the request,
+  pre-inference, routing, resuming the coroutine, building and writing the events;
+* ``first_item``: time to ``response.output_item.added``; for a tool-call turn the simulator
+  emits it before any pacing, so it is an overhead figure free of timer granularity.
+
+Tool time is measured separately (``tool_s``) and is never inside a turn's clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from engine.bench.modes import make_transport
+from engine.bench.proc import sched_ns
+from engine.bench.scenario import ScenarioTools, first_request
+from engine.bench.wire import BenchError, TurnResult, now
+from engine.render import header_text, item_text
+from engine.tokens import count
+from protocol.codec import parse_input
+from protocol.response import Tool
+
+PACER_MIN_SLEEP_S = 0.0005  # _Pacer sleeps only when at least this far ahead of schedule
+
+
+def simulator_ttft_s(tokens_per_second: float) -> float:
+    """The simulator's own delay before the first token (see the module docstring)."""
+    if tokens_per_second <= 0:
+        return 0.0
+    interval = 1.0 / tokens_per_second
+    return interval if interval > PACER_MIN_SLEEP_S else 0.0
+
+
+@dataclass
+class RunSettings:
+    model: str
+    history_scale: int = 1
+    tool_latency_s: float = 0.0
+    max_turns: int = 1000
+
+
+@dataclass
+class RunResult:
+    mode: str
+    tps: float
+    e2e_s: float
+    tool_s: float
+    turns: list[TurnResult]
+    history_tokens: int
+    server_input_tokens: int | None = None
+    new_tokens: list[int] = field(default_factory=list)  # tokens of the items each turn added
+
+    def _ms(self, stamp: Callable[[TurnResult], float | None], minus: float = 0.0) -> list[float]:
+        out = []
+        for turn in self.turns:
+            at = stamp(turn)
+            out.append(float("nan") if at is None else (at - turn.t_send - minus) * 1000.0)
+        return out
+
+    @property
+    def ttft_ms(self) -> list[float]:
+        return self._ms(lambda t: t.t_first_delta)
+
+    @property
+    def overhead_ms(self) -> list[float]:
+        return self._ms(lambda t: t.t_first_delta, simulator_ttft_s(self.tps))
+
+    @property
+    def first_item_ms(self) -> list[float]:
+        return self._ms(lambda t: t.t_first_item)
+
+    @property
+    def server_cpu_ms(self) -> list[float | None]:
+        return [_ns_ms(t.server_cpu_ns) for t in self.turns]
+
+    @property
+    def server_wait_ms(self) -> list[float | None]:
+        return [_ns_ms(t.server_wait_ns) for t in self.turns]
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "tps": self.tps,
+            "e2e_s": round(self.e2e_s, 6),
+            "tool_s": round(self.tool_s, 6),
+            "turns": len(self.turns),
+            "tool_calls": sum(len(t.calls) for t in self.turns),
+            "history_tokens": self.history_tokens,
+            "new_tokens": self.new_tokens,
+            "server_input_tokens": self.server_input_tokens,
+            "per_turn_overhead_ms": _rounded(self.overhead_ms),
+            "ttft_ms": _rounded(self.ttft_ms),
+            "first_item_ms": _rounded(self.first_item_ms),
+            "server_cpu_ms": self.server_cpu_ms,
+            "server_wait_ms": self.server_wait_ms,
+            "events": sum(t.events for t in self.turns),
+        }
+
+
+def _rounded(values: list[float]) -> list[float | None]:
+    return [None if v != v else round(v, 4) for v in values]  # NaN -> null
+
+
+def _ns_ms(value: int | None) -> float | None:
+    return None if value is None else round(value / 1e6, 4)
+
+
+async def _probed(server_pid: int | None, turn: Awaitable[TurnResult]) -> TurnResult:
+    """Await one turn, charging it the server's CPU and run-queue time (read outside the
+    turn's clock: before the request is encoded and after its last event arrived)."""
+    if server_pid is None:
+        return await turn
+    cpu0, wait0 = sched_ns(server_pid)
+    result = await turn
+    cpu1, wait1 = sched_ns(server_pid)
+    result.server_cpu_ns, result.server_wait_ns = cpu1 - cpu0, wait1 - wait0
+    return result
+
+
+async def run_mode(
+    mode: str,
+    base_url: str,
+    tps: float,
+    settings: RunSettings,
+    on_turn: Callable[[int], None] | None = None,
+    server_pid: int | None = None,
+) -> RunResult:
+    """One full rollout of the scenario in ``mode``; tools run for real between turns."""
+    async with ScenarioTools(settings.history_scale, settings.tool_latency_s) as tools:
+        body = first_request(settings.model, tools.definitions())
+        history: list[Any] = list(body["input"])
+        new_items: list[list[Any]] = [list(body["input"])]  # what each turn's request added
+        transport = make_transport(mode, base_url)
+        start = now()
+        tool_s = 0.0
+        try:
+            await transport.open()
+            turn = await _probed(server_pid, transport.first(body))
+            turns = [turn]
+            while turn.calls:
+                if len(turns) >= settings.max_turns:
+                    raise BenchError(f"more than {settings.max_turns} turns")
+                if on_turn is not None:
+                    on_turn(len(turns))
+                results = await tools.run(turn.calls)
+                tool_s += max(r.seconds for r in results)
+                history.extend(turn.output)
+                history.extend(r.item() for r in results)
+                new_items.append([r.item() for r in results])
+                turn = await _probed(server_pid, transport.answer(turn, results))
+                turns.append(turn)
+            e2e = now() - start
+        finally:
+            await transport.close()
+    return RunResult(
+        mode=mode,
+        tps=tps,
+        e2e_s=e2e,
+        tool_s=tool_s,
+        turns=turns,
+        history_tokens=prompt_tokens(body, history),
+        new_tokens=[items_tokens(items) for items in new_items],
+        server_input_tokens=turns[-1].input_tokens,
+    )
+
+
+def prompt_tokens(body: dict[str, Any], history: list[Any]) -> int:
+    """The prompt the server renders for the last turn (header + items), counted client-side
+    with the same template and tokenizer, so every mode reports the same history size."""
+    tools = msgspec.convert(body["tools"], list[Tool])
+    return count(header_text(body.get("instructions"), tools)) + items_tokens(history)
+
+
+def items_tokens(items: list[Any]) -> int:
+    """Tokens the server's chat template renders for these items."""
+    return sum(count(item_text(item)) for item in parse_input(items))

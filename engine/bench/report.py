@@ -1,0 +1,210 @@
+"""From runs to figures: repeats combined, per-speed summaries, ratios, and the issue's targets.
+
+Everything here works on the JSON document (``{"settings", "runs", ...}``), so a saved JSON
+file can be re-summarised and re-plotted without running anything again. Medians throughout:
+the machine is shared and noisy, and a median of per-turn values is robust to a stray stall.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any
+
+from engine.bench.measure import RunResult
+
+BASELINE = "http_stateless"
+Doc = dict[str, Any]
+
+
+def combine(results: list[RunResult]) -> Doc:
+    """One JSON run from R repeats of the same (mode, speed): per-turn and e2e medians."""
+    docs = [r.as_json() for r in results]
+    run = dict(docs[0])
+    run["repeats"] = len(docs)
+    run["e2e_s"] = round(statistics.median(d["e2e_s"] for d in docs), 6)
+    run["e2e_s_all"] = [d["e2e_s"] for d in docs]
+    run["tool_s"] = round(statistics.median(d["tool_s"] for d in docs), 6)
+    for key in (
+        "per_turn_overhead_ms",
+        "ttft_ms",
+        "first_item_ms",
+        "server_cpu_ms",
+        "server_wait_ms",
+    ):
+        run[key] = [_median_or_none(values) for values in zip(*(d[key] for d in docs), strict=True)]
+    return run
+
+
+def _median_or_none(values: tuple[float | None, ...]) -> float | None:
+    present = [v for v in values if v is not None]
+    return round(statistics.median(present), 4) if present else None
+
+
+def median(values: list[float | None]) -> float:
+    present = [v for v in values if v is not None and not math.isnan(v)]
+    return statistics.median(present) if present else math.nan
+
+
+def _edge(values: list[float | None], last: bool) -> float:
+    present = [v for v in values if v is not None]
+    if not present:
+        return math.nan
+    return present[-1] if last else present[0]
+
+
+def summarize(runs: list[Doc]) -> list[Doc]:
+    """Per speed: each mode's headline figures and its ratios against ``http_stateless``."""
+    out: list[Doc] = []
+    for tps in sorted({r["tps"] for r in runs}):
+        at = {r["mode"]: r for r in runs if r["tps"] == tps}
+        base = at.get(BASELINE)
+        modes = {mode: _mode_summary(run, base) for mode, run in at.items()}
+        out.append({"tps": tps, "modes": modes, **_pair_ratios(modes)})
+    return out
+
+
+def _mode_summary(run: Doc, base: Doc | None) -> Doc:
+    overhead = run["per_turn_overhead_ms"]
+    row: Doc = {
+        "e2e_s": run["e2e_s"],
+        "overhead_first_ms": _edge(overhead, last=False),
+        "overhead_median_ms": median(overhead),
+        "overhead_last_ms": _edge(overhead, last=True),
+        "ttft_median_ms": median(run["ttft_ms"]),
+        "first_item_median_ms": median(run.get("first_item_ms", [])),
+        "server_cpu_median_ms": median(run.get("server_cpu_ms", [])),
+        "server_cpu_last_ms": _edge(run.get("server_cpu_ms", []), last=True),
+        "server_wait_median_ms": median(run.get("server_wait_ms", [])),
+        "history_tokens": run.get("history_tokens"),
+        "turns": len(overhead),
+        **_by_new_size(overhead, run.get("new_tokens", [])),
+    }
+    if base is not None:
+        base_last = _edge(base["per_turn_overhead_ms"], last=True)
+        row["e2e_speedup_vs_stateless"] = base["e2e_s"] / run["e2e_s"]
+        row["e2e_time_saved_pct"] = 100.0 * (1.0 - run["e2e_s"] / base["e2e_s"])
+        row["last_turn_overhead_ratio_stateless_over_mode"] = _ratio(
+            base_last, row["overhead_last_ms"]
+        )
+    return row
+
+
+SMALL_NEW, LARGE_NEW = 100, 500  # tokens a turn adds: an edit's reply vs a file read
+
+
+def _by_new_size(overhead: list[float | None], new_tokens: list[int]) -> Doc:
+    """Median overhead of turns that added little vs a lot: separates the fixed per-turn cost
+    from the cost that grows with the new items (tokenising and scanning them)."""
+    if len(new_tokens) != len(overhead):
+        return {}
+    pairs = list(zip(new_tokens[1:], overhead[1:], strict=True))  # turn 0 is the full create
+    small = [v for n, v in pairs if n < SMALL_NEW]
+    large = [v for n, v in pairs if n >= LARGE_NEW]
+    return {
+        "overhead_small_new_median_ms": median(small),
+        "overhead_large_new_median_ms": median(large),
+        "large_new_median_tokens": median([float(n) for n, _ in pairs if n >= LARGE_NEW]),
+    }
+
+
+def _pair_ratios(modes: dict[str, Doc]) -> Doc:
+    compat, append = modes.get("ws_compat"), modes.get("ws_append")
+    if compat is None or append is None:
+        return {}
+    diff = compat["overhead_median_ms"] - append["overhead_median_ms"]
+    return {
+        "ws_compat_vs_append_overhead_diff_pct": 100.0 * _ratio(diff, append["overhead_median_ms"]),
+        "ws_compat_last_over_first": _ratio(
+            compat["overhead_last_ms"], compat["overhead_first_ms"]
+        ),
+    }
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b and not math.isnan(b) and b > 0 else math.nan
+
+
+def _target(name: str, value: float, limit: float, met: bool, unit: str = "") -> Doc:
+    return {"target": name, "value": value, "limit": limit, "met": bool(met), "unit": unit}
+
+
+def scenario_targets(summary: list[Doc]) -> list[Doc]:
+    """The issue's scenario targets, evaluated wherever this run has the data for them."""
+    out: list[Doc] = []
+    for block in summary:
+        compat = block["modes"].get("ws_compat")
+        if compat is None or "e2e_speedup_vs_stateless" not in compat:
+            continue
+        tps = block["tps"]
+        if tps == 1000:
+            speedup = compat["e2e_speedup_vs_stateless"]
+            out.append(
+                _target(
+                    "e2e ws_compat vs http_stateless @1000 tok/s",
+                    speedup,
+                    1.4,
+                    speedup >= 1.4,
+                    "x faster",
+                )
+            )
+        flat = block["ws_compat_last_over_first"]
+        out.append(_target(f"ws_compat last/first overhead @{tps:g}", flat, 1.5, flat <= 1.5, "x"))
+        lower = compat["last_turn_overhead_ratio_stateless_over_mode"]
+        out.append(
+            _target(
+                f"stateless/ws_compat last-turn overhead @{tps:g}", lower, 20.0, lower >= 20.0, "x"
+            )
+        )
+        diff = block.get("ws_compat_vs_append_overhead_diff_pct", math.nan)
+        out.append(
+            _target(
+                f"ws_compat vs ws_append median overhead @{tps:g}",
+                diff,
+                10.0,
+                abs(diff) <= 10.0,
+                "%",
+            )
+        )
+        if (compat.get("history_tokens") or 0) >= 40_000:
+            med = compat["overhead_median_ms"]
+            out.append(
+                _target(
+                    f"ws_compat median overhead, {compat['history_tokens']:,} tokens @{tps:g}",
+                    med,
+                    1.0,
+                    med <= 1.0,
+                    "ms",
+                )
+            )
+    return out
+
+
+def stream_targets(stream: Doc) -> list[Doc]:
+    out: list[Doc] = []
+    single = stream.get("single")
+    if single:
+        rates = (single["achieved_tps"], single["achieved_tps_from_request"])
+        error = max(100.0 * abs(rate / single["model_tps"] - 1.0) for rate in rates)
+        out.append(_target("single-connection rate vs model", error, 5.0, error <= 5.0, "% off"))
+    many = stream.get("many")
+    if many:
+        rate = many["delta_events_per_s"]
+        out.append(_target("delta events/s, one server process", rate, 50_000, rate >= 50_000))
+    return out
+
+
+def memory_targets(memory: Doc) -> list[Doc]:
+    ratio = memory["rss_over_raw"]
+    return [_target("suspended-rollout RSS / raw state", ratio, 2.0, ratio <= 2.0, "x")]
+
+
+def clean(value: Any) -> Any:
+    """NaN/inf -> None, recursively (JSON has no NaN)."""
+    if isinstance(value, float):
+        return None if math.isnan(value) or math.isinf(value) else value
+    if isinstance(value, dict):
+        return {k: clean(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [clean(v) for v in value]
+    return value

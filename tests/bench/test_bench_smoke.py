@@ -1,0 +1,52 @@
+"""A tiny real benchmark run: its own server subprocess, every mode, JSON and PNG written.
+
+No timing is asserted (the machine is shared); only that the run completes and its outputs have
+the documented layout.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from engine.bench.cli import main
+from engine.bench.modes import MODES
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def test_scenario_run_writes_json_and_png(tmp_path: Path) -> None:
+    out, png = tmp_path / "bench.json", tmp_path / "bench.png"
+    argv = ["--speeds", "0", "--turns", "3", "--json", str(out), "--png", str(png)]
+    assert main(argv) == 0
+    doc = json.loads(out.read_text())
+    assert doc["settings"]["tool_calls"] == 3
+    assert [r["mode"] for r in doc["runs"]] == list(MODES)
+    for run in doc["runs"]:
+        assert run["tps"] == 0
+        assert run["e2e_s"] > 0
+        assert run["tool_calls"] == 3
+        assert len(run["per_turn_overhead_ms"]) == len(run["ttft_ms"]) == 4
+        assert run["history_tokens"] > 1000
+    assert {r["history_tokens"] for r in doc["runs"]} == {doc["runs"][0]["history_tokens"]}
+    assert doc["summary"][0]["modes"]["ws_compat"]["e2e_speedup_vs_stateless"] > 0
+    assert png.read_bytes()[:8] == PNG_SIGNATURE
+
+
+def test_stream_and_memory_runs_report(tmp_path: Path) -> None:
+    out = tmp_path / "extras.json"
+    argv = [
+        "--stream", "--memory", "--json", str(out),
+        "--stream-tokens", "400", "--stream-connections", "2", "--stream-seconds", "0.3",
+        "--memory-rollouts", "6", "--memory-tokens", "3000", "--memory-lanes", "4",
+    ]  # fmt: skip
+    assert main(argv) == 0
+    doc = json.loads(out.read_text())
+    assert doc["runs"] == []
+    assert doc["stream"]["single"]["tokens"] == 400
+    assert doc["stream"]["many"]["delta_events"] > 0
+    memory = doc["memory"]
+    assert memory["rollouts"] == 6 and memory["connections"] == 2
+    assert memory["tokens_per_rollout"] >= 3000
+    assert memory["raw_bytes"] == memory["token_bytes"] + memory["item_bytes"]
+    assert {t["target"] for t in doc["targets"]} >= {"suspended-rollout RSS / raw state"}

@@ -1,0 +1,140 @@
+"""The bench's pure parts: the looping model, timing arithmetic, the lean decoder, the report."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+
+import msgspec
+
+from engine.bench import report
+from engine.bench.backends import BenchModels, LongTextModel, LoopingCodingAgent, coding_model
+from engine.bench.cli import add_bench_parser
+from engine.bench.measure import simulator_ttft_s
+from engine.bench.scenario import SCRIPT_CALLS, scale_output
+from engine.bench.wire import SseSplitter, TurnReader
+from engine.models.base import Finish, SampleRequest, TextDelta
+from engine.models.scenarios import CODING_AGENT_STEPS
+from engine.pipeline import Context
+from protocol.codec import parse_input
+
+
+def _request(outputs: int, model: str = "m") -> SampleRequest:
+    items: list[dict[str, object]] = [{"type": "message", "role": "user", "content": "go"}]
+    for i in range(outputs):
+        items.append({"type": "function_call", "call_id": f"c{i}", "name": "x", "arguments": "{}"})
+        items.append({"type": "function_call_output", "call_id": f"c{i}", "output": "ok"})
+    return SampleRequest(
+        model=model,
+        context=Context(items=parse_input(items)),
+        tools=[],
+        tool_choice="auto",
+        parallel_tool_calls=False,
+        max_output_tokens=None,
+    )
+
+
+def test_looping_agent_repeats_the_script_then_answers() -> None:
+    model = LoopingCodingAgent(0.0, calls=SCRIPT_CALLS + 3)
+    assert model.plan(_request(0)).calls[0].name == CODING_AGENT_STEPS[0].name
+    assert model.plan(_request(SCRIPT_CALLS + 1)).calls[0].name == CODING_AGENT_STEPS[1].name
+    final = model.plan(_request(SCRIPT_CALLS + 3))
+    assert final.calls == [] and final.text
+
+
+def test_dispatch_picks_models_by_name() -> None:
+    models = BenchModels(0.0)
+    assert isinstance(models.pick(coding_model(40)), LoopingCodingAgent)
+    assert isinstance(models.pick("bench-text/12"), LongTextModel)
+    assert models.pick("anything") is models.fallback
+
+
+def test_long_text_model_streams_exactly_n_tokens() -> None:
+    async def collect() -> list[object]:
+        return [d async for d in LongTextModel(0.0, 300).stream(_request(0))]
+
+    deltas = asyncio.run(collect())
+    assert sum(isinstance(d, TextDelta) for d in deltas) == 300
+    assert deltas[-1] == Finish("stop", 300)
+
+
+def test_simulator_ttft_follows_the_pacer() -> None:
+    assert simulator_ttft_s(0) == 0.0
+    assert math.isclose(simulator_ttft_s(1000), 0.001)
+    assert math.isclose(simulator_ttft_s(65), 1 / 65)
+    assert simulator_ttft_s(4000) == 0.0  # 0.25 ms: the pacer does not sleep that little
+
+
+def test_sse_splitter_handles_split_chunks() -> None:
+    splitter = SseSplitter()
+    assert splitter.feed(b'event: a\ndata: {"type":"a"}\n') == []
+    assert splitter.feed(b'\nevent: b\ndata: {"type":"b"}\n\n') == [
+        b'{"type":"a"}',
+        b'{"type":"b"}',
+    ]
+
+
+def test_turn_reader_records_first_delta_and_calls() -> None:
+    reader = TurnReader(1.0, append=False)
+    call = {"type": "function_call", "call_id": "c1", "name": "read_file", "arguments": "{}"}
+    events: list[dict[str, object]] = [
+        {"type": "response.created"},
+        {"type": "response.output_item.added"},
+        {"type": "response.function_call_arguments.delta"},
+        {"type": "response.function_call_arguments.delta"},
+        {"type": "response.completed", "response": {"id": "r1", "output": [call]}},
+    ]
+    ends = [reader.feed(msgspec.json.encode(e), 2.0 + i) for i, e in enumerate(events)]
+    assert ends == [False, False, False, False, True]
+    turn = reader.turn
+    assert (turn.t_first_item, turn.t_first_delta, turn.t_end) == (3.0, 4.0, 6.0)
+    assert turn.response_id == "r1" and turn.calls[0].name == "read_file"
+
+
+def test_scale_output_is_identity_at_one() -> None:
+    assert scale_output("abc", 1) == "abc"
+    assert scale_output("abc", 3).count("abc") == 3
+
+
+def _run(mode: str, e2e: float, overhead: list[float]) -> dict[str, object]:
+    return {
+        "mode": mode,
+        "tps": 1000.0,
+        "e2e_s": e2e,
+        "per_turn_overhead_ms": overhead,
+        "ttft_ms": [v + 1 for v in overhead],
+        "history_tokens": 50_000,
+    }
+
+
+def test_summary_ratios_and_targets() -> None:
+    runs = [
+        _run("http_stateless", 2.0, [5.0, 40.0]),
+        _run("http_previous_id", 1.5, [5.0, 20.0]),
+        _run("ws_compat", 1.0, [1.0, 1.0]),
+        _run("ws_append", 1.0, [1.0, 0.95]),
+    ]
+    [block] = report.summarize(runs)
+    compat = block["modes"]["ws_compat"]
+    assert compat["e2e_speedup_vs_stateless"] == 2.0
+    assert compat["last_turn_overhead_ratio_stateless_over_mode"] == 40.0
+    targets = {t["target"].split(" @")[0]: t["met"] for t in report.scenario_targets([block])}
+    assert all(targets.values()), targets
+    assert any("median overhead, 50,000 tokens" in name for name in targets)
+
+
+def test_bench_parser_attaches_to_a_subcommand() -> None:
+    parser = argparse.ArgumentParser()
+    add_bench_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["bench", "--quick", "--json", "out.json"])
+    assert args.command == "bench" and args.quick and str(args.json) == "out.json"
+
+
+def test_overhead_split_by_new_item_size() -> None:
+    run = _run("ws_compat", 1.0, [9.0, 1.0, 3.0, 1.2, 3.4])
+    run["new_tokens"] = [40, 18, 900, 18, 800]  # turn 0 (the full create) is left out
+    [block] = report.summarize([run])
+    row = block["modes"]["ws_compat"]
+    assert row["overhead_small_new_median_ms"] == 1.1
+    assert row["overhead_large_new_median_ms"] == 3.2

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
@@ -14,7 +13,7 @@ from engine.core import Engine, EngineConfig
 from engine.server import http
 from engine.server.config import ServerConfig
 from engine.server.keys import DRAINING, ENGINE, MAX_FRAME, SERVER, SESSIONS
-from engine.server.ws import serve_socket
+from engine.server.ws import WsSink, serve_socket
 from engine.session import Session
 from protocol.errors import (
     HttpStatusError,
@@ -117,12 +116,8 @@ async def _drain_sockets(app: web.Application) -> None:
     while any(s.busy for s in sessions) and loop.time() < deadline:  # noqa: ASYNC110
         await asyncio.sleep(0.05)
     for session in list(sessions):
-        ws = getattr(session.sink, "ws", None)
-        if ws is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(
-                    ws.close(code=WSCloseCode.GOING_AWAY, message=b"shutdown"), 1
-                )
+        if isinstance(session.sink, WsSink):
+            await session.sink.close(WSCloseCode.GOING_AWAY, b"shutdown")
         await session.close()
 
 

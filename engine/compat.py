@@ -142,10 +142,10 @@ async def run_create(
     """Run one create to its terminal frame. Raises ``ProtocolError`` for request-scoped errors
     (nothing was emitted for this request then)."""
     try:
-        started = time.perf_counter()
+        picked_up = time.perf_counter()
         job = _admit(session, lane, params)
         if arrived is not None:  # time spent waiting in the lane, not admitting (OBS-1)
-            job.turn.log.add_time("queue", started - arrived)
+            job.turn.log.add_time("queue", picked_up - arrived)
         rollout, started = _start_or_resume(session, lane, job)
     except Exception:
         if params.previous_response_id is not None:

@@ -86,9 +86,8 @@ def _weights() -> npt.NDArray[np.float32]:
 def injection_score(text: str) -> float:
     """Number of injection trigrams present: 0 for ordinary prose and code (SAFE-2)."""
     buckets = _trigram_buckets(_WORDS.findall(text.lower()))
-    if not len(buckets):
-        return 0.0
-    return float(_weights()[np.unique(buckets)].sum())
+    hits = buckets[_weights()[buckets] > 0]  # usually empty: no sort over the whole text
+    return float(len(set(hits.tolist())))
 
 
 def secrets_in(text: str) -> list[re.Match[str]]:

@@ -15,10 +15,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import msgspec
+import numpy as np
 
 from engine.render import render_header, render_item
 from engine.safety import Finding, redact, scan_text
-from engine.tokens import TokenBuffer
+from engine.tokens import TokenArray, TokenBuffer
 from engine.validation import resolve_references, validate, validate_tools
 from protocol.items import (
     ContentPart,
@@ -69,7 +70,7 @@ class Context:
     by_id: dict[str, InputItem] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
     header_key: tuple[str | None, tuple[Tool, ...]] | None = None
-    header: list[int] = field(default_factory=list)
+    header: TokenArray = field(default_factory=lambda: np.empty(0, dtype=np.int32))
 
     @property
     def prompt_tokens(self) -> int:
@@ -202,7 +203,7 @@ class Pipeline:
             return 0
         t = time.perf_counter()
         validate_tools(tools)
-        ctx.header = render_header(instructions, tools)
+        ctx.header = np.asarray(render_header(instructions, tools), dtype=np.int32)
         ctx.header_key = key
         self.stats.tokens_rendered += len(ctx.header)
         self.stats.tokens["header"] += len(ctx.header)

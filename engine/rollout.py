@@ -298,6 +298,7 @@ class Rollout:
     async def _suspend(self, turn: Turn, calls: list[FunctionCall]) -> Turn | None:
         """Wait for tool outputs. Returns the turn to continue in, or None when retired."""
         self.pending = calls
+        self.ctx.tokens.compact()  # it may wait a long time: hold only what it uses
         loop = asyncio.get_running_loop()
         self._wake = loop.create_future()
         self.phase = Phase.SUSPENDED

@@ -66,6 +66,11 @@ class TokenBuffer:
         out.flags.writeable = False
         return out
 
+    def compact(self, slack: int = 1024) -> None:
+        """Give back spare capacity (a suspended rollout may wait long; MEM-1)."""
+        if len(self._data) > self._len + 2 * slack:
+            self._data = self._data[: self._len + slack].copy()
+
     def copy(self) -> TokenBuffer:
         clone = TokenBuffer(self._len + 1024)
         clone.extend(self._data[: self._len])

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from engine.models.base import Backend
 from engine.pipeline import FULL, INCREMENTAL, Context
@@ -82,7 +82,7 @@ def new_response(params: CreateParams, model: str) -> Response:
         text=params.text or {"format": {"type": "text"}},
         tool_choice=params.tool_choice,
         tools=params.tools,
-        metadata=params.metadata or {},
+        metadata={str(k): str(v) for k, v in (params.metadata or {}).items()},
         user=params.user,
         safety_identifier=params.safety_identifier,
         prompt_cache_key=params.prompt_cache_key,
@@ -112,6 +112,7 @@ def check_supported(params: CreateParams, transport: str, max_items: int) -> lis
             "The append rollout mode is only available over WebSocket.",
             "rollout_mode",
         )
+    check_metadata(params.metadata)
     items = parse_input(params.input)
     if len(items) > max_items:
         raise InvalidRequest(
@@ -134,6 +135,30 @@ class Admission:
     @property
     def prev(self) -> str | None:
         return self.params.previous_response_id
+
+
+MAX_METADATA_KEYS, MAX_METADATA_KEY, MAX_METADATA_VALUE = 16, 64, 512
+
+
+def check_metadata(metadata: dict[str, Any] | None) -> None:
+    """OpenAI's metadata rules: at most 16 string pairs, keys <= 64 and values <= 512 chars."""
+    if not metadata:
+        return
+    if len(metadata) > MAX_METADATA_KEYS:
+        raise InvalidRequest(
+            "invalid_value", f"metadata holds at most {MAX_METADATA_KEYS} pairs.", "metadata"
+        )
+    for key, value in metadata.items():
+        where = f"metadata.{key[:MAX_METADATA_KEY]}"
+        if not isinstance(value, str):
+            raise InvalidRequest("invalid_type", "Metadata values must be strings.", where)
+        if len(key) > MAX_METADATA_KEY or len(value) > MAX_METADATA_VALUE:
+            raise InvalidRequest(
+                "invalid_value",
+                f"Metadata keys hold at most {MAX_METADATA_KEY} characters and values "
+                f"{MAX_METADATA_VALUE}.",
+                where,
+            )
 
 
 async def run_create(
@@ -218,14 +243,19 @@ def _start_or_resume(session: Session, lane: Lane, job: Admission) -> tuple[Roll
     if record is None:
         raise previous_response_not_found(prev)
     counters["create.store_hydrate"] += 1
-    return _new_rollout(session, job, None, record.context + job.items, FULL), True
+    return _new_rollout(session, job, None, job.items, FULL, history=record.context), True
 
 
 def _new_rollout(
-    session: Session, job: Admission, ctx: Context | None, items: list[InputItem], path: str
+    session: Session,
+    job: Admission,
+    ctx: Context | None,
+    items: list[InputItem],
+    path: str,
+    history: list[InputItem] | None = None,
 ) -> Rollout:
     rollout = Rollout(session.engine, job.backend, job.settings, job.turn, job.mode, context=ctx)
-    rollout.prepare(items, path=path)
+    rollout.prepare(items, path=path, history=history)
     return rollout
 
 

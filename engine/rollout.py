@@ -138,11 +138,20 @@ class Rollout:
         self.status = "in_progress"
 
     # ================================================================== pre-inference
-    def prepare(self, items: list[InputItem], *, path: str) -> None:
-        """Pre-inference over the request's input: full history or only what is new (PIPE-1)."""
+    def prepare(
+        self, items: list[InputItem], *, path: str, history: list[InputItem] | None = None
+    ) -> None:
+        """Pre-inference over the request's input: full history or only what is new (PIPE-1).
+
+        ``history`` (a stored conversation) is processed first, so error ``param`` paths still
+        index the request's own ``input``."""
         self._fresh_tokens += self.pipeline.render_header(
             self.ctx, self.settings.instructions, self.settings.tools
         )
+        if history:
+            self._fresh_tokens += self.pipeline.apply(
+                self.ctx, history, path=path, supports=self.backend.supports, param="history"
+            )
         self._fresh_tokens += self.pipeline.apply(
             self.ctx, items, path=path, supports=self.backend.supports
         )

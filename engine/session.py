@@ -13,6 +13,7 @@ import logging
 import re
 import time
 from collections import deque
+from typing import Any
 
 from engine.compat import CacheEntry, run_create
 from engine.core import Engine
@@ -39,7 +40,7 @@ from protocol.events import (
     SteerFailed,
     SteerRef,
 )
-from protocol.items import FunctionCallOutput
+from protocol.items import FunctionCallOutput, Message
 from protocol.response import CreateParams
 
 log = logging.getLogger("rollout.session")
@@ -290,8 +291,27 @@ def inject_unknown(event: ResponseInject, finished: bool) -> InjectFailed:
         sequence_number=0,
         response_id=event.response_id,
         error=InjectError(code=err.code, message=err.message),
-        input=event.input,
+        input=_echoable(event.input),
     )
+
+
+def _echoable(raw: list[Any]) -> list[Any]:
+    """The client's input as it may be echoed back: only if it is a list of valid items
+    (echoing arbitrary JSON would break clients' event parsing, CONF-1)."""
+    try:
+        return list(parse_input(raw))
+    except ProtocolError:
+        return []
+
+
+def _steer_echo(raw: str | list[Any]) -> str | list[Any]:
+    """Steering input is a string or user messages; anything else is not echoed (CONF-1)."""
+    if isinstance(raw, str):
+        return raw
+    items = _echoable(raw)
+    if all(isinstance(i, Message) and i.role == "user" for i in items):
+        return items
+    return ""
 
 
 def steer_not_supported(event: ResponseSteer) -> SteerFailed:
@@ -300,7 +320,9 @@ def steer_not_supported(event: ResponseSteer) -> SteerFailed:
         error=SteerError(
             code="steering_not_supported", message="This server does not support steering."
         ),
-        steer=SteerRef(previous_response_id=event.previous_response_id, input=event.input),
+        steer=SteerRef(
+            previous_response_id=event.previous_response_id, input=_steer_echo(event.input)
+        ),
     )
 
 

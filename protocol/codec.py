@@ -60,12 +60,26 @@ def validation_error(exc: msgspec.ValidationError, prefix: str = "") -> InvalidR
     return InvalidRequest("invalid_value", f"Invalid value{where}{shown}.", param)
 
 
-def _unknown_type(frame: bytes | str) -> InvalidRequest | None:
-    """If the frame is an object whose ``type`` we do not serve, say so precisely."""
+_NOT_JSON = InvalidRequest("invalid_json", "The message is not valid JSON.", None)
+_TOO_DEEP = InvalidRequest(
+    "too_deeply_nested", "The message nests objects or arrays too deeply.", None
+)
+
+
+def _plain_json(frame: bytes | str) -> Any:
+    """Untyped decode, used only once typed decoding failed: is this JSON at all? (CODEC-2)
+    The typed decoder stops at the first value of the wrong shape, before it would notice
+    that the rest is not JSON."""
     try:
-        raw = msgspec.json.decode(frame)
+        return msgspec.json.decode(frame)
     except msgspec.DecodeError:
-        return None
+        raise _NOT_JSON from None
+    except RecursionError:
+        raise _TOO_DEEP from None
+
+
+def _unknown_type(raw: Any) -> InvalidRequest | None:
+    """If the frame is an object whose ``type`` we do not serve, say so precisely."""
     if not isinstance(raw, dict):
         return InvalidRequest("invalid_event", "Each message must be a JSON object.", None)
     kind = raw.get("type")
@@ -89,9 +103,11 @@ def decode_client_event(frame: bytes | str) -> ClientEvent:
     try:
         return _CLIENT_EVENT_DECODER.decode(frame)
     except msgspec.ValidationError as exc:
-        raise _unknown_type(frame) or validation_error(exc) from None
+        raise _unknown_type(_plain_json(frame)) or validation_error(exc) from None
     except msgspec.DecodeError:
-        raise InvalidRequest("invalid_json", "The message is not valid JSON.", None) from None
+        raise _NOT_JSON from None
+    except RecursionError:  # msgspec's own depth guard (CODEC-5)
+        raise _TOO_DEEP from None
 
 
 def decode_create_body(body: bytes) -> CreateParams:
@@ -99,9 +115,12 @@ def decode_create_body(body: bytes) -> CreateParams:
     try:
         return _CREATE_BODY_DECODER.decode(body)
     except msgspec.ValidationError as exc:
+        _plain_json(body)
         raise validation_error(exc) from None
     except msgspec.DecodeError:
-        raise InvalidRequest("invalid_json", "The request body is not valid JSON.", None) from None
+        raise _NOT_JSON from None
+    except RecursionError:
+        raise _TOO_DEEP from None
 
 
 def parse_input(raw: str | list[Any], param: str = "input") -> list[InputItem]:
@@ -121,6 +140,8 @@ def parse_input(raw: str | list[Any], param: str = "input") -> list[InputItem]:
             items.append(msgspec.convert(entry, InputItem))
         except msgspec.ValidationError as exc:
             raise validation_error(exc, where) from None
+        except RecursionError:
+            raise _TOO_DEEP from None
     return items
 
 

@@ -149,6 +149,7 @@ class ResponseStream:
     # ------------------------------------------------------------------ message items
     def add_message(self) -> list[ev.ServerEvent]:
         self._require_closed()
+        first = self._step(Step.OUTPUT)  # checked before any state changes (STATE-2)
         index = len(self.response.output)
         item_id = new_id("msg")
         self._open = _OpenMessage(item_id, index)
@@ -156,7 +157,7 @@ class ResponseStream:
         part = OutputText(text="", annotations=[], logprobs=[])
         return [
             ev.OutputItemAdded(
-                sequence_number=self._step(Step.OUTPUT),
+                sequence_number=first,
                 stream_id=self.stream_id,
                 output_index=index,
                 item=added_item,
@@ -224,6 +225,7 @@ class ResponseStream:
     # ------------------------------------------------------------------ function calls
     def add_function_call(self, name: str, call_id: str) -> ev.OutputItemAdded:
         self._require_closed()
+        seq = self._step(Step.OUTPUT)  # checked before any state changes (STATE-2)
         index = len(self.response.output)
         item_id = new_id("fc")
         self._open = _OpenCall(item_id, index, call_id, name)
@@ -231,7 +233,7 @@ class ResponseStream:
             id=item_id, call_id=call_id, name=name, arguments="", status="in_progress"
         )
         return ev.OutputItemAdded(
-            sequence_number=self._step(Step.OUTPUT),
+            sequence_number=seq,
             stream_id=self.stream_id,
             output_index=index,
             item=added,

@@ -129,7 +129,7 @@ def test_parse_input_standard_shapes() -> None:
         Reasoning,
         ItemReference,
     ]
-    assert isinstance(items[3], Message) and isinstance(items[3].content[0], InputImage)  # type: ignore[index]
+    assert isinstance(items[3], Message) and isinstance(items[3].content[0], InputImage)
     assert parse_input("hello") == [Message(role="user", content="hello")]
 
 

@@ -106,7 +106,7 @@ def decode_client_event(frame: bytes | str) -> ClientEvent:
         raise _unknown_type(_plain_json(frame)) or validation_error(exc) from None
     except msgspec.DecodeError:
         raise _NOT_JSON from None
-    except RecursionError:  # msgspec's own depth guard (CODEC-5)
+    except RecursionError:  # msgspec's own depth guard (CODEC-2)
         raise _TOO_DEEP from None
 
 

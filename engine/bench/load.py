@@ -65,8 +65,7 @@ class _Checker:
         first_delta = True
         while True:
             msg = await self.ws.receive(timeout=60)
-            if msg.type is not aiohttp.WSMsgType.TEXT:
-                self.tally.lost += 1
+            if msg.type is not aiohttp.WSMsgType.TEXT:  # counted as lost by the caller
                 raise ConnectionError(f"socket ended: {msg.type}")
             event: dict[str, Any] = _decode(msg.data)
             if event["type"] == "error":

@@ -22,7 +22,7 @@ from engine.pipeline import FULL, INCREMENTAL, Context
 from engine.rollout import Mode, Rollout, Settings, Turn
 from protocol.codec import parse_input
 from protocol.errors import InvalidRequest, previous_response_not_found
-from protocol.items import InputItem
+from protocol.items import InputItem, item_texts
 from protocol.response import CreateParams, Reasoning, Response
 from protocol.stream import ResponseStream, new_id
 
@@ -90,7 +90,9 @@ def new_response(params: CreateParams, model: str) -> Response:
     )
 
 
-def check_supported(params: CreateParams, transport: str, max_items: int) -> list[InputItem]:
+def check_supported(
+    params: CreateParams, transport: str, max_items: int, max_chars: int = 8_000_000
+) -> list[InputItem]:
     """Reject what this server does not do, clearly (LEN-3), and parse the input."""
     if params.background:
         raise InvalidRequest(
@@ -117,6 +119,12 @@ def check_supported(params: CreateParams, transport: str, max_items: int) -> lis
     if len(items) > max_items:
         raise InvalidRequest(
             "too_many_items", f"At most {max_items} input items are accepted per request.", "input"
+        )
+    if sum(len(text) for item in items for text in item_texts(item)) > max_chars:
+        raise InvalidRequest(
+            "input_too_large",
+            f"The input text of one request may hold at most {max_chars:,} characters.",
+            "input",
         )
     return items
 
@@ -195,7 +203,10 @@ async def run_create(
 
 def _admit(session: Session, lane: Lane, params: CreateParams) -> Admission:
     engine = session.engine
-    items = check_supported(params, session.transport, engine.config.max_input_items)
+    config = engine.config
+    items = check_supported(
+        params, session.transport, config.max_input_items, config.max_input_chars
+    )
     model = params.model or engine.config.default_model
     turn = Turn(ResponseStream(new_response(params, model), lane.name), session.sink, items)
     start = time.perf_counter()

@@ -41,6 +41,7 @@ def _serve_args(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     lim.add_argument("--max-queued", type=int, default=16, help="queued creates per lane")
     lim.add_argument("--max-lanes", type=int, default=32, help="named stream_ids per connection")
     lim.add_argument("--max-input-items", type=int, default=10_000, help="items per request")
+    lim.add_argument("--max-input-chars", type=int, default=8_000_000, help="text per request")
     lim.add_argument("--model-timeout", type=float, default=600.0, help="one sampling step, s")
     lim.add_argument("--send-timeout", type=float, default=30.0, help="slow reader cut-off, s")
     lim.add_argument("--shutdown-grace", type=float, default=10.0, help="in-flight drain, s")
@@ -80,6 +81,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         max_queued_creates=args.max_queued,
         max_lanes=args.max_lanes,
         max_input_items=args.max_input_items,
+        max_input_chars=args.max_input_chars,
         store_max_entries=args.store_max_entries,
         model_timeout_s=args.model_timeout,
         ledger_path=args.ledger,

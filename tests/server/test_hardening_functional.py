@@ -147,3 +147,21 @@ async def test_slow_reader_is_disconnected_with_reason(server_factory: Callable[
     await live.engine.post.stop()
     (record,) = live.engine.post.recent
     assert record.status == "cancelled"  # the rollout stopped; nothing kept streaming
+
+
+async def test_request_size_limits(server_factory: Callable[..., Any]) -> None:
+    config = EngineConfig(tokens_per_second=0, max_input_items=3, max_input_chars=100)
+    live: LiveServer = await server_factory(config)
+    async with aiohttp.ClientSession() as http, http.ws_connect(live.ws_url) as ws:
+        for body, code in (
+            ({"input": [{"role": "user", "content": "x"}] * 4}, "too_many_items"),
+            ({"input": "y" * 101}, "input_too_large"),
+        ):
+            await ws.send_json({"type": "response.create", **body})
+            error = json.loads((await ws.receive(timeout=5)).data)
+            assert (error["status"], error["error"]["code"]) == (400, code)
+        await ws.send_json({"type": "response.create", "input": "fits"})
+        while (event := json.loads((await ws.receive(timeout=5)).data))["type"] != (
+            "response.completed"
+        ):
+            assert event["type"] != "error"

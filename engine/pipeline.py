@@ -67,6 +67,7 @@ class Context:
     tokens: TokenBuffer = field(default_factory=TokenBuffer)
     calls: dict[str, FunctionCall] = field(default_factory=dict)
     answered: set[str] = field(default_factory=set)
+    unanswered: dict[str, FunctionCall] = field(default_factory=dict)  # calls awaiting output
     by_id: dict[str, InputItem] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
     header_key: tuple[str | None, tuple[Tool, ...]] | None = None
@@ -83,6 +84,7 @@ class Context:
             tokens=self.tokens.copy(),
             calls=dict(self.calls),
             answered=set(self.answered),
+            unanswered=dict(self.unanswered),
             by_id=dict(self.by_id),
             findings=list(self.findings),
             header_key=self.header_key,
@@ -90,7 +92,7 @@ class Context:
         )
 
     def pending_calls(self) -> list[FunctionCall]:
-        return [c for cid, c in self.calls.items() if cid not in self.answered]
+        return list(self.unanswered.values())
 
 
 # --------------------------------------------------------------------------- stages
@@ -232,8 +234,11 @@ class Pipeline:
                 ctx.by_id[item_id] = item
             if isinstance(item, FunctionCall):
                 ctx.calls[item.call_id] = item
+                if item.call_id not in ctx.answered:
+                    ctx.unanswered[item.call_id] = item
             elif isinstance(item, FunctionCallOutput):
                 ctx.answered.add(item.call_id)
+                ctx.unanswered.pop(item.call_id, None)
         ctx.findings.extend(findings)
         self.log.findings.extend(findings)
         self.stats.tokens_rendered += total

@@ -13,12 +13,10 @@ from protocol.items import (
     InputFile,
     InputImage,
     InputItem,
-    InputText,
     ItemReference,
     Message,
-    OutputText,
     Reasoning,
-    Refusal,
+    part_text,
 )
 from protocol.response import Tool
 
@@ -30,10 +28,9 @@ def _content_text(content: str | list[ContentPart]) -> str:
         return content
     out: list[str] = []
     for part in content:
-        if isinstance(part, InputText | OutputText):
-            out.append(part.text)
-        elif isinstance(part, Refusal):
-            out.append(part.refusal)
+        text = part_text(part)
+        if text is not None:
+            out.append(text)
         elif isinstance(part, InputImage):
             ref = part.image_url or part.file_id or ""
             digest = hashlib.sha1(ref.encode(), usedforsecurity=False).hexdigest()[:12]
@@ -76,6 +73,3 @@ def header_text(instructions: str | None, tools: list[Tool]) -> str:
 
 def render_header(instructions: str | None, tools: list[Tool]) -> list[int]:
     return encode(header_text(instructions, tools))
-
-
-GENERATION_PROMPT = "<|im_start|>assistant\n"

@@ -60,12 +60,6 @@ class TokenBuffer:
         self._data[self._len : need] = ids
         self._len = need
 
-    def view(self) -> TokenArray:
-        """A read-only view of the rendered tokens (no copy)."""
-        out = self._data[: self._len]
-        out.flags.writeable = False
-        return out
-
     def compact(self, slack: int = 1024) -> None:
         """Give back spare capacity (a suspended rollout may wait long; MEM-1)."""
         if len(self._data) > self._len + 2 * slack:

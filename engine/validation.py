@@ -45,21 +45,22 @@ def resolve_references(ctx: Context, items: list[InputItem], param: str) -> list
 def validate(
     ctx: Context, items: list[InputItem], supports: frozenset[str], param: str = "input"
 ) -> None:
-    """Semantic checks the schema cannot express (VAL-1..VAL-5)."""
-    calls = set(ctx.calls)
-    answered = set(ctx.answered)
+    """Semantic checks the schema cannot express (VAL-1..VAL-5). Looks up the context's ledger
+    in place and tracks only this batch, so the cost follows the new items, not the history."""
+    calls: set[str] = set()  # introduced by this batch
+    answered: set[str] = set()
     for index, item in enumerate(items):
         where = f"{param}[{index}]"
         if isinstance(item, FunctionCall):
             calls.add(item.call_id)
         elif isinstance(item, FunctionCallOutput):
-            if item.call_id not in calls:
+            if item.call_id not in calls and item.call_id not in ctx.calls:
                 raise InvalidRequest(
                     "unknown_call_id",
                     f"No tool call found for function call output with call_id '{item.call_id}'.",
                     f"{where}.call_id",
                 )
-            if item.call_id in answered:
+            if item.call_id in answered or item.call_id in ctx.answered:
                 raise InvalidRequest(
                     "duplicate_tool_output",
                     f"Duplicate function call output for call_id '{item.call_id}'.",

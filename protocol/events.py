@@ -184,8 +184,6 @@ class ErrorEvent(msgspec.Struct, tag="error", tag_field="type", kw_only=True, om
     stream_id: str | None = None
 
 
-TerminalEvent = ResponseCompleted | ResponseFailed | ResponseIncomplete
-
 ServerEvent = (
     ResponseCreated
     | ResponseInProgress

@@ -101,17 +101,20 @@ InputItem = Message | FunctionCall | FunctionCallOutput | ItemReference | Reason
 OutputItem = Message | FunctionCall
 
 
+def part_text(part: ContentPart) -> str | None:
+    """The readable text of one content part; None for images and files."""
+    if isinstance(part, InputText | OutputText):
+        return part.text
+    if isinstance(part, Refusal):
+        return part.refusal
+    return None
+
+
 def text_of(content: str | list[ContentPart]) -> str:
     """All readable text of a message or tool-output content, joined in order."""
     if isinstance(content, str):
         return content
-    parts: list[str] = []
-    for part in content:
-        if isinstance(part, InputText | OutputText):
-            parts.append(part.text)
-        elif isinstance(part, Refusal):
-            parts.append(part.refusal)
-    return "\n".join(parts)
+    return "\n".join(t for t in map(part_text, content) if t is not None)
 
 
 def item_texts(item: InputItem) -> list[str]:

@@ -19,8 +19,3 @@ def _prefix(cls: type) -> bytes:
 def frame(event: ServerEvent) -> bytes:
     """One SSE event: ``event: <type>`` then ``data: <json>`` then a blank line."""
     return _prefix(type(event)) + encode(event) + b"\n\n"
-
-
-def frame_encoded(event_type: type, data: bytes) -> bytes:
-    """Frame an event that is already JSON-encoded (avoids encoding twice)."""
-    return _prefix(event_type) + data + b"\n\n"

@@ -12,6 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from engine.core import Engine
+from engine.metrics import CONTENT_TYPE
 from engine.rollout import ClientGone
 from engine.server.keys import ENGINE, SESSIONS
 from engine.session import Session
@@ -189,9 +190,7 @@ async def list_models(request: web.Request) -> web.Response:
 async def metrics(request: web.Request) -> web.Response:
     """Prometheus exposition: stage histograms, responses, tokens, findings, cache events."""
     engine: Engine = request.app[ENGINE]
-    return web.Response(
-        body=engine.metrics.render(), headers={"Content-Type": "text/plain; version=0.0.4"}
-    )
+    return web.Response(body=engine.metrics.render(), headers={"Content-Type": CONTENT_TYPE})
 
 
 async def stats(request: web.Request) -> web.Response:

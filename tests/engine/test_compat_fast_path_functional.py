@@ -97,7 +97,6 @@ async def test_http_stateless_runs_full_pipeline_every_time(server: LiveServer) 
     records = list(server.engine.post.recent)
     assert len(records) == 3
     assert all(r.stage_runs["validate.full"] == 1 for r in records)
-    assert [r.stage_tokens["full"] for r in records] == sorted(
-        r.stage_tokens["full"] for r in records
-    )  # the re-processed history grows every turn
+    full = [r.stage_tokens["full"] for r in records]
+    assert all(a < b for a, b in zip(full, full[1:], strict=False))  # re-processed history grows
     assert server.engine.counters["create.stateless"] == 3

@@ -7,7 +7,7 @@ PORT   ?= 8000
 STAMP  := $(VENV)/.installed
 REAL_VENV ?= .venv-real
 
-.PHONY: run test lint types unit install clean agent bench bench-all fuzz load test-real
+.PHONY: run test lint types unit install sysdeps clean agent bench bench-all fuzz load test-real
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,6 +16,10 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# redis-server, chromium (Debian) and the pinned Codex CLI (npm), installed when missing.
+sysdeps:
+	bash .ci/sysdeps
 
 run: $(STAMP)
 	$(BIN)/rollout serve --host $(HOST) --port $(PORT)
@@ -33,7 +37,7 @@ types: $(STAMP)
 unit: $(STAMP)
 	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(BIN)/pytest
 
-test: lint types unit
+test: sysdeps lint types unit
 
 # Benchmarks are not tests: they report figures, they assert nothing about time.
 bench: $(STAMP)

@@ -25,7 +25,7 @@ class EngineConfig:
     max_queued_creates: int = 16
     max_lanes: int = 32
     max_input_items: int = 10_000
-    max_input_chars: int = 8_000_000  # text the model would read, per request (LIM-14)
+    max_input_chars: int = 8_000_000  # text the model would read, per request (LIM-15)
     store_max_entries: int = 10_000
     post_queue_size: int = 4096
     ledger_path: Path | None = None

@@ -1,0 +1,50 @@
+"""Every rule ID that code, tests or docs cite is defined once in SPEC.md or docs/ (SPEC preamble).
+
+A rule is defined where it appears in bold (`**WS-4**`); a citation elsewhere that names no
+defined rule is a dangling reference, which is how a renumbered or deleted rule shows up.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+ID = re.compile(r"(?<![\w-])((?:[A-Z]{2,}-)+\d+)\b")
+DEFINITION = re.compile(r"\*\*((?:[A-Z]{2,}-)+\d+)\*\*")
+# Strings that look like rule IDs but are not: encodings, and the coding scenario's bug markers.
+NOT_RULES = re.compile(r"^(UTF-\d+|BUG-\d+)$")
+SOURCE_DIRS = ("protocol", "engine", "clients", "tests", "cli")
+
+
+def _rule_documents() -> list[Path]:
+    return [ROOT / "SPEC.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def _definitions() -> Counter[str]:
+    found: Counter[str] = Counter()
+    for doc in _rule_documents():
+        found.update(DEFINITION.findall(doc.read_text(encoding="utf-8")))
+    return found
+
+
+def _citations() -> dict[str, str]:
+    cited: dict[str, str] = {}
+    for top in SOURCE_DIRS:
+        for path in sorted((ROOT / top).rglob("*.py")):
+            for rule in ID.findall(path.read_text(encoding="utf-8")):
+                if not NOT_RULES.match(rule):
+                    cited.setdefault(rule, str(path.relative_to(ROOT)))
+    return cited
+
+
+def test_every_cited_rule_is_defined() -> None:
+    defined = _definitions()
+    dangling = {rule: where for rule, where in _citations().items() if rule not in defined}
+    assert not dangling, f"cited but not defined in SPEC.md or docs/: {dangling}"
+
+
+def test_every_rule_is_defined_once() -> None:
+    twice = sorted(rule for rule, count in _definitions().items() if count > 1)
+    assert not twice, f"defined more than once: {twice}"

@@ -17,8 +17,9 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from engine.context import Context
 from engine.models.base import Backend
-from engine.pipeline import FULL, INCREMENTAL, Context
+from engine.pipeline import FULL, INCREMENTAL
 from engine.rollout import Mode, Rollout, Settings, Turn
 from protocol.codec import parse_input
 from protocol.errors import InvalidRequest, previous_response_not_found

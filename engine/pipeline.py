@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 import msgspec
 import numpy as np
 
+from engine.context import Context
 from engine.render import render_header, render_item
 from engine.safety import Finding, redact, scan_text
-from engine.tokens import TokenArray, TokenBuffer
 from engine.validation import resolve_references, validate, validate_tools
 from protocol.items import (
     ContentPart,
@@ -57,42 +57,6 @@ class StageStats:
         self.tokens.update(other.tokens)
         for name, value in other.seconds.items():
             self.seconds[name] = self.seconds.get(name, 0.0) + value
-
-
-@dataclass
-class Context:
-    """A rollout's processed conversation: items, rendered tokens, tool-call ledger."""
-
-    items: list[InputItem] = field(default_factory=list)
-    tokens: TokenBuffer = field(default_factory=TokenBuffer)
-    calls: dict[str, FunctionCall] = field(default_factory=dict)
-    answered: set[str] = field(default_factory=set)
-    unanswered: dict[str, FunctionCall] = field(default_factory=dict)  # calls awaiting output
-    by_id: dict[str, InputItem] = field(default_factory=dict)
-    findings: list[Finding] = field(default_factory=list)
-    header_key: tuple[str | None, tuple[Tool, ...]] | None = None
-    header: TokenArray = field(default_factory=lambda: np.empty(0, dtype=np.int32))
-
-    @property
-    def prompt_tokens(self) -> int:
-        return len(self.header) + len(self.tokens)
-
-    def fork(self) -> Context:
-        """An independent copy (token array copied once; items shared, they are immutable)."""
-        return Context(
-            items=list(self.items),
-            tokens=self.tokens.copy(),
-            calls=dict(self.calls),
-            answered=set(self.answered),
-            unanswered=dict(self.unanswered),
-            by_id=dict(self.by_id),
-            findings=list(self.findings),
-            header_key=self.header_key,
-            header=self.header,
-        )
-
-    def pending_calls(self) -> list[FunctionCall]:
-        return list(self.unanswered.values())
 
 
 # --------------------------------------------------------------------------- stages

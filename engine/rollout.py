@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from engine.accounting import Tally, safety_report, usage_record
+from engine.context import Context
 from engine.core import Engine
 from engine.models.base import (
     ArgsDelta,
@@ -36,7 +37,7 @@ from engine.models.base import (
     SampleRequest,
     TextDelta,
 )
-from engine.pipeline import FULL, INCREMENTAL, OUTPUT, Context, Pipeline, StageStats, TurnLog
+from engine.pipeline import FULL, INCREMENTAL, OUTPUT, Pipeline, StageStats, TurnLog
 from engine.post import UsageRecord
 from engine.store import StoredResponse, listing_form
 from protocol import events as ev

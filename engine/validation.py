@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
 
+from engine.context import Context
 from protocol.errors import InvalidRequest
 from protocol.items import (
     FunctionCall,
@@ -16,9 +16,6 @@ from protocol.items import (
     Message,
 )
 from protocol.response import Tool
-
-if TYPE_CHECKING:
-    from engine.pipeline import Context
 
 
 def resolve_references(ctx: Context, items: list[InputItem], param: str) -> list[InputItem]:

@@ -19,6 +19,7 @@ from typing import Any
 
 import msgspec
 
+from engine.context import Context
 from engine.models.base import Delta, SampleRequest
 from engine.models.http_pool import HttpPool
 from engine.models.responses_wire import (
@@ -39,7 +40,6 @@ from engine.models.upstream import (
     post_stream,
     retry_before_first,
 )
-from engine.pipeline import Context
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,9 +14,9 @@ from engine.bench.cli import add_bench_parser
 from engine.bench.measure import simulator_ttft_s
 from engine.bench.scenario import SCRIPT_CALLS, scale_output
 from engine.bench.wire import SseSplitter, TurnReader
+from engine.context import Context
 from engine.models.base import Finish, SampleRequest, TextDelta
 from engine.models.scenarios import CODING_AGENT_STEPS
-from engine.pipeline import Context
 from protocol.codec import parse_input
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from engine.context import Context
 from engine.models.base import SampleRequest
-from engine.pipeline import Context
 from protocol.codec import parse_input
 from protocol.response import FunctionTool, ToolChoice
 

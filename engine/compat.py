@@ -14,39 +14,40 @@ Four ways a create can start (SPEC: COMPAT-1..COMPAT-6), cheapest first:
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from engine.context import Context
+from engine.core import Engine
+from engine.lane import CacheEntry, Lane
 from engine.models.base import Backend
 from engine.pipeline import FULL, INCREMENTAL
-from engine.rollout import Mode, Rollout, Settings, Turn
+from engine.rollout import Mode, Rollout, Settings, Sink, Turn
 from protocol.codec import parse_input
 from protocol.errors import InvalidRequest, previous_response_not_found
 from protocol.items import InputItem, item_texts
 from protocol.response import CreateParams, Reasoning, Response
 from protocol.stream import ResponseStream, new_id
 
-if TYPE_CHECKING:
-    from engine.session import Lane, Session
 
+class Connection(Protocol):
+    """What a create needs from the connection it arrived on (``engine.session.Session``).
 
-@dataclass
-class CacheEntry:
-    """A lane's latest response: what a continuation needs without touching the store."""
+    Declared here, so this module depends on no session type: the session calls in."""
 
-    response_id: str
-    ctx: Context
-    backend: Backend
-    rollout: Rollout | None  # set while that rollout is suspended at this response
+    engine: Engine
+    transport: str
+    sink: Sink
+    default_mode: Mode
+    append_targets: dict[str, Rollout]
+    finished_appends: deque[str]
 
-    def resumable_by(self, backend: Backend, mode: Mode) -> Rollout | None:
-        rollout = self.rollout
-        if rollout is None or not rollout.waiting or rollout.mode is not Mode.STANDARD:
-            return None
-        if mode is not Mode.STANDARD or rollout.backend is not backend:
-            return None
-        return rollout
+    def resolve(self, model: str) -> Backend: ...
+
+    def cached(self, response_id: str) -> tuple[Lane, CacheEntry] | None: ...
+
+    def spawn(self, rollout: Rollout) -> None: ...
 
 
 def settings_from(params: CreateParams, model: str) -> Settings:
@@ -171,7 +172,7 @@ def check_metadata(metadata: dict[str, Any] | None) -> None:
 
 
 async def run_create(
-    session: Session, lane: Lane, params: CreateParams, arrived: float | None = None
+    session: Connection, lane: Lane, params: CreateParams, arrived: float | None = None
 ) -> None:
     """Run one create to its terminal frame. Raises ``ProtocolError`` for request-scoped errors
     (nothing was emitted for this request then)."""
@@ -202,7 +203,7 @@ async def run_create(
     _after_turn(lane, job, rollout, status)
 
 
-def _admit(session: Session, lane: Lane, params: CreateParams) -> Admission:
+def _admit(session: Connection, lane: Lane, params: CreateParams) -> Admission:
     engine = session.engine
     config = engine.config
     items = check_supported(
@@ -223,7 +224,7 @@ def _admit(session: Session, lane: Lane, params: CreateParams) -> Admission:
     )
 
 
-def _start_or_resume(session: Session, lane: Lane, job: Admission) -> tuple[Rollout, bool]:
+def _start_or_resume(session: Connection, lane: Lane, job: Admission) -> tuple[Rollout, bool]:
     """Returns the rollout serving this create and whether it is new (needs a task).
 
     A warmup (``generate: false``) never takes the fast path: it does not sample."""
@@ -259,7 +260,7 @@ def _start_or_resume(session: Session, lane: Lane, job: Admission) -> tuple[Roll
 
 
 def _new_rollout(
-    session: Session,
+    session: Connection,
     job: Admission,
     ctx: Context | None,
     items: list[InputItem],

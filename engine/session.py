@@ -15,8 +15,9 @@ import time
 from collections import deque
 from typing import Any
 
-from engine.compat import CacheEntry, run_create
+from engine.compat import run_create
 from engine.core import Engine
+from engine.lane import CacheEntry, Lane
 from engine.models.base import Backend
 from engine.rollout import ClientGone, Mode, Rollout, Sink
 from protocol.codec import error_event, parse_input
@@ -45,48 +46,6 @@ from protocol.response import CreateParams
 
 log = logging.getLogger("rollout.session")
 _STREAM_ID = re.compile(r"[A-Za-z0-9_.\-]{1,256}")
-
-
-class Lane:
-    """FIFO of creates for one ``stream_id`` (None = the default lane) and its cached latest."""
-
-    def __init__(self, session: Session, name: str | None, max_queued: int) -> None:
-        self.session = session
-        self.name = name
-        # Each entry keeps its arrival time: queue wait is one of the reported stages (OBS-1).
-        self.queue: asyncio.Queue[tuple[CreateParams, float]] = asyncio.Queue(maxsize=max_queued)
-        self.latest: CacheEntry | None = None
-        self.worker: asyncio.Task[None] | None = None
-        self.active = False  # a create is being served right now
-
-    def replace(self, entry: CacheEntry) -> None:
-        old, self.latest = self.latest, entry
-        if old is not None and old.rollout is not None and old.rollout is not entry.rollout:
-            old.rollout.retire()
-
-    def evict(self, response_id: str) -> None:
-        if self.latest is not None and self.latest.response_id == response_id:
-            if self.latest.rollout is not None:
-                self.latest.rollout.retire()
-            self.latest = None
-            self.session.engine.counters["cache.evicted"] += 1
-
-    async def run(self) -> None:
-        while True:
-            params, arrived = await self.queue.get()
-            self.active = True
-            try:
-                await run_create(self.session, self, params, arrived)
-            except ProtocolError as err:
-                await self.session.send_error(err, self.name)
-            except ClientGone:
-                return
-            except Exception:
-                log.exception("create failed on lane %r", self.name)
-                await self.session.send_error(ServerError(), self.name)
-            finally:
-                self.active = False
-                self.queue.task_done()
 
 
 class Session:
@@ -191,11 +150,29 @@ class Session:
                     "a new WebSocket connection.",
                     "stream_id",
                 )
-            lane = self.lanes[stream_id] = Lane(
-                self, stream_id, self.engine.config.max_queued_creates
-            )
-            lane.worker = asyncio.create_task(lane.run(), name=f"lane:{stream_id}")
+            config = self.engine.config
+            lane = Lane(stream_id, config.max_queued_creates, self.engine.counters)
+            lane.worker = asyncio.create_task(self._serve(lane), name=f"lane:{stream_id}")
+            self.lanes[stream_id] = lane
         return lane
+
+    async def _serve(self, lane: Lane) -> None:
+        """The lane's worker: its creates one at a time, in order (WS-5)."""
+        while True:
+            params, arrived = await lane.queue.get()
+            lane.active = True
+            try:
+                await run_create(self, lane, params, arrived)
+            except ProtocolError as err:
+                await self.send_error(err, lane.name)
+            except ClientGone:
+                return
+            except Exception:
+                log.exception("create failed on lane %r", lane.name)
+                await self.send_error(ServerError(), lane.name)
+            finally:
+                lane.active = False
+                lane.queue.task_done()
 
     async def handle_append(self, event: ResponseAppend | ResponseInject) -> None:
         """Experimental mode: commit tool outputs into a suspended rollout (APPEND-3..APPEND-6)."""

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -14,12 +14,9 @@ from engine.post import UsageRecord
 from engine.safety import Finding
 from protocol.response import InputTokensDetails, SafetyFinding, SafetyReport, Usage
 
-if TYPE_CHECKING:
-    from engine.rollout import Rollout
-
 
 @dataclass
-class Tally:
+class UsageTally:
     """Token usage and sampling counts of one response, or of a whole rollout.
 
     ``input_tokens`` adds the prompt length of every sampling step; ``cached_tokens`` the part of
@@ -31,6 +28,12 @@ class Tally:
     samples: int = 0
     tool_calls: int = 0
     estimated: bool = False  # some output was counted with our tokenizer (USE-3)
+
+    def count_prompt(self, prompt: int, cached: int) -> None:
+        """One sampling step (or warmup) read ``prompt`` tokens, ``cached`` of them not rendered
+        fresh for this request."""
+        self.input_tokens += prompt
+        self.cached_tokens += cached
 
     def count_finish(self, finish: Finish, prompt: int, cached: int) -> None:
         """Add a sampling step's counts; the backend's own prompt and cache counts, when it
@@ -62,19 +65,31 @@ def safety_report(policy: str, findings: list[Finding]) -> SafetyReport | None:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class RolloutFacts:
+    """What a ledger record says about the rollout it bills, as values (not the rollout)."""
+
+    rollout_id: str
+    mode: str  # "append" | "standard"
+    model: str
+    status: str
+    stage_tokens: Mapping[str, int]  # tokens rendered per pipeline path, whole rollout
+    resume_tokens: Sequence[int]  # tokens rendered by each incremental offer
+
+
 def usage_record(
-    rollout: Rollout,
+    facts: RolloutFacts,
     response_ids: list[str],
-    tally: Tally,
+    tally: UsageTally,
     log: TurnLog,
     stage_runs: dict[str, int],
 ) -> UsageRecord:
     return UsageRecord(
-        rollout_id=rollout.id,
-        mode=rollout.mode.value,
-        model=rollout.settings.model,
+        rollout_id=facts.rollout_id,
+        mode=facts.mode,
+        model=facts.model,
         response_ids=list(response_ids),
-        status=rollout.status,
+        status=facts.status,
         input_tokens=tally.input_tokens,
         cached_tokens=tally.cached_tokens,
         output_tokens=tally.output_tokens,
@@ -83,6 +98,6 @@ def usage_record(
         safety_findings=dict(Counter(f.kind for f in log.findings)),
         stage_seconds=dict(log.seconds),
         stage_runs=stage_runs,
-        stage_tokens=dict(rollout.stats.tokens),
-        resume_tokens=list(rollout.resume_tokens),
+        stage_tokens=dict(facts.stage_tokens),
+        resume_tokens=list(facts.resume_tokens),
     )

@@ -58,7 +58,6 @@ def settings_from(params: CreateParams, model: str) -> Settings:
         tool_choice=params.tool_choice,
         parallel_tool_calls=params.parallel_tool_calls,
         max_output_tokens=params.max_output_tokens,
-        max_tool_calls=params.max_tool_calls,
         store=params.store,
         temperature=params.temperature,
         top_p=params.top_p,

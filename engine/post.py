@@ -14,7 +14,7 @@ import contextlib
 import json
 import logging
 import time
-from collections import Counter, deque
+from collections import deque
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO
@@ -56,7 +56,6 @@ class PostInference:
         self.ledger_path = ledger_path
         self._ledger: IO[str] | None = None
         self.recent: deque[UsageRecord] = deque(maxlen=2048)  # a window for tests and debugging
-        self.totals: Counter[str] = Counter()
         self.runs = 0
 
     async def start(self) -> None:
@@ -103,10 +102,6 @@ class PostInference:
         start = time.perf_counter()
         self.runs += 1
         self.recent.append(record)
-        self.totals["records"] += 1
-        self.totals["input_tokens"] += record.input_tokens
-        self.totals["cached_tokens"] += record.cached_tokens
-        self.totals["output_tokens"] += record.output_tokens
         self._observe(record)
         if self._ledger is not None:
             self._ledger.write(json.dumps(asdict(record), separators=(",", ":")) + "\n")

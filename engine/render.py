@@ -13,47 +13,39 @@ from protocol.items import (
     InputFile,
     InputImage,
     InputItem,
-    ItemReference,
     Message,
     Reasoning,
-    part_text,
+    text_of,
 )
 from protocol.response import Tool
 
 IMAGE_TOKENS = 85  # flat per-image budget, like a low-detail image
 
 
-def _content_text(content: str | list[ContentPart]) -> str:
-    if isinstance(content, str):
-        return content
-    out: list[str] = []
-    for part in content:
-        text = part_text(part)
-        if text is not None:
-            out.append(text)
-        elif isinstance(part, InputImage):
-            ref = part.image_url or part.file_id or ""
-            digest = hashlib.sha1(ref.encode(), usedforsecurity=False).hexdigest()[:12]
-            out.append(f"<image {digest}>" + " ." * IMAGE_TOKENS)
-        elif isinstance(part, InputFile):
-            out.append(f"<file {part.filename or part.file_id or 'inline'}>")
-    return "\n".join(out)
+def _placeholder(part: ContentPart) -> str | None:
+    """What the template shows for a part without text: an image costs a flat token budget."""
+    if isinstance(part, InputImage):
+        ref = part.image_url or part.file_id or ""
+        digest = hashlib.sha1(ref.encode(), usedforsecurity=False).hexdigest()[:12]
+        return f"<image {digest}>" + " ." * IMAGE_TOKENS
+    if isinstance(part, InputFile):
+        return f"<file {part.filename or part.file_id or 'inline'}>"
+    return None
 
 
 def item_text(item: InputItem) -> str:
     """The template text of one item."""
     if isinstance(item, Message):
-        return f"<|im_start|>{item.role}\n{_content_text(item.content)}<|im_end|>\n"
+        return f"<|im_start|>{item.role}\n{text_of(item.content, _placeholder)}<|im_end|>\n"
     if isinstance(item, FunctionCall):
         return f"<|im_start|>assistant to={item.name}\n{item.arguments}<|im_end|>\n"
     if isinstance(item, FunctionCallOutput):
-        body = _content_text(item.output)
+        body = text_of(item.output, _placeholder)
         return f"<|im_start|>tool {item.call_id}\n{body}<|im_end|>\n"
     if isinstance(item, Reasoning):
         summary = "\n".join(s.text for s in item.summary)
         return f"<|im_start|>reasoning\n{summary}<|im_end|>\n"
-    if isinstance(item, ItemReference):  # resolved before rendering; never reaches here
-        return ""
+    # Item references are resolved before rendering (ITEM-4), so none reaches this point.
     raise TypeError(f"unrenderable item {type(item).__name__}")
 
 

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from engine.accounting import Tally, safety_report, usage_record
+from engine.accounting import RolloutFacts, UsageTally, safety_report, usage_record
 from engine.context import Context
 from engine.core import Engine
 from engine.models.base import (
@@ -44,7 +44,7 @@ from protocol import events as ev
 from protocol.codec import error_event
 from protocol.errors import InvalidRequest, ProtocolError
 from protocol.items import FunctionCall, FunctionCallOutput, InputItem
-from protocol.response import Tool, ToolChoice, Usage
+from protocol.response import Tool, ToolChoice
 from protocol.states import TERMINAL_STATES, ResponseState
 from protocol.stream import ResponseStream, new_id
 
@@ -80,7 +80,6 @@ class Settings:
     tool_choice: ToolChoice
     parallel_tool_calls: bool
     max_output_tokens: int | None
-    max_tool_calls: int | None
     store: bool
     temperature: float | None = None
     top_p: float | None = None
@@ -98,7 +97,7 @@ class Turn:
     sink: Sink
     input_items: list[InputItem]
     done: asyncio.Future[str] = field(default_factory=_future)
-    tally: Tally = field(default_factory=Tally)
+    tally: UsageTally = field(default_factory=UsageTally)
     log: TurnLog = field(default_factory=TurnLog)
 
 
@@ -134,7 +133,7 @@ class Rollout:
         self._wake: asyncio.Future[Turn | None] | None = None
         self._idle: asyncio.Timeout | None = None  # the idle limit of the current suspension
         self._fresh_tokens = 0  # tokens rendered from input since the last sample
-        self._totals = Tally()  # usage over the whole rollout
+        self._totals = UsageTally()  # usage over the whole rollout
         self._model_timeout = engine.config.model_timeout_s
         self.status = "in_progress"
 
@@ -163,13 +162,10 @@ class Rollout:
     async def warm(self) -> None:
         """``generate: false``: state is prepared and the response completes with no output."""
         turn = self.turn
-        for tally in (turn.tally, self._totals):
-            tally.input_tokens += self.ctx.prompt_tokens
-            tally.cached_tokens += max(self.ctx.prompt_tokens - self._fresh_tokens, 0)
-        self._fresh_tokens = 0
+        self._count_prompt(turn)
         await turn.sink.send(turn.stream.created())
         await self._end_turn(turn, "completed")
-        await self._finish()
+        await self._end()
 
     def _require_outputs_for_pending(self, items: list[InputItem]) -> None:
         """Every function call must be answered before the model samples again (VAL-5)."""
@@ -184,10 +180,10 @@ class Rollout:
         try:
             await self._loop()
         except asyncio.CancelledError:
-            self._abandon("cancelled")
+            await self._end(cancelled=True)  # never suspends: the task is being cancelled
             raise
         except ClientGone:
-            self._abandon("cancelled")
+            await self._end(cancelled=True)
         except BackendError as exc:
             log.warning("rollout %s: backend failed: %s", self.id, exc)
             await self._fail_quietly(exc.protocol_error())
@@ -219,7 +215,7 @@ class Rollout:
                 turn = self.turn = next_turn
             else:
                 turn.stream.resume()
-        await self._finish()
+        await self._end()
 
     async def _open_turn(self, turn: Turn) -> None:
         if turn.stream.state is ResponseState.NEW:
@@ -228,12 +224,7 @@ class Rollout:
 
     # ================================================================== sampling
     async def _sample(self, turn: Turn) -> tuple[list[FunctionCall], FinishReason]:
-        prompt = self.ctx.prompt_tokens
-        cached = max(prompt - self._fresh_tokens, 0)
-        for usage in (turn.tally, self._totals):
-            usage.input_tokens += prompt
-            usage.cached_tokens += cached
-        self._fresh_tokens = 0
+        prompt, cached = self._count_prompt(turn)
         turn.tally.samples += 1
         self._totals.samples += 1
         stream, send = turn.stream, turn.sink.send
@@ -281,6 +272,17 @@ class Rollout:
         self._totals.tool_calls += len(calls)
         return calls, reason
 
+    def _count_prompt(self, turn: Turn) -> tuple[int, int]:
+        """The prompt a step reads (a sample, or a warmup's would-be sample) joins the response's
+        and the rollout's usage; what was not rendered fresh since the last step counts as
+        cached (USE-1, USE-2). Returns (prompt, cached) tokens."""
+        prompt = self.ctx.prompt_tokens
+        cached = max(prompt - self._fresh_tokens, 0)
+        self._fresh_tokens = 0
+        for tally in (turn.tally, self._totals):
+            tally.count_prompt(prompt, cached)
+        return prompt, cached
+
     def _sample_request(self) -> SampleRequest:
         s = self.settings
         return SampleRequest(
@@ -290,7 +292,6 @@ class Rollout:
             tool_choice=s.tool_choice,
             parallel_tool_calls=s.parallel_tool_calls,
             max_output_tokens=s.max_output_tokens,
-            max_tool_calls=s.max_tool_calls,
             temperature=s.temperature,
             top_p=s.top_p,
         )
@@ -331,7 +332,7 @@ class Rollout:
             self.phase = Phase.RUNNING
             self.pending = []
         elif self.mode is Mode.APPEND:
-            self._abandon("cancelled")  # retired by a closing connection: stored, accounted
+            await self._end(cancelled=True)  # retired by a closing connection: stored, accounted
         return next_turn
 
     @property
@@ -432,44 +433,50 @@ class Rollout:
                 await self._open_turn(turn)
                 await self._end_turn(turn, "failed")
         self.status = "failed"
-        await self._finish()
+        await self._end()
 
-    def _abandon(self, status: str) -> None:
-        """Cancelled or the client left: store a terminal state, account what was used."""
+    async def _end(self, *, cancelled: bool = False) -> None:
+        """The one ending of a rollout, run once: its stage counters join the engine's and the
+        ledger record still owed is handed to post-inference (POST-1): the rollout's one
+        response in append mode, an open response in standard mode.
+
+        ``cancelled``: the task was cancelled, the client left, or a suspended append rollout
+        was retired. A response still open is stored as ``cancelled`` and billed, and the record
+        is handed over without waiting, so a cancelled task never suspends here."""
         turn = self.turn
-        open_turn = turn.stream.state not in TERMINAL_STATES
-        if open_turn:
-            turn.stream.response.status = status  # type: ignore[assignment]
+        billed_open = cancelled and turn.stream.state not in TERMINAL_STATES
+        if billed_open:
+            turn.stream.response.status = "cancelled"
             turn.stream.response.completed_at = _now()
             self._store(turn)
-            self.status = status
+            self.status = "cancelled"
         if self.phase is Phase.DONE:
             return
         self.phase = Phase.DONE
         self.engine.stats.add(self.stats)
         if self.mode is Mode.APPEND:
-            self.engine.post.submit_nowait(self._record(self.response_ids, self._totals, turn.log))
-        elif open_turn:
-            self.engine.post.submit_nowait(self._record([turn.stream.id], turn.tally, turn.log))
-
-    async def _finish(self) -> None:
-        """End of the rollout. Append mode bills its one response here (POST-1)."""
-        if self.phase is Phase.DONE:
+            record = self._record(self.response_ids, self._totals, turn.log)
+        elif billed_open:
+            record = self._record([turn.stream.id], turn.tally, turn.log)
+        else:
             return
-        self.phase = Phase.DONE
-        self.engine.stats.add(self.stats)
-        if self.mode is Mode.APPEND:
-            record = self._record(self.response_ids, self._totals, self.turn.log)
+        if cancelled:
+            self.engine.post.submit_nowait(record)
+        else:
             await self.engine.post.submit(record)
 
-    def _record(self, response_ids: list[str], tally: Tally, log: TurnLog) -> UsageRecord:
+    def _record(self, response_ids: list[str], tally: UsageTally, log: TurnLog) -> UsageRecord:
         runs = self.stats.runs - self._reported_runs
         self._reported_runs = Counter(self.stats.runs)
-        return usage_record(self, response_ids, tally, log, dict(runs))
-
-    @property
-    def totals(self) -> Usage:
-        return self._totals.usage()
+        facts = RolloutFacts(
+            rollout_id=self.id,
+            mode=self.mode.value,
+            model=self.settings.model,
+            status=self.status,
+            stage_tokens=self.stats.tokens,
+            resume_tokens=self.resume_tokens,
+        )
+        return usage_record(facts, response_ids, tally, log, dict(runs))
 
 
 class _ModelClock:

@@ -25,11 +25,6 @@ def encode(text: str) -> list[int]:
     return ids
 
 
-def decode(ids: list[int]) -> str:
-    text: str = encoding().decode(ids)
-    return text
-
-
 def count(text: str) -> int:
     return len(encode(text))
 
@@ -69,7 +64,3 @@ class TokenBuffer:
         clone = TokenBuffer(self._len + 1024)
         clone.extend(self._data[: self._len])
         return clone
-
-    @property
-    def nbytes(self) -> int:
-        return int(self._data.nbytes)

@@ -7,6 +7,7 @@ so a replayed item is echoed the way the client sent it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal
 
 import msgspec
@@ -110,11 +111,24 @@ def part_text(part: ContentPart) -> str | None:
     return None
 
 
-def text_of(content: str | list[ContentPart]) -> str:
-    """All readable text of a message or tool-output content, joined in order."""
+def text_of(
+    content: str | list[ContentPart],
+    placeholder: Callable[[ContentPart], str | None] | None = None,
+) -> str:
+    """All readable text of a message or tool-output content, joined in order.
+
+    A part without text (an image, a file) is skipped, or stands as ``placeholder(part)`` when
+    one is given (the chat template marks where an image or a file was)."""
     if isinstance(content, str):
         return content
-    return "\n".join(t for t in map(part_text, content) if t is not None)
+    out: list[str] = []
+    for part in content:
+        text = part_text(part)
+        if text is None and placeholder is not None:
+            text = placeholder(part)
+        if text is not None:
+            out.append(text)
+    return "\n".join(out)
 
 
 def item_texts(item: InputItem) -> list[str]:

@@ -66,7 +66,6 @@ class SampleRequest:
     tool_choice: ToolChoice
     parallel_tool_calls: bool
     max_output_tokens: int | None
-    max_tool_calls: int | None = None
     temperature: float | None = None  # None: the upstream's default
     top_p: float | None = None
 

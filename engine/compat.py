@@ -251,7 +251,7 @@ def _start_or_resume(session: Connection, lane: Lane, job: Admission) -> tuple[R
         counters["create.fork"] += 1
         return _new_rollout(session, job, found[1].ctx.fork(), job.items, INCREMENTAL), True
     counters["create.cache_miss"] += 1
-    record = session.engine.responses.get(prev)
+    record = session.engine.store.get(prev)
     if record is None:
         raise previous_response_not_found(prev)
     counters["create.store_hydrate"] += 1

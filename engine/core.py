@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from engine.metrics import Metrics
@@ -34,19 +34,23 @@ class EngineConfig:
     safety_policy: str = "flag"  # "flag" records findings; "redact" also masks secrets (SAFE-3)
 
 
-@dataclass
 class Engine:
-    config: EngineConfig = field(default_factory=EngineConfig)
-    router: Router | None = None
-    store: ResponseStore | None = None
-    stats: StageStats = field(default_factory=StageStats)
-    counters: Counter[str] = field(default_factory=Counter)
+    """One per process: each part has one name. ``router`` maps model names to backends,
+    ``store`` keeps ``store=true`` responses; both default to the embedded ones."""
 
-    def __post_init__(self) -> None:
-        if self.router is None:
-            self.router = simulator_router(self.config.tokens_per_second)
-        if self.store is None:
-            self.store = InMemoryStore(self.config.store_max_entries)
+    def __init__(
+        self,
+        config: EngineConfig | None = None,
+        *,
+        router: Router | None = None,
+        store: ResponseStore | None = None,
+    ) -> None:
+        self.config = config if config is not None else EngineConfig()
+        tokens_per_second = self.config.tokens_per_second
+        self.router = router if router is not None else simulator_router(tokens_per_second)
+        self.store = store if store is not None else InMemoryStore(self.config.store_max_entries)
+        self.stats = StageStats()
+        self.counters: Counter[str] = Counter()  # create paths and cache events, for /metrics
         self.metrics = Metrics(self.counters)
         self.post = PostInference(
             self.metrics, self.config.post_queue_size, self.config.ledger_path
@@ -59,14 +63,4 @@ class Engine:
 
     async def stop(self) -> None:
         await self.post.stop()
-        await self.routes.aclose()  # the upstream HTTP pool, if any route has one
-
-    @property
-    def routes(self) -> Router:
-        assert self.router is not None
-        return self.router
-
-    @property
-    def responses(self) -> ResponseStore:
-        assert self.store is not None
-        return self.store
+        await self.router.aclose()  # the upstream HTTP pool, if any route has one

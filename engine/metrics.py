@@ -4,7 +4,7 @@ critical path; cache counters are read from the engine at scrape time."""
 
 from __future__ import annotations
 
-from collections import Counter as Tally
+import collections
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -20,7 +20,7 @@ _BUCKETS = (
 class _EngineCounters(Collector):
     """Exposes the engine's create-path and cache counters without double bookkeeping."""
 
-    def __init__(self, counters: Tally[str]) -> None:
+    def __init__(self, counters: collections.Counter[str]) -> None:
         self._counters = counters
 
     def collect(self) -> Iterator[Metric]:
@@ -35,7 +35,7 @@ class _EngineCounters(Collector):
 
 
 class Metrics:
-    def __init__(self, counters: Tally[str]) -> None:
+    def __init__(self, counters: collections.Counter[str]) -> None:
         self.registry = CollectorRegistry()
         self.stage_seconds = Histogram(
             "rollout_stage_seconds",

@@ -412,7 +412,6 @@ class Rollout:
     def _store(self, turn: Turn) -> None:
         if not self.settings.store:
             return
-        assert self.engine.store is not None
         self.engine.store.put(
             StoredResponse(
                 response=turn.stream.response,

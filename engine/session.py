@@ -65,7 +65,7 @@ class Session:
         self.append_targets: dict[str, Rollout] = {}
         self.finished_appends: deque[str] = deque(maxlen=64)  # for precise late-append errors
         self.rollouts: dict[asyncio.Task[None], Rollout] = {}
-        self._routes: dict[str, Backend] = {}
+        self._backends: dict[str, Backend] = {}  # model name -> backend, resolved once here
         self._loop = asyncio.get_running_loop()
         self.opened_at = self._loop.time()
         self.closed = False
@@ -74,9 +74,9 @@ class Session:
 
     # ------------------------------------------------------------------ routing (once per model)
     def resolve(self, model: str) -> Backend:
-        backend = self._routes.get(model)
+        backend = self._backends.get(model)
         if backend is None:
-            backend = self._routes[model] = self.engine.routes.resolve(model)
+            backend = self._backends[model] = self.engine.router.resolve(model)
         return backend
 
     # ------------------------------------------------------------------ client events

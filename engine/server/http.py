@@ -108,7 +108,7 @@ def _stored(request: web.Request) -> tuple[Engine, str]:
 
 async def get_response(request: web.Request) -> web.Response:
     engine, response_id = _stored(request)
-    record = engine.responses.get(response_id)
+    record = engine.store.get(response_id)
     if record is None:
         raise response_not_found(response_id)
     return json_response(record.response)
@@ -116,14 +116,14 @@ async def get_response(request: web.Request) -> web.Response:
 
 async def delete_response(request: web.Request) -> web.Response:
     engine, response_id = _stored(request)
-    if not engine.responses.delete(response_id):
+    if not engine.store.delete(response_id):
         raise response_not_found(response_id)
     return json_response({"id": response_id, "object": "response", "deleted": True})
 
 
 async def cancel_response(request: web.Request) -> web.Response:
     engine, response_id = _stored(request)
-    if engine.responses.get(response_id) is None:
+    if engine.store.get(response_id) is None:
         raise response_not_found(response_id)
     raise InvalidRequest(
         "response_not_cancellable",
@@ -134,7 +134,7 @@ async def cancel_response(request: web.Request) -> web.Response:
 
 async def list_input_items(request: web.Request) -> web.Response:
     engine, response_id = _stored(request)
-    record = engine.responses.get(response_id)
+    record = engine.store.get(response_id)
     if record is None:
         raise response_not_found(response_id)
     order = request.query.get("order", "desc")
@@ -178,7 +178,7 @@ async def healthz(request: web.Request) -> web.Response:
 async def list_models(request: web.Request) -> web.Response:
     """Every routable name: models, their aliases and the default route's name. ``owned_by``
     names the backend kind (``sim``, ``chat``, ``responses``)."""
-    router = request.app[ENGINE].routes
+    router = request.app[ENGINE].router
     data = []
     for name in router.models():
         backend = router.backend_of(name)
@@ -204,7 +204,7 @@ async def stats(request: web.Request) -> web.Response:
             "tokens_rendered": engine.stats.tokens_rendered,
             "counters": dict(engine.counters),
             "post_inference_runs": engine.post.runs,
-            "router_resolutions": engine.routes.resolutions,
+            "router_resolutions": engine.router.resolutions,
             "backends": _backend_stats(engine),
             "open_sessions": len(request.app[SESSIONS]),
         }
@@ -216,7 +216,7 @@ def _backend_stats(engine: Engine) -> dict[str, dict[str, int]]:
     backend under its first route name (aliases share the backend)."""
     out: dict[str, dict[str, int]] = {}
     seen: set[int] = set()
-    for name, backend in sorted(engine.routes.routes.items()):
+    for name, backend in sorted(engine.router.routes.items()):
         counters = getattr(backend, "stats", None)
         if counters is not None and id(backend) not in seen:
             seen.add(id(backend))

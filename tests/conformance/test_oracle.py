@@ -516,7 +516,7 @@ async def test_oracle_http_failed_non_streaming_is_500_and_not_retried(live: Liv
     assert info.value.type == "server_error"
     assert "secret-internal-detail" not in info.value.message
     assert info.value.response.headers.get("x-should-retry") == "false"
-    assert live.engine.routes.routes["broken-message"].calls == 1
+    assert live.engine.router.routes["broken-message"].calls == 1
 
 
 async def test_oracle_http_json_response_is_sdk_response(live: LiveServer) -> None:

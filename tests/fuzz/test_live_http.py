@@ -235,7 +235,7 @@ class HttpProtocolMachine(RuleBasedStateMachine):
         self._check_result(body, final)
         rid = final["id"]
         if body.get("store", True):
-            record = self.env.live.engine.responses.get(rid)
+            record = self.env.live.engine.store.get(rid)
             assert record is not None, "STORE-2: a store=true response is stored"
             pending = [
                 o["call_id"]
@@ -246,7 +246,7 @@ class HttpProtocolMachine(RuleBasedStateMachine):
             count = 1 if isinstance(body["input"], str) else len(body["input"])
             self.store[rid] = Stored(rid, pending, count)
         else:
-            assert self.env.live.engine.responses.get(rid) is None, "STORE-1"
+            assert self.env.live.engine.store.get(rid) is None, "STORE-1"
             self.unstored.append(rid)
 
     def _predict(

@@ -1172,7 +1172,7 @@ class WsProtocolMachine(RuleBasedStateMachine):
         and its context has exactly the unanswered calls the model expects."""
         engine = self.env.live.engine
         for rid, entry in self.store.items():
-            record = engine.responses.get(rid)
+            record = engine.store.get(rid)
             assert record is not None, f"STORE-2: {rid} missing from the store"
             assert record.response.status != "in_progress", f"{rid} stored in_progress"
             assert _unanswered(record.context) == entry.pending, (rid, entry)
@@ -1205,7 +1205,7 @@ class WsProtocolMachine(RuleBasedStateMachine):
         self.conn = None
         self._check_released()
         if rid is not None and store:
-            record = self.env.live.engine.responses.get(rid)
+            record = self.env.live.engine.store.get(rid)
             assert record is not None, f"ROLL-7: {rid} was not stored"
             assert record.response.status in ("completed", "cancelled"), record.response.status
             self.store[rid] = Cached(rid, _unanswered(record.context))

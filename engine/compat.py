@@ -22,7 +22,7 @@ from engine.context import Context
 from engine.core import Engine
 from engine.lane import CacheEntry, Lane
 from engine.models.base import Backend
-from engine.pipeline import FULL, INCREMENTAL
+from engine.pipeline import FULL, INCREMENTAL, ItemTexts
 from engine.rollout import Mode, Rollout, Settings, Sink, Turn
 from protocol.codec import parse_input
 from protocol.errors import InvalidRequest, previous_response_not_found
@@ -93,8 +93,9 @@ def new_response(params: CreateParams, model: str) -> Response:
 
 def check_supported(
     params: CreateParams, transport: str, max_items: int, max_chars: int = 8_000_000
-) -> list[InputItem]:
-    """Reject what this server does not do, clearly (LEN-3), and parse the input."""
+) -> tuple[list[InputItem], ItemTexts]:
+    """Reject what this server does not do, clearly (LEN-3), and parse the input. Returns the
+    items and their readable texts (computed once: the size limit here, the safety scan later)."""
     if params.background:
         raise InvalidRequest(
             "unsupported_parameter", "Background responses are not supported.", "background"
@@ -121,13 +122,14 @@ def check_supported(
         raise InvalidRequest(
             "too_many_items", f"At most {max_items} input items are accepted per request.", "input"
         )
-    if sum(len(text) for item in items for text in item_texts(item)) > max_chars:
+    texts = [item_texts(item) for item in items]
+    if sum(len(text) for readable in texts for text in readable) > max_chars:
         raise InvalidRequest(
             "input_too_large",
             f"The input text of one request may hold at most {max_chars:,} characters.",
             "input",
         )
-    return items
+    return items, texts
 
 
 @dataclass
@@ -136,6 +138,7 @@ class Admission:
 
     params: CreateParams
     items: list[InputItem]
+    texts: ItemTexts  # each item's readable texts
     backend: Backend
     mode: Mode
     turn: Turn
@@ -205,7 +208,7 @@ async def run_create(
 def _admit(session: Connection, lane: Lane, params: CreateParams) -> Admission:
     engine = session.engine
     config = engine.config
-    items = check_supported(
+    items, texts = check_supported(
         params, session.transport, config.max_input_items, config.max_input_chars
     )
     model = params.model or engine.config.default_model
@@ -216,6 +219,7 @@ def _admit(session: Connection, lane: Lane, params: CreateParams) -> Admission:
     return Admission(
         params=params,
         items=items,
+        texts=texts,
         backend=backend,
         mode=Mode(params.rollout_mode or session.default_mode.value),
         turn=turn,
@@ -231,14 +235,14 @@ def _start_or_resume(session: Connection, lane: Lane, job: Admission) -> tuple[R
     prev = job.prev
     if prev is None:
         counters["create.stateless"] += 1
-        return _new_rollout(session, job, None, job.items, FULL), True
+        return _new_rollout(session, job, None, FULL), True
     found = session.cached(prev)
     if found is not None and found[0] is lane:
         entry = found[1]
         live = entry.resumable_by(job.backend, job.mode) if job.params.generate else None
         if live is not None:
             counters["create.fast_path"] += 1
-            live.continue_standard(job.items, job.turn, job.settings)
+            live.continue_standard(job.items, job.texts, job.turn, job.settings)
             lane.latest = None  # its context now moves on; the new response replaces it
             return live, False
         counters["create.cache_hit"] += 1
@@ -246,28 +250,27 @@ def _start_or_resume(session: Connection, lane: Lane, job: Admission) -> tuple[R
         if entry.rollout is not None:
             entry.rollout.retire()
             entry.rollout = None
-        return _new_rollout(session, job, ctx, job.items, INCREMENTAL), True
+        return _new_rollout(session, job, ctx, INCREMENTAL), True
     if found is not None:  # a fork from another lane: copy its context, leave it running
         counters["create.fork"] += 1
-        return _new_rollout(session, job, found[1].ctx.fork(), job.items, INCREMENTAL), True
+        return _new_rollout(session, job, found[1].ctx.fork(), INCREMENTAL), True
     counters["create.cache_miss"] += 1
     record = session.engine.store.get(prev)
     if record is None:
         raise previous_response_not_found(prev)
     counters["create.store_hydrate"] += 1
-    return _new_rollout(session, job, None, job.items, FULL, history=record.context), True
+    return _new_rollout(session, job, None, FULL, history=record.context), True
 
 
 def _new_rollout(
     session: Connection,
     job: Admission,
     ctx: Context | None,
-    items: list[InputItem],
     path: str,
     history: list[InputItem] | None = None,
 ) -> Rollout:
     rollout = Rollout(session.engine, job.backend, job.settings, job.turn, job.mode, context=ctx)
-    rollout.prepare(items, path=path, history=history)
+    rollout.prepare(job.items, job.texts, path=path, history=history)
     return rollout
 
 

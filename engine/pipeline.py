@@ -62,13 +62,30 @@ class StageStats:
 # --------------------------------------------------------------------------- stages
 
 
-def scan(ctx: Context, items: list[InputItem]) -> list[Finding]:
+ItemTexts = list[list[str]]  # ``item_texts`` of each item of a batch, in order
+
+
+def scan(ctx: Context, texts: ItemTexts) -> list[Finding]:
     base = len(ctx.items)
     found: list[Finding] = []
-    for offset, item in enumerate(items):
-        for text in item_texts(item):
+    for offset, readable in enumerate(texts):
+        for text in readable:
             found.extend(scan_text(text, base + offset))
     return found
+
+
+def texts_of(
+    given: list[InputItem], resolved: list[InputItem], known: ItemTexts | None
+) -> ItemTexts:
+    """Each resolved item's texts, computed once per item: reused when the caller already has
+    them (the create's size limit, LIM-14), except for a resolved reference, which reads as the
+    item it names (ITEM-4)."""
+    if known is None:
+        return [item_texts(item) for item in resolved]
+    return [
+        texts if item is named else item_texts(named)
+        for item, named, texts in zip(given, resolved, known, strict=True)
+    ]
 
 
 def redact_item(item: InputItem) -> InputItem:
@@ -137,14 +154,17 @@ class Pipeline:
         path: str,
         supports: frozenset[str],
         param: str = "input",
+        texts: ItemTexts | None = None,
     ) -> int:
-        """Validate, scan and render ``items`` onto ``ctx``; returns tokens rendered."""
+        """Validate, scan and render ``items`` onto ``ctx``; returns tokens rendered.
+
+        ``texts``: each item's ``item_texts`` when the caller already computed them."""
         t = time.perf_counter()
-        items = resolve_references(ctx, items, param)
+        given, items = items, resolve_references(ctx, items, param)
         validate(ctx, items, supports, param)
         t = self._count("validate", path, len(items), t)
         # The model's own output is not scanned: the scan guards what enters from outside.
-        findings = scan(ctx, items) if path != OUTPUT else []
+        findings = scan(ctx, texts_of(given, items, texts)) if path != OUTPUT else []
         if findings and self.policy == "redact":
             items = self._redacted(ctx, items, findings)
         t = self._count("scan", path, len(items), t)

@@ -37,7 +37,7 @@ from engine.models.base import (
     SampleRequest,
     TextDelta,
 )
-from engine.pipeline import FULL, INCREMENTAL, OUTPUT, Pipeline, StageStats, TurnLog
+from engine.pipeline import FULL, INCREMENTAL, OUTPUT, ItemTexts, Pipeline, StageStats, TurnLog
 from engine.post import UsageRecord
 from engine.store import StoredResponse, listing_form
 from protocol import events as ev
@@ -139,7 +139,12 @@ class Rollout:
 
     # ================================================================== pre-inference
     def prepare(
-        self, items: list[InputItem], *, path: str, history: list[InputItem] | None = None
+        self,
+        items: list[InputItem],
+        texts: ItemTexts | None = None,
+        *,
+        path: str,
+        history: list[InputItem] | None = None,
     ) -> None:
         """Pre-inference over the request's input: full history or only what is new (PIPE-1).
 
@@ -153,7 +158,7 @@ class Rollout:
                 self.ctx, history, path=path, supports=self.backend.supports, param="history"
             )
         self._fresh_tokens += self.pipeline.apply(
-            self.ctx, items, path=path, supports=self.backend.supports
+            self.ctx, items, path=path, supports=self.backend.supports, texts=texts
         )
         missing = self.ctx.pending_calls()
         if missing:
@@ -339,7 +344,7 @@ class Rollout:
     def waiting(self) -> bool:
         return self.phase is Phase.SUSPENDED and self._wake is not None and not self._wake.done()
 
-    def offer(self, items: list[InputItem]) -> bool:
+    def offer(self, items: list[InputItem], texts: ItemTexts | None = None) -> bool:
         """Commit new items (incremental pre-inference). Raises ``InvalidRequest`` without any
         change when they are not acceptable. Returns True when every pending call is answered."""
         if not self.waiting:
@@ -347,7 +352,7 @@ class Rollout:
                 "response_not_waiting", "The response is not waiting for tool outputs.", None
             )
         rendered = self.pipeline.apply(
-            self.ctx, items, path=INCREMENTAL, supports=self.backend.supports
+            self.ctx, items, path=INCREMENTAL, supports=self.backend.supports, texts=texts
         )
         self._fresh_tokens += rendered
         self.resume_tokens.append(rendered)
@@ -368,14 +373,16 @@ class Rollout:
         assert self._wake is not None
         self._wake.set_result(turn)
 
-    def continue_standard(self, items: list[InputItem], turn: Turn, settings: Settings) -> None:
+    def continue_standard(
+        self, items: list[InputItem], texts: ItemTexts, turn: Turn, settings: Settings
+    ) -> None:
         """Compat fast path: the new request answers the pending calls; resume in a new response."""
         if not self.waiting:
             raise InvalidRequest("response_not_waiting", "The response cannot be continued.", None)
         self._require_outputs_for_pending(items)
         previous_log, self.pipeline.log = self.pipeline.log, turn.log
         try:
-            self.offer(items)
+            self.offer(items, texts)
         except Exception:
             self.pipeline.log = previous_log
             raise

@@ -20,11 +20,10 @@ from engine.models.chat_wire import ChatOptions, build_body
 from engine.models.http_pool import HttpPool
 from engine.models.upstream import (
     Endpoint,
-    SseReader,
     UpstreamError,
+    closed_early,
     decode_json,
-    drain,
-    post_stream,
+    relay,
     retry_before_first,
     safe_message,
 )
@@ -52,41 +51,48 @@ class ChatBackend:
     def stream(self, request: SampleRequest) -> AsyncGenerator[Delta, None]:
         return retry_before_first(lambda _attempt: self._attempt(request), self.endpoint)
 
-    async def _attempt(self, request: SampleRequest) -> AsyncGenerator[Delta, None]:
+    def _attempt(self, request: SampleRequest) -> AsyncGenerator[Delta, None]:
         payload = build_body(request, self.options)
         self.stats.update({f"dropped.{k}": v for k, v in payload.dropped.items()})
         self.stats["requests"] += 1
         body = msgspec.json.encode(payload.body)
-        mapper = ChunkMapper()
-        async with post_stream(self.pool, self.endpoint, "/chat/completions", body) as resp:
-            reader = SseReader(resp)
-            done = False
-            while not done and (events := await reader.batch()):
-                for event in events:
-                    if event.data.strip() == _DONE:
-                        done = True
-                        break
-                    for delta in mapper.feed(self._chunk(event.data)):
-                        yield delta
-            if done:
-                await drain(resp)
-        if not done and mapper.finish_reason is None:
-            # The connection ended mid-answer (no finish_reason, no [DONE]): not a valid answer.
-            raise UpstreamError("The model server closed the stream early.", retryable=True)
-        for delta in mapper.finish():
-            yield delta
-        self._account(mapper)
+        return relay(self.pool, self.endpoint, "/chat/completions", body, _ChatAnswer(self))
+
+
+class _ChatAnswer:
+    """A chat-completions stream: chunks until ``[DONE]``."""
+
+    def __init__(self, backend: ChatBackend) -> None:
+        self._backend = backend
+        self._chunks = ChunkMapper()
+        self.ended = False
+
+    def feed(self, data: str) -> list[Delta]:
+        if data.strip() == _DONE:
+            self.ended = True
+            return []
+        return self._chunks.feed(self._chunk(data))
+
+    def close(self) -> list[Delta]:
+        mapper = self._chunks
+        if not self.ended and mapper.finish_reason is None:
+            raise closed_early()  # no finish_reason and no [DONE]: cut off mid-answer
+        deltas = mapper.finish()
+        stats = self._backend.stats
+        if mapper.usage is None:
+            stats["usage_estimated"] += 1
+        if mapper.reasoning_chunks:
+            stats["dropped.reasoning_output"] += 1
+        return deltas
+
+    def failed(self, exc: UpstreamError) -> None:
+        pass
 
     def _chunk(self, data: str) -> Chunk:
         chunk: Chunk = decode_json(data, Chunk)
         if chunk.error is not None:  # vLLM and OpenAI report mid-stream failures this way
-            message = safe_message(msgspec.json.encode(chunk.error), (self.endpoint.api_key(),))
-            log.warning("upstream %s stream error: %s", self.endpoint.display, message)
+            endpoint = self._backend.endpoint
+            message = safe_message(msgspec.json.encode(chunk.error), (endpoint.api_key(),))
+            log.warning("upstream %s stream error: %s", endpoint.display, message)
             raise UpstreamError("The model server reported an error mid-stream.")
         return chunk
-
-    def _account(self, mapper: ChunkMapper) -> None:
-        if mapper.usage is None:
-            self.stats["usage_estimated"] += 1
-        if mapper.reasoning_chunks:
-            self.stats["dropped.reasoning_output"] += 1

@@ -33,11 +33,10 @@ from engine.models.responses_wire import (
 )
 from engine.models.upstream import (
     Endpoint,
-    SseReader,
     UpstreamError,
+    closed_early,
     decode_json,
-    drain,
-    post_stream,
+    relay,
     retry_before_first,
 )
 
@@ -70,33 +69,13 @@ class ResponsesBackend:
     def stream(self, request: SampleRequest) -> AsyncGenerator[Delta, None]:
         return retry_before_first(lambda n: self._attempt(request, n), self.endpoint)
 
-    async def _attempt(self, request: SampleRequest, number: int) -> AsyncGenerator[Delta, None]:
-        ctx = request.context
-        link = self._links.get(id(ctx)) if self.options.continue_by_id else None
+    def _attempt(self, request: SampleRequest, number: int) -> AsyncGenerator[Delta, None]:
+        link = self._links.get(id(request.context)) if self.options.continue_by_id else None
         if link is not None and number > 0:
             link = None  # a failed continuation is retried with the full context
         body = msgspec.json.encode(self._body(request, link))
-        mapper = EventMapper((self.endpoint.api_key(),))
-        try:
-            async with post_stream(self.pool, self.endpoint, "/responses", body) as resp:
-                reader = SseReader(resp)
-                while mapper.final is None and (events := await reader.batch()):
-                    for event in events:
-                        for delta in mapper.feed(decode_json(event.data, Event)):
-                            yield delta
-                if mapper.final is not None:
-                    await drain(resp)
-        except UpstreamError as exc:
-            if link is not None and exc.rejected:
-                self.stats["continuation_rejected"] += 1
-                exc.fallback = True  # the next attempt sends the full context instead
-            raise
-        if mapper.final is None:
-            raise UpstreamError("The model server closed the stream early.", retryable=True)
-        self.stats.update({f"skipped.{k}": v for k, v in mapper.skipped.items()})
-        self.stats["usage_estimated"] += int(mapper.final.usage_estimated)
-        self._remember(ctx, mapper)
-        yield mapper.final
+        answer = _ResponsesAnswer(self, request.context, link)
+        return relay(self.pool, self.endpoint, "/responses", body, answer)
 
     def _body(self, request: SampleRequest, link: _Link | None) -> dict[str, Any]:
         dropped: Counter[str] = Counter()
@@ -123,7 +102,7 @@ class ResponsesBackend:
         self.stats.update({f"dropped.{k}": v for k, v in dropped.items()})
         return body
 
-    def _remember(self, ctx: Context, mapper: EventMapper) -> None:
+    def remember_link(self, ctx: Context, mapper: EventMapper) -> None:
         if not self.options.continue_by_id or mapper.response_id is None:
             return
         key = id(ctx)
@@ -131,6 +110,38 @@ class ResponsesBackend:
             weakref.finalize(ctx, self._links.pop, key, None)
         # After this step the rollout absorbs our output items; the upstream already has them.
         self._links[key] = _Link(mapper.response_id, len(ctx.items) + mapper.items)
+
+
+class _ResponsesAnswer:
+    """A Responses event stream: events until the terminal one (completed, incomplete,
+    failed)."""
+
+    def __init__(self, backend: ResponsesBackend, ctx: Context, link: _Link | None) -> None:
+        self._backend = backend
+        self._ctx = ctx
+        self._link = link
+        self._events = EventMapper((backend.endpoint.api_key(),))
+
+    @property
+    def ended(self) -> bool:
+        return self._events.final is not None
+
+    def feed(self, data: str) -> list[Delta]:
+        return self._events.feed(decode_json(data, Event))
+
+    def close(self) -> list[Delta]:
+        mapper, stats = self._events, self._backend.stats
+        if mapper.final is None:
+            raise closed_early()
+        stats.update({f"skipped.{k}": v for k, v in mapper.skipped.items()})
+        stats["usage_estimated"] += int(mapper.final.usage_estimated)
+        self._backend.remember_link(self._ctx, mapper)
+        return [mapper.final]
+
+    def failed(self, exc: UpstreamError) -> None:
+        if self._link is not None and exc.rejected:
+            self._backend.stats["continuation_rejected"] += 1
+            exc.fallback = True  # the next attempt sends the full context instead
 
 
 def _set_optional(body: dict[str, Any], request: SampleRequest) -> None:

@@ -15,9 +15,9 @@ import contextlib
 import logging
 import os
 import re
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import msgspec
@@ -216,6 +216,55 @@ def decode_json(data: str, kind: type[Any]) -> Any:
         return msgspec.json.decode(data, type=kind)
     except msgspec.DecodeError as exc:
         raise UpstreamError("The model server sent a malformed event.") from exc
+
+
+class Answer(Protocol):
+    """One upstream answer being read: maps each SSE event's data to deltas (a chat chunk, a
+    Responses event) and knows when the answer is over."""
+
+    @property
+    def ended(self) -> bool:
+        """The terminal event arrived: nothing more is read."""
+        ...
+
+    def feed(self, data: str) -> Iterable[Delta]: ...
+
+    def close(self) -> Iterable[Delta]:
+        """The stream is over: the closing deltas (ending with ``Finish``); raises
+        ``UpstreamError`` when the answer is incomplete."""
+        ...
+
+    def failed(self, exc: UpstreamError) -> None:
+        """The request or the stream failed (the error is raised on afterwards)."""
+        ...
+
+
+async def relay(
+    pool: HttpPool, endpoint: Endpoint, path: str, body: bytes, answer: Answer
+) -> AsyncGenerator[Delta, None]:
+    """One attempt, whatever the upstream API: POST ``body``, relay the deltas of each event
+    until the terminal one, then read the rest of the stream so the connection is pooled."""
+    try:
+        async with post_stream(pool, endpoint, path, body) as resp:
+            reader = SseReader(resp)
+            while not answer.ended and (events := await reader.batch()):
+                for event in events:
+                    for delta in answer.feed(event.data):
+                        yield delta
+                    if answer.ended:
+                        break
+            if answer.ended:
+                await drain(resp)
+    except UpstreamError as exc:
+        answer.failed(exc)
+        raise
+    for delta in answer.close():
+        yield delta
+
+
+def closed_early() -> UpstreamError:
+    """The connection ended before the answer did: not a valid answer, worth a retry."""
+    return UpstreamError("The model server closed the stream early.", retryable=True)
 
 
 async def retry_before_first(

@@ -86,7 +86,7 @@ class _ChatAnswer:
         return deltas
 
     def failed(self, exc: UpstreamError) -> None:
-        pass
+        """Nothing to note: a chat request is the same on every attempt."""
 
     def _chunk(self, data: str) -> Chunk:
         chunk: Chunk = decode_json(data, Chunk)

@@ -78,7 +78,7 @@ def texts_of(
     given: list[InputItem], resolved: list[InputItem], known: ItemTexts | None
 ) -> ItemTexts:
     """Each resolved item's texts, computed once per item: reused when the caller already has
-    them (the create's size limit, LIM-14), except for a resolved reference, which reads as the
+    them (the create's size limit, LIM-15), except for a resolved reference, which reads as the
     item it names (ITEM-4)."""
     if known is None:
         return [item_texts(item) for item in resolved]

@@ -28,8 +28,8 @@ agent: $(STAMP)
 	$(BIN)/rollout agent --url http://$(HOST):$(PORT)/v1
 
 lint: $(STAMP)
-	$(BIN)/ruff check protocol engine clients tests
-	$(BIN)/ruff format --check protocol engine clients tests
+	$(BIN)/ruff check protocol engine clients cli tests
+	$(BIN)/ruff format --check protocol engine clients cli tests
 
 types: $(STAMP)
 	$(BIN)/mypy

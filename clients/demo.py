@@ -7,7 +7,10 @@ progress display and a summary. Exit status 0 means the rollout completed.
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -170,3 +173,24 @@ async def run_demo(
         progress.end_line()
         print_summary(out, result, time.perf_counter() - start, remaining_bugs(root), quiet=quiet)
     return 0
+
+
+def add_agent_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("agent", help="run the demo coding agent against a server")
+    p.add_argument("--url", default="http://127.0.0.1:8000/v1")
+    p.add_argument("--mode", choices=MODES, default="append", help="client transport")
+    p.add_argument("--model", default="sim-coding-agent")
+    p.add_argument(
+        "--api-key-env",
+        default="OPENAI_API_KEY",
+        help="env var with the key, if the server wants one",
+    )
+    p.add_argument("--quiet", action="store_true")
+
+
+def run_agent(args: argparse.Namespace) -> int:
+    """``rollout agent``: the flags of ``add_agent_parser``, run to an exit status."""
+    key = os.environ.get(args.api_key_env) if args.api_key_env else None
+    return asyncio.run(
+        run_demo(args.url, mode=args.mode, model=args.model, quiet=args.quiet, api_key=key)
+    )

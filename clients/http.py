@@ -8,7 +8,6 @@ state at all, the full history is resent (and re-processed) on every turn.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator
 from types import TracebackType
 from typing import Any, Self
 
@@ -29,6 +28,7 @@ from clients.loop import (
 from clients.tools import ToolRegistry
 from clients.wire import decode_event, encode, http_url, to_builtins
 from protocol.events import ErrorBody
+from protocol.sse import SseDecoder
 
 
 class _ErrorEnvelope(msgspec.Struct):
@@ -113,11 +113,13 @@ class HttpClient:
                 self.url, data=data, headers=self.headers, timeout=self.timeout
             ) as resp:
                 await _raise_for_error(resp)
-                async for raw in sse_data(resp.content.iter_any()):
-                    event = decode_event(raw)
-                    end = reader.feed(event) if event is not None else None
-                    if end is not None:
-                        return end
+                decoder = SseDecoder()
+                async for chunk in resp.content.iter_any():
+                    for sse in decoder.feed(chunk):
+                        event = decode_event(sse.data)
+                        end = reader.feed(event) if event is not None else None
+                        if end is not None:
+                            return end
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise ConnectionFailed(f"cannot reach {self.url}: {exc}") from exc
         raise ProtocolViolation("the event stream ended before a terminal event")
@@ -135,29 +137,6 @@ async def _raise_for_error(resp: aiohttp.ClientResponse) -> None:
         text = raw[:200].decode(errors="replace")
         raise ApiError(resp.status, None, text or resp.reason or "", None, "http_error") from None
     raise ApiError.from_body(resp.status, body)
-
-
-async def sse_data(chunks: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
-    """The ``data`` payload of each Server-Sent Event (multi-line data joined with newlines).
-
-    Splits raw chunks into lines itself, so no single line is bound by a readline limit."""
-    buffer = bytearray()
-    data: list[bytes] = []
-    async for chunk in chunks:
-        buffer += chunk
-        if b"\n" not in chunk:
-            continue
-        *lines, rest = bytes(buffer).split(b"\n")
-        buffer = bytearray(rest)
-        for line in lines:
-            line = line.removesuffix(b"\r")
-            if not line:
-                if data:
-                    yield b"\n".join(data)
-                    data = []
-            elif line.startswith(b"data:"):
-                data.append(line[5:].removeprefix(b" "))
-    # An event not terminated by a blank line at end of stream is discarded (per the SSE spec).
 
 
 def _as_items(input: str | list[Any]) -> list[Any]:

@@ -25,8 +25,8 @@ from yarl import URL
 
 from engine.models.base import BackendError, Delta
 from engine.models.http_pool import HttpPool
-from engine.models.sse_decoder import SseDecoder, SseEvent, SseTooLarge
 from protocol.errors import ProtocolError
+from protocol.sse import SseDecoder, SseEvent, SseTooLarge
 
 log = logging.getLogger("rollout.upstream")
 

@@ -1,18 +1,19 @@
-"""``rollout`` command line: ``serve``, ``agent`` and ``bench``."""
+"""``rollout serve``: flags, configuration and the serving loop (the server side of ``rollout``).
+
+The ``rollout`` command itself is ``cli.main``, the one module that sees both sides; ``agent``
+and ``bench`` are clients (``clients.demo``, ``clients.bench``) and are not imported here.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
 import logging
-import os
 import signal
 import ssl
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 
 from aiohttp import web
 
@@ -21,7 +22,7 @@ from engine.models.router import Router
 from engine.server.config import ServerConfig, load_api_keys, warn_if_open
 
 
-def _serve_args(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("serve", help="run the Responses API server (simulated model by default)")
     net = p.add_argument_group("network")
     net.add_argument("--host", default="127.0.0.1")
@@ -33,6 +34,12 @@ def _serve_args(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "--api-keys-env", default="ROLLOUT_API_KEYS", help="env var with comma-separated API keys"
     )
     net.add_argument("--no-websocket", action="store_true", help="answer upgrades with 426")
+    net.add_argument("--backlog", type=int, default=128, help="listen queue of pending connects")
+    net.add_argument(
+        "--announce-port",
+        action="store_true",
+        help="once listening, print 'PORT <n>' on stdout (the bound port, for --port 0)",
+    )
     lim = p.add_argument_group("limits")
     lim.add_argument("--max-connections", type=int, default=1024, help="open WebSockets")
     lim.add_argument("--max-frame-bytes", type=int, default=32 * 1024 * 1024)
@@ -56,21 +63,11 @@ def _serve_args(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     up.add_argument("--upstream", default=None, help="OpenAI-compatible base URL, e.g. …/v1")
     up.add_argument("--upstream-model", default=None, help="model name sent upstream")
     up.add_argument("--upstream-key-env", default=None, help="env var holding the upstream key")
-
-
-def _agent_args(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("agent", help="run the demo coding agent against a server")
-    p.add_argument("--url", default="http://127.0.0.1:8000/v1")
-    p.add_argument(
-        "--mode", choices=["append", "ws", "http"], default="append", help="client transport"
+    up.add_argument(
+        "--bench-models",
+        action="store_true",
+        help="add the benchmark's models (bench-coding-agent/N, bench-text/N) to the simulator",
     )
-    p.add_argument("--model", default="sim-coding-agent")
-    p.add_argument(
-        "--api-key-env",
-        default="OPENAI_API_KEY",
-        help="env var with the key, if the server wants one",
-    )
-    p.add_argument("--quiet", action="store_true")
 
 
 def engine_config(args: argparse.Namespace) -> EngineConfig:
@@ -127,23 +124,22 @@ def serve(args: argparse.Namespace) -> int:
         return 2
     warn_if_open(server, args.host)
     app = create_app(Engine(config, router=router), server=server)
-    _banner(args, router, tls is not None)
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-            runner.run(_run_app(app, args.host, args.port, tls, server.shutdown_grace_s))
+            runner.run(_run_app(app, args, tls, server.shutdown_grace_s, router))
     except (web.GracefulExit, KeyboardInterrupt):
         pass  # SIGTERM/SIGINT: the app has drained and closed (LIM-13); a clean exit
     return 0
 
 
-def _banner(args: argparse.Namespace, router: Router | None, tls: bool) -> None:
+def _banner(args: argparse.Namespace, port: int, router: Router | None, tls: bool) -> None:
     http, ws = ("https", "wss") if tls else ("http", "ws")
-    base = f"{http}://{args.host}:{args.port}/v1"
+    base = f"{http}://{args.host}:{port}/v1"
     models = ", ".join(router.models()) if router else f"simulated, {args.tps:g} tokens/s"
     print(
         f"rollout engine on {base} (models: {models})\n"
         f"  HTTP:      POST {base}/responses\n"
-        f"  WebSocket: {ws}://{args.host}:{args.port}/v1/responses\n"
+        f"  WebSocket: {ws}://{args.host}:{port}/v1/responses\n"
         f"  openai SDK: AsyncOpenAI(base_url='{base}', api_key='any')\n"
         f"  demo agent: rollout agent --url {base}",
         flush=True,
@@ -163,6 +159,12 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 def _router(args: argparse.Namespace, config: EngineConfig) -> Router | None:
     """Routes from ``--config`` or the ``--upstream`` shortcut; None keeps the simulator.
     Raises ``ValueError`` (``ConfigError`` included) with a message for the operator."""
+    if args.bench_models:
+        if args.config is not None or args.upstream is not None:
+            raise ValueError("--bench-models serves the simulator only: drop --config/--upstream")
+        from engine.models.bench_models import bench_router
+
+        return bench_router(args.tps)
     if args.config is None and args.upstream is None:
         return None
     from engine.models.config import build_router, load_config, shortcut_config
@@ -179,7 +181,11 @@ def _router(args: argparse.Namespace, config: EngineConfig) -> Router | None:
 
 
 async def _run_app(
-    app: web.Application, host: str, port: int, tls: ssl.SSLContext | None, grace: float
+    app: web.Application,
+    args: argparse.Namespace,
+    tls: ssl.SSLContext | None,
+    grace: float,
+    router: Router | None,
 ) -> None:
     """Serve until SIGINT/SIGTERM; then stop accepting, drain, close (LIM-13).
 
@@ -191,47 +197,13 @@ async def _run_app(
         loop.add_signal_handler(sig, stop.set)
     runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=grace)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, ssl_context=tls)
+    site = web.TCPSite(runner, args.host, args.port, ssl_context=tls, backlog=args.backlog)
     await site.start()
+    port = runner.addresses[0][1]  # the bound one: --port 0 picks a free port
+    _banner(args, port, router, tls is not None)
+    if args.announce_port:
+        print(f"PORT {port}", flush=True)  # read by clients/bench/proc.py
     try:
         await stop.wait()
     finally:
         await runner.cleanup()
-
-
-def agent(args: argparse.Namespace) -> int:
-    from clients.demo import run_demo
-
-    key = os.environ.get(args.api_key_env) if args.api_key_env else None
-    return asyncio.run(
-        run_demo(args.url, mode=args.mode, model=args.model, quiet=args.quiet, api_key=key)
-    )
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="rollout", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    _serve_args(sub)
-    _agent_args(sub)
-    bench = _bench_module()
-    if bench is not None:
-        bench.add_bench_parser(sub)
-    args = parser.parse_args(argv)
-    if args.command == "serve":
-        return serve(args)
-    if args.command == "bench" and bench is not None:
-        result: int = bench.run_bench(args)
-        return result
-    return agent(args)
-
-
-def _bench_module() -> ModuleType | None:
-    """``rollout bench`` lives in ``engine.bench`` (kept out of the server's import path)."""
-    try:
-        return importlib.import_module("engine.bench.cli")
-    except ImportError:
-        return None
-
-
-if __name__ == "__main__":
-    sys.exit(main())

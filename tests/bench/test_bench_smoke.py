@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from engine.bench.cli import main
-from engine.bench.modes import MODES
+from clients.bench.cli import main
+from clients.bench.modes import MODES
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

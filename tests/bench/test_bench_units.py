@@ -8,16 +8,25 @@ import math
 
 import msgspec
 
-from engine.bench import report
-from engine.bench.backends import BenchModels, LongTextModel, LoopingCodingAgent, coding_model
-from engine.bench.cli import add_bench_parser
-from engine.bench.measure import simulator_ttft_s
-from engine.bench.scenario import SCRIPT_CALLS, scale_output
-from engine.bench.wire import SseSplitter, TurnReader
+from clients.bench import report, tokens
+from clients.bench.cli import add_bench_parser
+from clients.bench.measure import simulator_ttft_s
+from clients.bench.scenario import (
+    SCRIPT_CALLS,
+    Call,
+    ScenarioTools,
+    coding_model,
+    first_request,
+    scale_output,
+)
+from clients.bench.wire import TurnReader
+from engine import render
 from engine.context import Context
 from engine.models.base import Finish, SampleRequest, TextDelta
+from engine.models.bench_models import BenchModels, LongTextModel, LoopingCodingAgent, bench_router
 from engine.models.scenarios import CODING_AGENT_STEPS
 from protocol.codec import parse_input
+from protocol.response import Tool
 
 
 def _request(outputs: int, model: str = "m") -> SampleRequest:
@@ -66,13 +75,31 @@ def test_simulator_ttft_follows_the_pacer() -> None:
     assert simulator_ttft_s(4000) == 0.0  # 0.25 ms: the pacer does not sleep that little
 
 
-def test_sse_splitter_handles_split_chunks() -> None:
-    splitter = SseSplitter()
-    assert splitter.feed(b'event: a\ndata: {"type":"a"}\n') == []
-    assert splitter.feed(b'\nevent: b\ndata: {"type":"b"}\n\n') == [
-        b'{"type":"a"}',
-        b'{"type":"b"}',
-    ]
+def test_bench_router_keeps_the_simulator_routes() -> None:
+    router = bench_router(0.0)
+    assert router.models() == ["sim", "sim-coding-agent"]
+    assert isinstance(router.resolve("bench-text/3"), BenchModels)
+    assert router.resolve("sim") is not router.resolve("bench-text/3")
+
+
+async def test_client_token_count_matches_the_server_template() -> None:
+    """clients/bench/tokens.py counts what engine/render.py renders, item by item."""
+    async with ScenarioTools() as tools:
+        body = first_request("m", tools.definitions())
+        [result] = await tools.run([Call("call_000", "list_dir", '{"path": "."}')])
+    call = {"type": "function_call", "call_id": "call_000", "name": "list_dir", "arguments": "{}"}
+    answer = {
+        "type": "message",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": "ok"}],
+    }
+    history = [*body["input"], call, result.item(), answer]
+    for item in parse_input(history):
+        assert tokens.item_text(item) == render.item_text(item)
+    tool_defs = msgspec.convert(body["tools"], list[Tool])
+    assert tokens.header_text(body["instructions"], tool_defs) == render.header_text(
+        body["instructions"], tool_defs
+    )
 
 
 def test_turn_reader_records_first_delta_and_calls() -> None:

@@ -3,7 +3,7 @@ server process; every event checked. Behaviour only: no timing assertions."""
 
 from __future__ import annotations
 
-from engine.bench.load import LoadSettings, main_load
+from clients.bench.load import LoadSettings, main_load
 
 
 async def test_short_load_loses_and_misorders_nothing() -> None:

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 
 from clients.errors import ProtocolViolation
-from clients.http import sse_data
 from clients.wire import decode_event, http_url, ws_url
 from protocol import events as ev
+from protocol.sse import SseDecoder
 
 
 @pytest.mark.parametrize(
@@ -37,16 +35,15 @@ def test_decode_known_unknown_and_malformed() -> None:
         decode_event(b"{nope")
 
 
-async def chunks(*parts: bytes) -> AsyncIterator[bytes]:
-    for part in parts:
-        yield part
-
-
-async def test_sse_data_handles_split_chunks_crlf_and_multiline() -> None:
-    stream = chunks(
+def test_sse_split_chunks_crlf_and_multiline() -> None:
+    """The shared decoder (protocol.sse) as the HTTP client feeds it: an unterminated last
+    event is never handed over, since the client reads until a terminal event."""
+    decoder = SseDecoder()
+    parts = (
         b'event: a\ndata: {"x"',
         b": 1}\n\n: comment\r\nevent: b\r\ndata: line1\r\n",
         b"data: line2\r\n\r\n",
         b"data: unterminated\n",
     )
-    assert [d async for d in sse_data(stream)] == [b'{"x": 1}', b"line1\nline2"]
+    data = [event.data for part in parts for event in decoder.feed(part)]
+    assert data == ['{"x": 1}', "line1\nline2"]

@@ -35,7 +35,7 @@ async def _wait_healthy(port: int) -> None:
 async def test_sigterm_drains_in_flight_then_exits_cleanly(tmp_path: Path) -> None:
     port, ledger = _free_port(), tmp_path / "ledger.jsonl"
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "engine.server.cli", "serve", "--port", str(port),
+        sys.executable, "-m", "cli", "serve", "--port", str(port),
         "--tps", "40", "--ledger", str(ledger), "--log-level", "WARNING",
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip

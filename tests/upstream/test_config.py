@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from cli.main import main
 from engine.models.chat import ChatBackend
 from engine.models.config import (
     ConfigError,
@@ -152,9 +153,10 @@ def test_cli_flags_build_the_router(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert router is not None and config.default_model == "m"
     path = tmp_path / "r.toml"
     path.write_text('[models.a]\nbackend = "sim"\nspeeed = 3\n')
-    assert cli.main(["serve", "--config", str(path), "--port", "0"]) == 2
+    assert main(["serve", "--config", str(path), "--port", "0"]) == 2
     assert "models.a.speeed: unknown key" in capsys.readouterr().err
-    assert cli.main(["serve", "--config", str(path), "--upstream", "http://x/v1"]) == 2
+    assert main(["serve", "--config", str(path), "--upstream", "http://x/v1"]) == 2
+    assert main(["serve", "--config", str(path), "--bench-models"]) == 2
 
 
 def _parse(argv: list[str]) -> Any:
@@ -162,5 +164,5 @@ def _parse(argv: list[str]) -> Any:
 
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="command")
-    cli._serve_args(sub)
+    cli.add_serve_parser(sub)
     return parser.parse_args(argv)

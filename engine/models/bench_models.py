@@ -1,4 +1,5 @@
-"""Bench-only models, served by the bench's own server (``engine.bench.server``).
+"""Bench-only models, routed in by ``rollout serve --bench-models`` (the server the benchmark,
+``clients/bench``, starts as a subprocess).
 
 Why they exist: the stock scripted agent stops after its 26 calls and the simulator's text
 answers are a sentence long, so neither can grow a history to 100 turns nor stream for seconds.
@@ -18,6 +19,7 @@ from collections.abc import AsyncGenerator
 from functools import lru_cache
 
 from engine.models.base import Backend, Delta, Finish, SampleRequest, TextDelta
+from engine.models.router import Router, simulator_router
 from engine.models.scenarios import CODING_AGENT_FINAL, CODING_AGENT_STEPS
 from engine.models.sim import Plan, PlannedCall, SimulatedModel, _Pacer, token_pieces
 from protocol.items import FunctionCallOutput
@@ -83,6 +85,14 @@ class LongTextModel:
             await pacer.tick(produced)
             yield deltas[produced % cycle]
         yield Finish("stop", self.tokens)
+
+
+def bench_router(tokens_per_second: float) -> Router:
+    """The simulator's routes (``sim``, ``sim-coding-agent``) with the bench models as the
+    default route (SPEC: BENCH-1): any other name still reaches the plain simulator."""
+    router = simulator_router(tokens_per_second)
+    router.default = BenchModels(tokens_per_second)
+    return router
 
 
 class BenchModels:

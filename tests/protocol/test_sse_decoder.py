@@ -1,4 +1,5 @@
-"""The upstream SSE decoder: any chunking of the bytes yields the same events (UP-2)."""
+"""The SSE decoder (upstreams, clients, bench): any chunking of the bytes yields the same events
+(UP-2)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine.models import sse_decoder
-from engine.models.sse_decoder import SseDecoder, SseEvent, SseTooLarge
+from protocol import sse
+from protocol.sse import SseDecoder, SseEvent, SseTooLarge
 
 STREAM = (
     b": keep-alive\n\n"
@@ -55,7 +56,7 @@ def test_multibyte_character_split_across_chunks() -> None:
 
 
 def test_oversized_event_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sse_decoder, "MAX_EVENT_BYTES", 64)
+    monkeypatch.setattr(sse, "MAX_EVENT_BYTES", 64)
     decoder = SseDecoder()
     with pytest.raises(SseTooLarge):
         for _ in range(10):

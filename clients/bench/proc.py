@@ -1,4 +1,5 @@
-"""Start and stop the bench server subprocess; read its memory and CPU time from /proc.
+"""Start and stop the server under test (``rollout serve --bench-models`` in a subprocess, with
+its own interpreter and event loop, as deployed); read its memory and CPU time from /proc.
 
 One server per model speed, because the simulator's speed is a server setting. The bench talks
 to it over loopback only, like any client.
@@ -38,15 +39,21 @@ class ServerProcess:
         assert self._proc is not None
         return self._proc.pid
 
+    def command(self) -> list[str]:
+        """``rollout serve`` (as ``python -m cli``: the same entry point, no PATH lookup) with
+        the bench's switches: its models, a free port announced on stdout, no API keys (a key
+        set in the environment must not lock the bench out), a backlog for 200 connects."""
+        return [
+            sys.executable, "-m", "cli", "serve",
+            "--bench-models", "--port", "0", "--announce-port",
+            "--tps", repr(self.tokens_per_second),
+            "--idle-timeout", repr(self.idle_timeout_s),
+            "--api-keys-env", "", "--backlog", "2048", "--log-level", "WARNING",
+        ]  # fmt: skip
+
     async def __aenter__(self) -> Self:
         self._proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "engine.bench.server",
-            "--tps",
-            repr(self.tokens_per_second),
-            "--idle-timeout",
-            repr(self.idle_timeout_s),
+            *self.command(),
             stdout=asyncio.subprocess.PIPE,
         )
         try:

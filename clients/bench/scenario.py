@@ -22,11 +22,29 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from clients.coding import SCENARIO_INSTRUCTIONS, SCENARIO_PROMPT, coding_tools, make_sandbox
+from clients.coding import (
+    SCENARIO_INSTRUCTIONS,
+    SCENARIO_PROMPT,
+    SCENARIO_TOOL_CALLS,
+    coding_tools,
+    make_sandbox,
+)
 from clients.tools import ToolRegistry
-from engine.models.scenarios import CODING_AGENT_STEPS
 
-SCRIPT_CALLS = len(CODING_AGENT_STEPS)  # 26
+SCRIPT_CALLS = SCENARIO_TOOL_CALLS  # 26: the server's scripted coding agent (SIM-4)
+CODING_PREFIX = "bench-coding-agent/"
+TEXT_PREFIX = "bench-text/"
+
+
+def coding_model(calls: int) -> str:
+    """The model name that makes a ``rollout serve --bench-models`` server script ``calls``
+    tool calls (the coding-agent script, looped; SPEC: BENCH-1)."""
+    return f"{CODING_PREFIX}{calls}"
+
+
+def text_model(tokens: int) -> str:
+    """The model name that makes a ``--bench-models`` server stream a ``tokens``-token answer."""
+    return f"{TEXT_PREFIX}{tokens}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from engine.bench.modes import MODES
+from clients.bench.modes import MODES
 
 Doc = dict[str, Any]
 _HEAD = (

@@ -1,7 +1,7 @@
 """``rollout bench``: flags, and the one entry point that runs the parts asked for.
 
 ``add_bench_parser(sub)`` adds the subcommand to ``rollout``'s subparsers; ``run_bench(args)``
-runs it. ``python -m engine.bench`` offers the same flags on its own.
+runs it. ``python -m clients.bench`` offers the same flags on its own.
 
 Default: the coding-agent scenario at 65, 1,000 and 4,000 tokens/s in all four modes.
 ``--stream`` and ``--memory`` run those benchmarks instead (add ``--scenario`` to run it too).
@@ -21,15 +21,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine.bench import report, table
-from engine.bench.load import LoadSettings, main_load
-from engine.bench.memory import MemorySettings, run_memory
-from engine.bench.modes import MODES
-from engine.bench.progress import Progress
-from engine.bench.runner import ScenarioConfig, run_scenarios
-from engine.bench.scenario import SCRIPT_CALLS
-from engine.bench.stream import StreamSettings, run_stream
-from engine.bench.wire import BenchError
+from clients.bench import report, table
+from clients.bench.load import LoadSettings, main_load
+from clients.bench.memory import MemorySettings, run_memory
+from clients.bench.modes import MODES
+from clients.bench.progress import Progress
+from clients.bench.runner import ScenarioConfig, run_scenarios
+from clients.bench.scenario import SCRIPT_CALLS
+from clients.bench.stream import StreamSettings, run_stream
+from clients.bench.wire import BenchError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -98,7 +98,7 @@ def _settings(args: argparse.Namespace, config: ScenarioConfig | None) -> dict[s
         "history_scale": args.history_scale,
         "tool_latency_ms": args.tool_latency,
         "repeat": config.repeat if config else None,
-        "server": args.url or "subprocess: python -m engine.bench.server",
+        "server": args.url or "subprocess: rollout serve --bench-models",
         "stream": bool(args.stream),
         "memory": bool(args.memory),
         "python": platform.python_version(),
@@ -181,7 +181,7 @@ def run_bench(args: argparse.Namespace) -> int:
         args.json.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     if args.png is not None and doc["runs"]:
         try:
-            from engine.bench.plot import write_png
+            from clients.bench.plot import write_png
 
             write_png(args.png, doc["runs"])
         except ImportError:
@@ -191,6 +191,6 @@ def run_bench(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m engine.bench", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m clients.bench", description=__doc__)
     add_arguments(parser)
     return run_bench(parser.parse_args(argv))

@@ -14,13 +14,12 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.bench.backends import coding_model
-from engine.bench.measure import RunResult, RunSettings, run_mode
-from engine.bench.modes import MODES
-from engine.bench.proc import ServerProcess
-from engine.bench.progress import Progress
-from engine.bench.report import combine
-from engine.bench.scenario import SCRIPT_CALLS
+from clients.bench.measure import RunResult, RunSettings, run_mode
+from clients.bench.modes import MODES
+from clients.bench.proc import ServerProcess
+from clients.bench.progress import Progress
+from clients.bench.report import combine
+from clients.bench.scenario import SCRIPT_CALLS, coding_model
 
 STOCK_MODEL = "sim-coding-agent"
 

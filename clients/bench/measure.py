@@ -20,16 +20,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgspec
-
-from engine.bench.modes import make_transport
-from engine.bench.proc import sched_ns
-from engine.bench.scenario import ScenarioTools, first_request
-from engine.bench.wire import BenchError, TurnResult, now
-from engine.render import header_text, item_text
-from engine.tokens import count
-from protocol.codec import parse_input
-from protocol.response import Tool
+from clients.bench.modes import make_transport
+from clients.bench.proc import sched_ns
+from clients.bench.scenario import ScenarioTools, first_request
+from clients.bench.tokens import items_tokens, prompt_tokens
+from clients.bench.wire import BenchError, TurnResult, now
 
 PACER_MIN_SLEEP_S = 0.0005  # _Pacer sleeps only when at least this far ahead of schedule
 
@@ -173,15 +168,3 @@ async def run_mode(
         new_tokens=[items_tokens(items) for items in new_items],
         server_input_tokens=turns[-1].input_tokens,
     )
-
-
-def prompt_tokens(body: dict[str, Any], history: list[Any]) -> int:
-    """The prompt the server renders for the last turn (header + items), counted client-side
-    with the same template and tokenizer, so every mode reports the same history size."""
-    tools = msgspec.convert(body["tools"], list[Tool])
-    return count(header_text(body.get("instructions"), tools)) + items_tokens(history)
-
-
-def items_tokens(items: list[Any]) -> int:
-    """Tokens the server's chat template renders for these items."""
-    return sum(count(item_text(item)) for item in parse_input(items))

@@ -19,8 +19,8 @@ from typing import Any
 import aiohttp
 import msgspec
 
-from engine.bench.backends import coding_model
-from engine.bench.proc import ServerProcess, rss_bytes
+from clients.bench.proc import ServerProcess, rss_bytes
+from clients.bench.scenario import coding_model
 
 TERMINALS = frozenset({"response.completed", "response.failed", "response.incomplete"})
 DELTAS = frozenset({"response.output_text.delta", "response.function_call_arguments.delta"})
@@ -41,7 +41,7 @@ class LoadSettings:
 
 
 @dataclass
-class Tally:
+class LoadCounts:
     """What the checkers saw, over all connections."""
 
     responses: int = 0
@@ -57,8 +57,8 @@ class Tally:
 class _Checker:
     """Reads one socket's frames and checks the per-response ordering invariants."""
 
-    def __init__(self, ws: aiohttp.ClientWebSocketResponse, tally: Tally) -> None:
-        self.ws, self.tally = ws, tally
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse, counts: LoadCounts) -> None:
+        self.ws, self.counts = ws, counts
         self.expected = 0
 
     async def until(self, *types: str, sent_at: float) -> dict[str, Any]:
@@ -69,14 +69,14 @@ class _Checker:
                 raise ConnectionError(f"socket ended: {msg.type}")
             event: dict[str, Any] = _decode(msg.data)
             if event["type"] == "error":
-                self.tally.errors.append(event["error"]["code"])
+                self.counts.errors.append(event["error"]["code"])
                 raise ConnectionError(event["error"]["code"])
             if event.get("sequence_number") != self.expected:
-                self.tally.misordered += 1
+                self.counts.misordered += 1
             self.expected = event.get("sequence_number", self.expected) + 1
             if first_delta and event["type"] in DELTAS:
                 first_delta = False
-                self.tally.overhead_ms.append((time.perf_counter() - sent_at) * 1000)
+                self.counts.overhead_ms.append((time.perf_counter() - sent_at) * 1000)
             if event["type"] in types:
                 return event
 
@@ -100,8 +100,8 @@ async def _standard_agent(check: _Checker, turns: int) -> None:
     while True:
         check.expected = 0  # every standard-mode response numbers its events from 0
         done = await check.until(*TERMINALS, sent_at=await check.send(body))
-        check.tally.responses += 1
-        check.tally.turns += 1
+        check.counts.responses += 1
+        check.counts.turns += 1
         last = done["response"]["output"][-1]
         if last["type"] != "function_call":
             return
@@ -124,9 +124,9 @@ async def _append_agent(check: _Checker, turns: int) -> None:
     sent = await check.send(body)
     while True:  # one response: numbering continues across suspensions
         event = await check.until("response.done", *TERMINALS, sent_at=sent)
-        check.tally.turns += 1
+        check.counts.turns += 1
         if event["type"] in TERMINALS:
-            check.tally.responses += 1
+            check.counts.responses += 1
             return
         calls = event["pending_calls"]
         sent = await check.send(
@@ -139,21 +139,21 @@ async def _append_agent(check: _Checker, turns: int) -> None:
 
 
 async def _agent(
-    session: aiohttp.ClientSession, url: str, index: int, settings: LoadSettings, tally: Tally
+    session: aiohttp.ClientSession, url: str, index: int, settings: LoadSettings, counts: LoadCounts
 ) -> None:
     ws_url = url.replace("http://", "ws://", 1) + "/responses"
     try:
         async with session.ws_connect(ws_url, max_msg_size=0) as ws:
-            check = _Checker(ws, tally)
+            check = _Checker(ws, counts)
             agent = _append_agent if index % 2 else _standard_agent
             await agent(check, settings.turns)
     except (ConnectionError, aiohttp.ClientError, TimeoutError) as exc:
-        tally.lost += 1
-        tally.errors.append(type(exc).__name__)
+        counts.lost += 1
+        counts.errors.append(type(exc).__name__)
 
 
 async def _http_client(
-    session: aiohttp.ClientSession, url: str, stop: asyncio.Event, tally: Tally
+    session: aiohttp.ClientSession, url: str, stop: asyncio.Event, counts: LoadCounts
 ) -> None:
     while not stop.is_set():
         body = {"model": "sim", "input": "Summarise the load test.", "store": False}
@@ -163,8 +163,8 @@ async def _http_client(
                 ok = resp.status == 200 and payload.get("status") == "completed"
         except aiohttp.ClientError:
             ok = False
-        tally.http_requests += 1
-        tally.http_failures += 0 if ok else 1
+        counts.http_requests += 1
+        counts.http_failures += 0 if ok else 1
 
 
 async def _sample_rss(pid: int, stop: asyncio.Event, peak: list[int]) -> None:
@@ -175,24 +175,24 @@ async def _sample_rss(pid: int, stop: asyncio.Event, peak: list[int]) -> None:
 
 async def run_load(settings: LoadSettings, server: ServerProcess) -> dict[str, Any]:
     """Drive ``server`` and return the report (no assertions: figures for the note)."""
-    tally, stop, peak = Tally(), asyncio.Event(), [0]
+    counts, stop, peak = LoadCounts(), asyncio.Event(), [0]
     baseline = rss_bytes(server.pid)
     connector = aiohttp.TCPConnector(limit=0)
     started = time.perf_counter()
     async with aiohttp.ClientSession(connector=connector) as session:
         sampler = asyncio.create_task(_sample_rss(server.pid, stop, peak))
         http = [
-            asyncio.create_task(_http_client(session, server.url, stop, tally))
+            asyncio.create_task(_http_client(session, server.url, stop, counts))
             for _ in range(settings.http_clients)
         ]
         await asyncio.gather(
-            *(_agent(session, server.url, n, settings, tally) for n in range(settings.connections))
+            *(_agent(session, server.url, n, settings, counts) for n in range(settings.connections))
         )
         stop.set()
         await asyncio.gather(sampler, *http)
     elapsed = time.perf_counter() - started
     await asyncio.sleep(1.0)  # let the server notice the closes and release the rollouts
-    return _report(settings, tally, elapsed, baseline, peak[0], rss_bytes(server.pid))
+    return _report(settings, counts, elapsed, baseline, peak[0], rss_bytes(server.pid))
 
 
 def _percentile(values: list[float], q: float) -> float | None:
@@ -203,7 +203,7 @@ def _percentile(values: list[float], q: float) -> float | None:
 
 
 def _report(
-    settings: LoadSettings, tally: Tally, elapsed: float, baseline: int, peak: int, after: int
+    settings: LoadSettings, counts: LoadCounts, elapsed: float, baseline: int, peak: int, after: int
 ) -> dict[str, Any]:
     expected = settings.connections * (settings.turns + 1)
     return {
@@ -213,16 +213,16 @@ def _report(
             "http_clients": settings.http_clients,
         },
         "elapsed_s": round(elapsed, 2),
-        "turns": tally.turns,
+        "turns": counts.turns,
         "turns_expected": expected,
-        "responses": tally.responses,
-        "lost": tally.lost,
-        "misordered": tally.misordered,
-        "errors": sorted(set(tally.errors)),
-        "overhead_p50_ms": _percentile(tally.overhead_ms, 0.50),
-        "overhead_p99_ms": _percentile(tally.overhead_ms, 0.99),
-        "http_requests": tally.http_requests,
-        "http_failures": tally.http_failures,
+        "responses": counts.responses,
+        "lost": counts.lost,
+        "misordered": counts.misordered,
+        "errors": sorted(set(counts.errors)),
+        "overhead_p50_ms": _percentile(counts.overhead_ms, 0.50),
+        "overhead_p99_ms": _percentile(counts.overhead_ms, 0.99),
+        "http_requests": counts.http_requests,
+        "http_failures": counts.http_failures,
         "rss_baseline_mib": round(baseline / 2**20, 1),
         "rss_peak_mib": round(peak / 2**20, 1),
         "rss_after_mib": round(after / 2**20, 1),

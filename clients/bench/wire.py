@@ -1,4 +1,5 @@
-"""The lean measuring client's wire layer: one decoder for every mode, clock reads at arrival.
+"""The lean measuring client's wire layer: one event reader for every mode, clock reads at arrival
+(SSE bytes are split into events by the shared ``protocol.sse.SseDecoder``).
 
 Why not ``clients.*``: those build typed events and check every ordering rule, which is right
 for an agent but is client cost. Here every event is decoded only as far as its ``type``
@@ -15,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from engine.bench.scenario import Call
+from clients.bench.scenario import Call
 
 DELTA_TYPES = frozenset({"response.output_text.delta", "response.function_call_arguments.delta"})
 FIRST_ITEM = "response.output_item.added"
@@ -121,26 +122,6 @@ class TurnReader:
             for i in turn.output
             if i.get("type") == "function_call"
         ]
-
-
-class SseSplitter:
-    """Raw SSE bytes -> the ``data`` payload of each complete event (server frames one
-    ``data:`` line per event, ``event: <type>\\ndata: <json>\\n\\n``)."""
-
-    def __init__(self) -> None:
-        self._buffer = b""
-
-    def feed(self, chunk: bytes) -> list[bytes]:
-        self._buffer += chunk
-        if b"\n\n" not in self._buffer:
-            return []
-        *blocks, self._buffer = self._buffer.split(b"\n\n")
-        out: list[bytes] = []
-        for block in blocks:
-            for line in block.split(b"\n"):
-                if line.startswith(b"data:"):
-                    out.append(line[5:].lstrip(b" "))
-        return out
 
 
 def now() -> float:

@@ -24,12 +24,11 @@ from typing import Any
 import aiohttp
 import msgspec
 
-from engine.bench.measure import items_tokens, prompt_tokens
-from engine.bench.modes import RawSocket, connect_ws
-from engine.bench.proc import ServerProcess, rss_bytes
-from engine.bench.scenario import Call, ScenarioTools, first_request
-from engine.bench.wire import ENCODER, BenchError, TurnReader, now
-from engine.models.scenarios import CODING_AGENT_STEPS
+from clients.bench.modes import RawSocket, connect_ws, make_transport
+from clients.bench.proc import ServerProcess, rss_bytes
+from clients.bench.scenario import SCRIPT_CALLS, Call, ScenarioTools, first_request
+from clients.bench.tokens import items_tokens, prompt_tokens
+from clients.bench.wire import ENCODER, BenchError, TurnReader, now
 
 MODEL = "sim-coding-agent"
 
@@ -41,27 +40,42 @@ class MemorySettings:
     lanes: int = 25  # rollouts per connection (named lanes; at most 32)
 
 
-async def build_history(target_tokens: int) -> tuple[dict[str, Any], list[Any]]:
-    """The opening body and a history of scenario steps with their real tool outputs, cut at
-    the first step where the rendered prompt reaches ``target_tokens``."""
+async def build_history(url: str, target_tokens: int) -> tuple[dict[str, Any], list[Any]]:
+    """The opening body and a history of the scripted agent's calls with the sandbox's real
+    outputs, cut at the first call where the rendered prompt reaches ``target_tokens``.
+
+    The calls come from the server itself (one ``ws_compat`` rollout of ``sim-coding-agent``);
+    call ids are renumbered (``call_000``, ...) so the history is the same on every run."""
     async with ScenarioTools() as tools:
         body = first_request(MODEL, tools.definitions())
         history: list[Any] = list(body["input"])
-        for index, step in enumerate(CODING_AGENT_STEPS[:-1]):
-            call = Call(f"call_{index:03d}", step.name, step.arguments_json())
-            [result] = await tools.run([call])
-            history.append(
-                {
-                    "type": "function_call",
-                    "call_id": call.call_id,
-                    "name": call.name,
-                    "arguments": call.arguments,
-                }
-            )
-            history.append(result.item())
-            if prompt_tokens(body, history) >= target_tokens:
-                return body, history
+        transport = make_transport("ws_compat", url)
+        try:
+            await transport.open()
+            turn = await transport.first(body)
+            while turn.calls and len(history) // 2 < SCRIPT_CALLS - 1:  # the model must not end
+                results = await tools.run(turn.calls)
+                for call, result in zip(turn.calls, results, strict=True):
+                    _append_step(history, call, result.output)
+                    if prompt_tokens(body, history) >= target_tokens:
+                        return body, history
+                turn = await transport.answer(turn, results)
+        finally:
+            await transport.close()
     raise BenchError(f"the scenario has fewer than {target_tokens} tokens of history")
+
+
+def _append_step(history: list[Any], call: Call, output: str) -> None:
+    call_id = f"call_{len(history) // 2:03d}"
+    history.append(
+        {
+            "type": "function_call",
+            "call_id": call_id,
+            "name": call.name,
+            "arguments": call.arguments,
+        }
+    )
+    history.append({"type": "function_call_output", "call_id": call_id, "output": output})
 
 
 def _create(body: dict[str, Any], history: list[Any], index: int, lane: str) -> dict[str, Any]:
@@ -112,9 +126,9 @@ async def run_memory(settings: MemorySettings, url: str | None = None) -> dict[s
     lanes = max(1, min(settings.lanes, 32))
     connections = -(-settings.rollouts // lanes)
     _raise_fd_limit(connections * 2 + 256)  # inherited by the server subprocess
-    body, history = await build_history(settings.history_tokens)
     connector = aiohttp.TCPConnector(limit=0)  # the default pool caps sockets at 100
     async with ServerProcess(0.0) as server, aiohttp.ClientSession(connector=connector) as session:
+        body, history = await build_history(server.url, settings.history_tokens)
         warm, _, _ = await _open_batch(session, server.url, [_create(body, history, -1, "warm")])
         await warm.close()
         rss_before = rss_bytes(server.pid)

@@ -21,10 +21,10 @@ from typing import Any
 
 import aiohttp
 
-from engine.bench.backends import text_model
-from engine.bench.modes import RawSocket, connect_ws
-from engine.bench.proc import ServerProcess, cpu_seconds
-from engine.bench.wire import ENCODER, BenchError, now
+from clients.bench.modes import RawSocket, connect_ws
+from clients.bench.proc import ServerProcess, cpu_seconds
+from clients.bench.scenario import text_model
+from clients.bench.wire import ENCODER, BenchError, now
 
 _DELTA = b'"response.output_text.delta"'
 _DONE = b'"response.completed"'

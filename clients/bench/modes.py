@@ -19,8 +19,9 @@ from typing import Any, Literal, Protocol
 
 import aiohttp
 
-from engine.bench.scenario import ToolResult
-from engine.bench.wire import ENCODER, BenchError, SseSplitter, TurnReader, TurnResult, now
+from clients.bench.scenario import ToolResult
+from clients.bench.wire import ENCODER, BenchError, TurnReader, TurnResult, now
+from protocol.sse import SseDecoder
 
 MODES = ("http_stateless", "http_previous_id", "ws_compat", "ws_append")
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -53,11 +54,11 @@ def responses_url(base_url: str) -> str:
 async def _read_sse(resp: aiohttp.ClientResponse, reader: TurnReader) -> TurnResult:
     if resp.status != 200:
         raise BenchError(f"HTTP {resp.status}: {(await resp.read())[:300]!r}")
-    splitter = SseSplitter()
+    decoder = SseDecoder()
     async for chunk in resp.content.iter_any():
         arrived = now()
-        for data in splitter.feed(chunk):
-            if reader.feed(data, arrived):
+        for event in decoder.feed(chunk):
+            if reader.feed(event.data, arrived):
                 return reader.turn
     raise BenchError("the event stream ended before the turn did")
 

@@ -11,7 +11,7 @@ import math
 import statistics
 from typing import Any
 
-from engine.bench.measure import RunResult
+from clients.bench.measure import RunResult
 
 BASELINE = "http_stateless"
 Doc = dict[str, Any]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from engine.bench.modes import MODES
+from clients.bench.modes import MODES
 
 FLOOR_MS = 0.01  # log axis: values at or below zero (timer granularity) are drawn here
 COLORS = {

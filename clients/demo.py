@@ -11,12 +11,16 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import TextIO
+from typing import Self
+
+from rich.console import Console
+from rich.progress import BarColumn, TextColumn
+from rich.progress import Progress as Bar
+from rich.table import Column
 
 from clients.coding import (
     SCENARIO_INSTRUCTIONS,
@@ -35,6 +39,7 @@ from protocol.items import FunctionCall
 
 MODES = ("append", "ws", "http")
 BAR_WIDTH = 24
+STATUS = "turn {task.fields[turn]:>2} · calls {task.completed:>2.0f} · {task.description}"
 
 
 def make_client(
@@ -66,14 +71,32 @@ def _shorten(text: str, width: int) -> str:
 
 
 class Progress:
-    """Live display: one rewritten line on a terminal, one plain line per tool call otherwise."""
+    """Live display (``rich``): a redrawn bar and the current call on a terminal, one plain line
+    per tool call otherwise (a log or a pipe gets no control codes)."""
 
-    def __init__(self, out: TextIO, *, tty: bool, quiet: bool) -> None:
-        self.out = out
-        self.tty = tty
+    def __init__(self, console: Console, *, quiet: bool) -> None:
+        self.console = console
         self.quiet = quiet
         self.turns = 0
         self.calls = 0
+        self._bar = Bar(
+            BarColumn(bar_width=BAR_WIDTH),
+            TextColumn(
+                STATUS, markup=False, table_column=Column(no_wrap=True, overflow="ellipsis")
+            ),
+            console=console,
+            auto_refresh=False,  # redrawn on each call, from the client's own task
+            transient=True,  # the summary replaces it
+            disable=quiet or not console.is_terminal,
+        )
+        self._task = self._bar.add_task("", total=SCENARIO_TOOL_CALLS, turn=1)
+
+    def __enter__(self) -> Self:
+        self._bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._bar.stop()
 
     def hooks(self) -> Hooks:
         return Hooks(
@@ -84,43 +107,30 @@ class Progress:
         self.turns += 1
 
     def tool_call(self, call: FunctionCall) -> None:
-        if self.tty and not self.quiet:
-            self._status(f"{call.name} {summarize_arguments(call.arguments, 40)}")
+        status = f"{call.name} {summarize_arguments(call.arguments, 40)}"
+        self._bar.update(self._task, description=status, turn=self.turns + 1)
+        self._bar.refresh()
 
     def tool_result(self, record: ToolCallRecord) -> None:
         self.calls += 1
-        if self.quiet or self.tty:
+        self._bar.update(self._task, completed=min(self.calls, SCENARIO_TOOL_CALLS))
+        if self.quiet or self.console.is_terminal:
             return
         mark = "" if record.ok else "  [tool error]"
         size = len(record.output.encode())
         args = summarize_arguments(record.arguments)
-        print(f"  {self.calls:>3}. {record.name} {args} -> {size:,} B{mark}", file=self.out)
-
-    def _status(self, text: str) -> None:
-        done = min(self.calls, SCENARIO_TOOL_CALLS)
-        filled = BAR_WIDTH * done // SCENARIO_TOOL_CALLS
-        bar = "#" * filled + "." * (BAR_WIDTH - filled)
-        line = f"[{bar}] turn {self.turns + 1:>2} · calls {self.calls:>2} · {text}"
-        width = shutil.get_terminal_size((100, 24)).columns - 1  # never wrap: \r must suffice
-        self.out.write("\r\x1b[2K" + line[:width])
-        self.out.flush()
-
-    def end_line(self) -> None:
-        if self.tty and not self.quiet:
-            self.out.write("\r\x1b[2K")
-            self.out.flush()
+        self.console.print(f"  {self.calls:>3}. {record.name} {args} -> {size:,} B{mark}")
 
 
 def print_summary(
-    out: TextIO, result: RolloutResult, elapsed: float, bugs: list[str], *, quiet: bool
+    out: Console, result: RolloutResult, elapsed: float, bugs: list[str], *, quiet: bool
 ) -> None:
     usage = result.usage
     cached = usage.input_tokens_details.cached_tokens
     if quiet:
-        print(
+        out.print(
             f"completed: {result.turns} turns, {len(result.tool_calls)} tool calls, "
-            f"{usage.total_tokens:,} tokens, {elapsed:.2f}s",
-            file=out,
+            f"{usage.total_tokens:,} tokens, {elapsed:.2f}s"
         )
         return
     failed = sum(1 for r in result.tool_calls if not r.ok)
@@ -136,7 +146,7 @@ def print_summary(
         f"elapsed:     {elapsed:.2f}s",
         f"sandbox:     {'all BUG markers fixed' if not bugs else f'{len(bugs)} BUG markers left'}",
     ]
-    print("\n".join(lines), file=out)
+    out.print("\n".join(lines))
 
 
 async def run_demo(
@@ -147,8 +157,8 @@ async def run_demo(
     api_key: str | None = None,
 ) -> int:
     """Run the scenario once; 0 when the rollout completed, 1 on any client-side failure."""
-    out = sys.stdout
-    progress = Progress(out, tty=out.isatty(), quiet=quiet)
+    out = Console(file=sys.stdout, highlight=False, markup=False, soft_wrap=True)
+    progress = Progress(out, quiet=quiet)
     try:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
         client = make_client(mode, url, progress.hooks(), headers)
@@ -156,21 +166,20 @@ async def run_demo(
         print(f"error: {exc}", file=sys.stderr)
         return 1
     if not quiet:
-        print(f"coding agent · mode {mode} · model {model} · {url}", file=out)
+        out.print(f"coding agent · mode {mode} · model {model} · {url}")
     with tempfile.TemporaryDirectory(prefix="rollout-agent-") as tmp:
         root = make_sandbox(Path(tmp))
         start = time.perf_counter()
         try:
-            result = await client.run(
-                model, SCENARIO_PROMPT, coding_tools(root), SCENARIO_INSTRUCTIONS
-            )
+            with progress:
+                result = await client.run(
+                    model, SCENARIO_PROMPT, coding_tools(root), SCENARIO_INSTRUCTIONS
+                )
         except ClientError as exc:
-            progress.end_line()
             print(f"error: {exc}", file=sys.stderr)
             return 1
         finally:
             await client.close()
-        progress.end_line()
         print_summary(out, result, time.perf_counter() - start, remaining_bugs(root), quiet=quiet)
     return 0
 

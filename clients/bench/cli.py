@@ -112,8 +112,8 @@ async def _run(args: argparse.Namespace, config: ScenarioConfig | None) -> dict[
     doc: dict[str, Any] = {"settings": _settings(args, config), "runs": []}
     targets: list[dict[str, Any]] = []
     if config is not None:
-        progress = Progress(len(config.speeds) * len(config.modes) * config.repeat)
-        doc["runs"] = await run_scenarios(config, progress)
+        with Progress(len(config.speeds) * len(config.modes) * config.repeat) as progress:
+            doc["runs"] = await run_scenarios(config, progress)
         doc["summary"] = report.summarize(doc["runs"])
         targets += report.scenario_targets(doc["summary"])
     if args.stream:
@@ -176,7 +176,7 @@ def run_bench(args: argparse.Namespace) -> int:
     except (BenchError, RuntimeError, OSError) as exc:
         print(f"rollout bench: failed: {exc}", file=sys.stderr)
         return 1
-    print(table.render(doc))
+    table.render(doc)
     if args.json is not None:
         args.json.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     if args.png is not None and doc["runs"]:

@@ -1,18 +1,44 @@
-"""The terminal report: one table per speed, the ratios, then every target with met/missed."""
+"""The terminal report (``rich``): one table per speed with its ratios, then streaming, memory
+and every target with met/missed.
+
+On a terminal the tables fit its width and missed targets stand out in colour; anywhere else
+(a CI log, a pipe) the output is plain text at a fixed width wide enough that no row wraps.
+"""
 
 from __future__ import annotations
 
 import math
 from typing import Any
 
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
 from clients.bench.modes import MODES
 
 Doc = dict[str, Any]
-_HEAD = (
-    f"{'mode':<17}{'e2e s':>8}{'speedup':>9}{'saved':>7}  "
-    f"{'overhead ms: first':>18}{'median':>8}{'last':>8}  {'ttft med':>8}{'item med':>9}"
-    f"  {'server cpu/turn: med':>20}{'last':>7}{'cpu wait':>9}"
+PLAIN_WIDTH = 200  # columns when stdout is not a terminal
+# (header, summary key, digits, suffix); two-line headers group the overhead and CPU columns
+COLUMNS = (
+    ("e2e s", "e2e_s", 3, ""),
+    ("speedup", "e2e_speedup_vs_stateless", 2, "x"),
+    ("saved", "e2e_time_saved_pct", 0, "%"),
+    ("overhead ms\nfirst", "overhead_first_ms", 2, ""),
+    ("\nmedian", "overhead_median_ms", 2, ""),
+    ("\nlast", "overhead_last_ms", 2, ""),
+    ("ttft\nmed", "ttft_median_ms", 2, ""),
+    ("item\nmed", "first_item_median_ms", 2, ""),
+    ("server cpu/turn\nmed", "server_cpu_median_ms", 2, ""),
+    ("\nlast", "server_cpu_last_ms", 2, ""),
+    ("cpu\nwait", "server_wait_median_ms", 2, ""),
 )
+
+
+def console() -> Console:
+    """stdout; plain and wide when it is not a terminal."""
+    probe = Console(highlight=False)
+    return probe if probe.is_terminal else Console(highlight=False, width=PLAIN_WIDTH)
 
 
 def _f(value: float | None, digits: int = 2, suffix: str = "") -> str:
@@ -21,29 +47,31 @@ def _f(value: float | None, digits: int = 2, suffix: str = "") -> str:
     return f"{value:.{digits}f}{suffix}"
 
 
-def _row(mode: str, m: Doc) -> str:
-    return (
-        f"{mode:<17}{_f(m['e2e_s'], 3):>8}"
-        f"{_f(m.get('e2e_speedup_vs_stateless'), 2, 'x'):>9}"
-        f"{_f(m.get('e2e_time_saved_pct'), 0, '%'):>7}  "
-        f"{_f(m['overhead_first_ms']):>18}{_f(m['overhead_median_ms']):>8}"
-        f"{_f(m['overhead_last_ms']):>8}  {_f(m['ttft_median_ms']):>8}"
-        f"{_f(m['first_item_median_ms']):>9}"
-        f"  {_f(m.get('server_cpu_median_ms')):>20}{_f(m.get('server_cpu_last_ms')):>7}"
-        f"{_f(m.get('server_wait_median_ms')):>9}"
-    )
-
-
-def speed_block(block: Doc) -> list[str]:
+def speed_table(block: Doc) -> Table:
     modes: dict[str, Doc] = block["modes"]
     any_mode = next(iter(modes.values()))
     tokens = any_mode.get("history_tokens") or 0
-    lines = [
-        f"── {block['tps']:g} tokens/s · {any_mode['turns']} model turns · "
+    table = Table(
+        title=f"── {block['tps']:g} tokens/s · {any_mode['turns']} model turns · "
         f"{tokens:,} tokens of history at the last turn",
-        _HEAD,
-    ]
-    lines += [_row(mode, modes[mode]) for mode in MODES if mode in modes]
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
+    table.add_column("mode")
+    for header, *_ in COLUMNS:
+        table.add_column(header, justify="right")
+    for mode in (m for m in MODES if m in modes):
+        row = modes[mode]
+        table.add_row(
+            mode, *(_f(row.get(key), digits, suffix) for _, key, digits, suffix in COLUMNS)
+        )
+    return table
+
+
+def ratio_lines(block: Doc) -> list[str]:
+    modes: dict[str, Doc] = block["modes"]
+    lines: list[str] = []
     ratios = [
         f"{mode}: stateless/mode last-turn overhead "
         f"{_f(modes[mode].get('last_turn_overhead_ratio_stateless_over_mode'), 1, 'x')}"
@@ -108,24 +136,29 @@ def memory_lines(memory: Doc) -> list[str]:
     ]
 
 
-def target_lines(targets: list[Doc]) -> list[str]:
-    lines = ["── targets"]
+def target_lines(targets: list[Doc]) -> list[Text]:
+    lines = [Text("── targets")]
     for t in targets:
-        mark = "met   " if t["met"] else "MISSED"
-        lines.append(
-            f"[{mark}] {t['target']}: {_f(t['value'], 2)} {t['unit']} (limit {t['limit']:g})"
-        )
+        mark = Text("met   ", style="green") if t["met"] else Text("MISSED", style="bold red")
+        detail = f"] {t['target']}: {_f(t['value'], 2)} {t['unit']} (limit {t['limit']:g})"
+        lines.append(Text.assemble("[", mark, detail))
     return lines
 
 
-def render(doc: Doc) -> str:
-    lines: list[str] = []
+def report(doc: Doc) -> Group:
+    """Everything the terminal shows, in order, as one renderable."""
+    parts: list[RenderableType] = []
     for block in doc.get("summary", []):
-        lines += [*speed_block(block), ""]
+        parts += [speed_table(block), *map(Text, ratio_lines(block)), Text("")]
     if doc.get("stream"):
-        lines += [*stream_lines(doc["stream"]), ""]
+        parts += [*map(Text, stream_lines(doc["stream"])), Text("")]
     if doc.get("memory"):
-        lines += [*memory_lines(doc["memory"]), ""]
+        parts += [*map(Text, memory_lines(doc["memory"])), Text("")]
     if doc.get("targets"):
-        lines += target_lines(doc["targets"])
-    return "\n".join(lines)
+        parts += target_lines(doc["targets"])
+    return Group(*parts)
+
+
+def render(doc: Doc, out: Console | None = None) -> None:
+    """Print the report to ``out`` (default: stdout, see ``console``)."""
+    (out or console()).print(report(doc), soft_wrap=False)

@@ -1,0 +1,153 @@
+"""The floors of the house (SPEC: ARCH-1), read from every module's own imports.
+
+    protocol  <-  engine  <-  engine/server        clients  ->  protocol
+                         \\___________ cli/main.py ___________/
+
+* ``protocol`` imports only the standard library and msgspec;
+* ``engine`` outside ``engine/server`` imports neither ``engine.server``, nor ``clients``, nor
+  ``cli``, nor the aiohttp server framework; only the upstream backends in ``engine/models`` use
+  aiohttp at all (its HTTP client);
+* ``engine/server`` imports no ``clients`` and no ``cli``;
+* ``clients`` import no ``engine`` and no ``cli`` (the benchmark starts its server as a
+  subprocess, through the ``rollout serve`` command line);
+* ``cli/main.py``, the ``rollout`` dispatcher, is the one module that imports both sides.
+
+Imports are parsed with ``ast`` from every file, so an import inside a function or under
+``if TYPE_CHECKING:`` counts like any other: a type-only edge is still an edge to a reader.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("protocol", "engine", "clients", "cli")
+AIOHTTP_SERVER = ("aiohttp.web", "aiohttp.web_", "aiohttp.worker")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path) -> Iterator[str]:
+    package = _module_name(path)
+    if path.name != "__init__.py":
+        package = package.rpartition(".")[0]
+    return _imports_in(path.read_text(encoding="utf-8"), package)
+
+
+def _imports_in(source: str, package: str) -> Iterator[str]:
+    """Every module name the source imports; ``from a import b`` yields ``a`` and ``a.b`` (``b``
+    may be a submodule), relative imports resolved against ``package``."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{anchor}.{base}" if base else anchor
+            yield base
+            yield from (f"{base}.{alias.name}" for alias in node.names if alias.name != "*")
+
+
+def _files(package: str) -> list[Path]:
+    return sorted((ROOT / package).rglob("*.py"))
+
+
+def _is(name: str, *prefixes: str) -> bool:
+    return any(name == p or name.startswith(p if p.endswith("_") else p + ".") for p in prefixes)
+
+
+def _violations(package: str, forbidden: Callable[[str, str], str | None]) -> list[str]:
+    """``forbidden(importing module, imported name)`` gives the broken rule, or None."""
+    found = []
+    for path in _files(package):
+        for name in _imports(path):
+            reason = forbidden(_module_name(path), name)
+            if reason:
+                found.append(f"{path.relative_to(ROOT)} imports {name}: {reason}")
+    return sorted(set(found))
+
+
+def _root(name: str) -> str:
+    return name.partition(".")[0]
+
+
+def test_protocol_imports_only_stdlib_and_msgspec() -> None:
+    def forbidden(module: str, name: str) -> str | None:
+        top = _root(name)
+        if top in sys.stdlib_module_names or top in ("msgspec", "protocol"):
+            return None
+        return "protocol is pure (standard library and msgspec only)"
+
+    assert _violations("protocol", forbidden) == []
+
+
+def test_engine_knows_no_transport_and_no_clients() -> None:
+    def forbidden(module: str, name: str) -> str | None:
+        if _is(name, "clients", "cli"):
+            return "the engine never imports the clients' side"
+        if module.startswith("engine.server"):
+            return None
+        if _is(name, "engine.server"):
+            return "only engine/server knows the transports"
+        if _is(name, *AIOHTTP_SERVER):
+            return "the aiohttp server framework belongs to engine/server"
+        if _is(name, "aiohttp") and not module.startswith("engine.models."):
+            return "only the upstream backends (engine/models) use aiohttp's client"
+        return None
+
+    assert _violations("engine", forbidden) == []
+
+
+def test_clients_speak_the_wire_only() -> None:
+    def forbidden(module: str, name: str) -> str | None:
+        if _is(name, "engine", "cli"):
+            return "clients are built on protocol and reach the server over the wire"
+        return None
+
+    assert _violations("clients", forbidden) == []
+
+
+def test_only_the_dispatcher_imports_both_sides() -> None:
+    both = []
+    for package in PACKAGES:
+        for path in _files(package):
+            roots = {_root(name) for name in _imports(path)}
+            if {"engine", "clients"} <= roots:
+                both.append(str(path.relative_to(ROOT)))
+    assert both == ["cli/main.py"]
+
+
+def test_the_checker_sees_every_kind_of_import() -> None:
+    """Lazy, TYPE_CHECKING, ``from`` and relative imports are all found."""
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from clients.loop import Hooks\n"
+        "def f():\n    from aiohttp import web\n"
+        "from .server import app\n"
+        "from ..protocol import items\n"
+    )
+    names = set(_imports_in(source, "engine.models"))
+    expected = {"clients.loop", "aiohttp.web", "engine.models.server.app", "engine.protocol.items"}
+    assert expected <= names
+
+
+def test_importing_protocol_loads_no_io() -> None:
+    """At run time too: importing every protocol module pulls in no asyncio or aiohttp."""
+    code = (
+        "import sys, importlib, pkgutil, protocol\n"
+        "for m in pkgutil.walk_packages(protocol.__path__, 'protocol.'):\n"
+        "    importlib.import_module(m.name)\n"
+        "print('\\n'.join(sorted(sys.modules)))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = set(done.stdout.split())
+    for name in ("asyncio", "aiohttp", "engine", "clients", "cli", "uvloop", "numpy"):
+        assert not any(_is(m, name) for m in loaded), name

@@ -1,4 +1,4 @@
-"""The floors of the house (SPEC: ARCH-1), read from every module's own imports.
+"""The floors of the house and no circles (SPEC: ARCH-1), read from every module's own imports.
 
     protocol  <-  engine  <-  engine/server        clients  ->  protocol
                          \\___________ cli/main.py ___________/
@@ -10,7 +10,8 @@
 * ``engine/server`` imports no ``clients`` and no ``cli``;
 * ``clients`` import no ``engine`` and no ``cli`` (the benchmark starts its server as a
   subprocess, through the ``rollout serve`` command line);
-* ``cli/main.py``, the ``rollout`` dispatcher, is the one module that imports both sides.
+* ``cli/main.py``, the ``rollout`` dispatcher, is the one module that imports both sides;
+* and no module imports another in a circle, even within a floor.
 
 Imports are parsed with ``ast`` from every file, so an import inside a function or under
 ``if TYPE_CHECKING:`` counts like any other: a type-only edge is still an edge to a reader.
@@ -123,6 +124,63 @@ def test_only_the_dispatcher_imports_both_sides() -> None:
             if {"engine", "clients"} <= roots:
                 both.append(str(path.relative_to(ROOT)))
     assert both == ["cli/main.py"]
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the modules of ours it imports. ``from pkg import mod`` is an edge to ``mod``,
+    not to ``pkg``; importing a package's ``__init__`` implicitly is not an edge."""
+    paths = {_module_name(path): path for package in PACKAGES for path in _files(package)}
+    graph: dict[str, set[str]] = {}
+    for module, path in paths.items():
+        named = {name for name in _imports(path) if name in paths}
+        graph[module] = named - {name.rpartition(".")[0] for name in named} - {module}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component: list[str] = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_cycles() -> None:
+    assert cycles(import_graph()) == []
+
+
+def test_the_cycle_check_finds_a_circle() -> None:
+    assert cycles({"engine.a": {"engine.b"}, "engine.b": {"engine.a"}}) == [
+        ["engine.a", "engine.b"]
+    ]
+    assert cycles({"engine.a": {"engine.b"}, "engine.b": set()}) == []
 
 
 def test_the_checker_sees_every_kind_of_import() -> None:

@@ -8,7 +8,6 @@ stopped, never inside a measured interval.
 
 from __future__ import annotations
 
-from types import TracebackType
 from typing import Self
 
 from rich.console import Console
@@ -38,12 +37,7 @@ class Progress:
         self._bar.start()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._bar.stop()
 
     def start(self, label: str, turns: int) -> None:

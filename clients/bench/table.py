@@ -8,6 +8,7 @@ On a terminal the tables fit its width and missed targets stand out in colour; a
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any
 
 from rich import box
@@ -36,9 +37,8 @@ COLUMNS = (
 
 
 def console() -> Console:
-    """stdout; plain and wide when it is not a terminal."""
-    probe = Console(highlight=False)
-    return probe if probe.is_terminal else Console(highlight=False, width=PLAIN_WIDTH)
+    """stdout; plain and wide enough that no row wraps when it is not a terminal."""
+    return Console(highlight=False, width=None if sys.stdout.isatty() else PLAIN_WIDTH)
 
 
 def _f(value: float | None, digits: int = 2, suffix: str = "") -> str:

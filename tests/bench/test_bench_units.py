@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import math
 
 import msgspec
+from rich.console import Console
 
-from clients.bench import report, tokens
+from clients.bench import report, table, tokens
 from clients.bench.cli import add_bench_parser
 from clients.bench.measure import simulator_ttft_s
+from clients.bench.modes import MODES
+from clients.bench.progress import Progress
 from clients.bench.scenario import (
     SCRIPT_CALLS,
     Call,
@@ -165,3 +169,34 @@ def test_overhead_split_by_new_item_size() -> None:
     row = block["modes"]["ws_compat"]
     assert row["overhead_small_new_median_ms"] == 1.1
     assert row["overhead_large_new_median_ms"] == 3.2
+
+
+def test_report_in_a_log_is_plain_and_unwrapped() -> None:
+    """Not a terminal (a CI log): no control codes, one line per mode row, targets marked."""
+    runs = [_run(mode, 1.0 + i, [1.0, 2.0]) for i, mode in enumerate(MODES)]
+    summary = report.summarize(runs)
+    doc = {"summary": summary, "targets": report.scenario_targets(summary)}
+    out = io.StringIO()
+    table.render(doc, Console(file=out, width=table.PLAIN_WIDTH))
+    text = out.getvalue()
+    assert "\x1b" not in text
+    assert "── 1000 tokens/s · 2 model turns · 50,000 tokens of history at the last turn" in text
+    rows = [line.split() for line in text.splitlines()]
+    rows = [row for row in rows if row and row[0] in MODES and row[1][0].isdigit()]
+    assert [row[0] for row in rows] == list(MODES)
+    assert all(len(row) == 12 for row in rows)  # mode and its 11 figures, on one line
+    assert "[MISSED] e2e ws_compat vs http_stateless @1000 tok/s" in text
+
+
+def test_progress_in_a_log_prints_one_line_per_run() -> None:
+    out = io.StringIO()
+    with Progress(2, Console(file=out)) as progress:
+        for label in ("ws_compat @ 0 tok/s", "ws_append @ 0 tok/s"):
+            progress.start(label, 3)
+            progress.turn(1)
+            progress.finish("e2e 0.100 s, " + "x" * 100)
+    lines = out.getvalue().splitlines()
+    assert lines == [
+        "[1/2] ws_compat @ 0 tok/s: e2e 0.100 s, " + "x" * 100,
+        "[2/2] ws_append @ 0 tok/s: e2e 0.100 s, " + "x" * 100,
+    ]

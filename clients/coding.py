@@ -17,7 +17,7 @@ from clients.testrun import simulate_run
 from clients.tools import ToolError, ToolRegistry
 
 MODULE_COUNT = 8
-SCENARIO_TOOL_CALLS = 26  # the length of the server's script; used for progress display only
+SCENARIO_TOOL_CALLS = 26  # the server's script length (SIM-4): progress, and the bench's loops
 SCENARIO_PROMPT = (
     "The test suite of this project is failing. Find the bugs, fix them with minimal edits, "
     "and make sure all tests pass."

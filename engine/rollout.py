@@ -26,6 +26,7 @@ from typing import Protocol
 from engine.accounting import RolloutFacts, UsageTally, safety_report, usage_record
 from engine.context import Context
 from engine.core import Engine
+from engine.history import TurnHistory, TurnRecord
 from engine.models.base import (
     ArgsDelta,
     Backend,
@@ -136,6 +137,8 @@ class Rollout:
         self._totals = UsageTally()  # usage over the whole rollout
         self._model_timeout = engine.config.model_timeout_s
         self.status = "in_progress"
+        self.started_at = time.time()  # for the inspector (INSP-4)
+        self.history = TurnHistory()  # the newest sampling steps, for the inspector (INSP-5)
 
     # ================================================================== pre-inference
     def prepare(
@@ -229,6 +232,7 @@ class Rollout:
 
     # ================================================================== sampling
     async def _sample(self, turn: Turn) -> tuple[list[FunctionCall], FinishReason]:
+        started, output_before = time.time(), turn.tally.output_tokens
         prompt, cached = self._count_prompt(turn)
         turn.tally.samples += 1
         self._totals.samples += 1
@@ -275,7 +279,37 @@ class Rollout:
         self._absorb_output(stream.output[first_new:])
         turn.tally.tool_calls += len(calls)
         self._totals.tool_calls += len(calls)
+        self._note_turn(turn, started, prompt - cached, prompt, output_before, calls, reason, clock)
         return calls, reason
+
+    def _note_turn(
+        self,
+        turn: Turn,
+        started: float,
+        rendered: int,
+        prompt: int,
+        output_before: int,
+        calls: list[FunctionCall],
+        reason: FinishReason,
+        clock: _ModelClock,
+    ) -> None:
+        """One record per sampling step into the bounded turn log (INSP-5)."""
+        history = self.history
+        history.add(
+            TurnRecord(
+                index=history.next_index(),
+                response_id=turn.stream.id,
+                started_at=started,
+                rendered_tokens=rendered,
+                prompt_tokens=prompt,
+                output_tokens=turn.tally.output_tokens - output_before,
+                calls=tuple(call.name for call in calls),
+                finish="tool_calls" if calls else reason,
+                pre_seconds=history.pre_seconds(turn.log),
+                ttft_seconds=clock.ttft,
+                model_seconds=clock.total,
+            )
+        )
 
     def _count_prompt(self, turn: Turn) -> tuple[int, int]:
         """The prompt a step reads (a sample, or a warmup's would-be sample) joins the response's
@@ -339,6 +373,17 @@ class Rollout:
         elif self.mode is Mode.APPEND:
             await self._end(cancelled=True)  # retired by a closing connection: stored, accounted
         return next_turn
+
+    @property
+    def idle_for(self) -> float | None:
+        """Seconds on the current suspension's idle clock (ROLL-6), None when not suspended:
+        a read-only view for the inspector (INSP-4)."""
+        idle = self._idle
+        deadline = idle.when() if idle is not None else None
+        if deadline is None:
+            return None
+        start = deadline - self.engine.config.suspended_idle_timeout_s
+        return max(asyncio.get_running_loop().time() - start, 0.0)
 
     @property
     def waiting(self) -> bool:
@@ -488,20 +533,22 @@ class Rollout:
 class _ModelClock:
     """Time to first delta and total model time of one sampling step, into the turn's log."""
 
-    __slots__ = ("_first", "_log", "_start")
+    __slots__ = ("_log", "_start", "total", "ttft")
 
     def __init__(self, log: TurnLog) -> None:
         self._log = log
         self._start = time.perf_counter()
-        self._first = False
+        self.ttft: float | None = None
+        self.total = 0.0
 
     def first_delta(self) -> None:
-        if not self._first:
-            self._first = True
-            self._log.add_time("ttft", time.perf_counter() - self._start)
+        if self.ttft is None:
+            self.ttft = time.perf_counter() - self._start
+            self._log.add_time("ttft", self.ttft)
 
     def finished(self) -> None:
-        self._log.add_time("model", time.perf_counter() - self._start)
+        self.total = time.perf_counter() - self._start
+        self._log.add_time("model", self.total)
 
 
 def _missing_output(call_id: str) -> InvalidRequest:

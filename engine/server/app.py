@@ -10,9 +10,10 @@ from collections.abc import Awaitable, Callable
 from aiohttp import WSCloseCode, web
 
 from engine.core import Engine, EngineConfig
-from engine.server import http
+from engine.inspect import Inspector
+from engine.server import http, inspector
 from engine.server.config import ServerConfig
-from engine.server.keys import DRAINING, ENGINE, MAX_FRAME, SERVER, SESSIONS
+from engine.server.keys import DRAINING, ENGINE, INSPECTOR, MAX_FRAME, REQUESTS, SERVER, SESSIONS
 from engine.server.ws import WsSink, serve_socket
 from engine.session import Session
 from protocol.errors import (
@@ -32,16 +33,19 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Every failure leaves as the JSON error envelope; internal text never does (ERR-3)."""
     try:
-        return await handler(request)
+        response = await handler(request)
     except ProtocolError as err:
-        return http.error_response(err)
+        response = http.error_response(err)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        return http.error_response(_http_error(exc))
+        response = http.error_response(_http_error(exc))
     except Exception:
         log.exception("unhandled error on %s %s", request.method, request.path)
-        return http.error_response(ServerError())
+        response = http.error_response(ServerError())
+    if response.status >= 400:
+        http.note_error(request, response)  # the inspector's recent errors (INSP-6)
+    return response
 
 
 _HTTP_ERRORS = {
@@ -63,11 +67,19 @@ async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
     config = request.app[SERVER]
     if config.api_keys and request.path not in _OPEN_PATHS:
         scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not config.key_allowed(presented.strip()):
-            raise Unauthorized(
-                "invalid_api_key", "Incorrect or missing API key (use Authorization: Bearer).", None
-            )
+        if scheme.lower() == "bearer":
+            key: str | None = presented.strip()
+        else:  # the inspector's page and feed also take ?key= or their cookie (INSP-2)
+            key = inspector.browser_key(request)
+        if key is None or not config.key_allowed(key):
+            raise Unauthorized("invalid_api_key", _key_hint(request.path), None)
     return await handler(request)
+
+
+def _key_hint(path: str) -> str:
+    if path in inspector.INSPECT_PATHS:
+        return "Incorrect or missing API key (open /inspect?key=<key>)."
+    return "Incorrect or missing API key (use Authorization: Bearer)."
 
 
 _OPEN_PATHS = frozenset({"/healthz"})
@@ -137,6 +149,7 @@ def create_app(
     app = web.Application(middlewares=[errors, auth], client_max_size=config.max_frame_bytes)
     app[ENGINE] = engine or Engine(EngineConfig())
     app[SESSIONS] = set()
+    app[REQUESTS] = set()
     app[MAX_FRAME] = config.max_frame_bytes
     app[SERVER] = config
     app[DRAINING] = [False]
@@ -150,6 +163,9 @@ def create_app(
     app.router.add_get("/healthz", http.healthz)
     app.router.add_get("/debug/stats", http.stats)
     app.router.add_get("/metrics", http.metrics)
+    sessions, requests = app[SESSIONS], app[REQUESTS]
+    app[INSPECTOR] = Inspector(app[ENGINE], [lambda: sessions, lambda: requests])
+    inspector.install(app)
     app.on_startup.append(_start)
     app.on_shutdown.append(_drain_sockets)
     app.on_cleanup.append(_stop)

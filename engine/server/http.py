@@ -9,12 +9,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import msgspec
 from aiohttp import web
 
 from engine.core import Engine
+from engine.inspect import note_event
 from engine.metrics import CONTENT_TYPE
 from engine.rollout import ClientGone
-from engine.server.keys import ENGINE, SESSIONS
+from engine.server.keys import ENGINE, INSPECTOR, REQUESTS, SESSIONS
 from engine.session import Session
 from protocol.codec import decode_create_body, encode, http_error_body
 from protocol.errors import InvalidRequest, ProtocolError, ServerError, response_not_found
@@ -51,6 +53,7 @@ class HttpSink:
         self.stream: web.StreamResponse | None = None
         self.error: ErrorEvent | None = None
         self.terminal: Response | None = None
+        self._errors = request.app[INSPECTOR].errors
 
     async def send(self, event: ServerEvent) -> None:
         if isinstance(event, ErrorEvent) and self.stream is None:
@@ -66,6 +69,9 @@ class HttpSink:
                     headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
                 )
                 await self.stream.prepare(self.request)
+            # Only what goes into an SSE stream: anything else becomes the HTTP answer, which
+            # the errors middleware notes (INSP-6).
+            note_event(self._errors, "http", event)
             await self.stream.write(frame(event))
         except (ConnectionError, RuntimeError) as exc:
             raise ClientGone from exc
@@ -77,12 +83,35 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     params.stream_id = None  # WebSocket-only (WS-2); ignored over HTTP
     sink = HttpSink(request, params.stream)
     session = Session(engine, sink, transport="http")
+    live = request.app[REQUESTS]  # the inspector lists in-flight HTTP creates (INSP-4)
+    live.add(session)
     try:
         session.submit_create(params)
         await session.drain()
     finally:
+        live.discard(session)
         await session.close()
     return _finish(sink)
+
+
+class _ErrorBody(msgspec.Struct):
+    error: dict[str, Any]
+
+
+_error_body = msgspec.json.Decoder(_ErrorBody).decode
+
+
+def note_error(request: web.Request, response: web.StreamResponse) -> None:
+    """An HTTP error answer into the inspector's recent errors (INSP-6)."""
+    body = getattr(response, "body", None)
+    code, message = "", request.path
+    if isinstance(body, bytes):
+        try:
+            error = _error_body(body).error
+            code, message = str(error.get("code") or ""), f"{request.path}: {error.get('message')}"
+        except msgspec.DecodeError:
+            pass
+    request.app[INSPECTOR].errors.note("http", response.status, code, message)
 
 
 def _finish(sink: HttpSink) -> web.StreamResponse:

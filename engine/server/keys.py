@@ -5,11 +5,14 @@ from __future__ import annotations
 from aiohttp import web
 
 from engine.core import Engine
+from engine.inspect import Inspector
 from engine.server.config import ServerConfig
 from engine.session import Session
 
 ENGINE = web.AppKey("engine", Engine)
-SESSIONS = web.AppKey("sessions", set[Session])
+SESSIONS = web.AppKey("sessions", set[Session])  # open WebSocket connections
+REQUESTS = web.AppKey("requests", set[Session])  # in-flight HTTP creates (for the inspector)
+INSPECTOR = web.AppKey("inspector", Inspector)  # the /inspect read model (INSP-1)
 MAX_FRAME = web.AppKey("max_frame_bytes", int)
 SERVER = web.AppKey("server_config", ServerConfig)
 DRAINING = web.AppKey("draining", list[bool])  # [True] once shutdown began

@@ -14,9 +14,10 @@ from collections.abc import Awaitable
 from aiohttp import WSCloseCode, WSMsgType, web
 
 from engine.core import Engine
+from engine.inspect import ErrorRing, note_event
 from engine.rollout import ClientGone, Mode
 from engine.server.config import ServerConfig
-from engine.server.keys import SESSIONS
+from engine.server.keys import INSPECTOR, SESSIONS
 from engine.session import Session
 from protocol.codec import decode_client_event, encode
 from protocol.errors import InvalidRequest, ProtocolError
@@ -47,15 +48,33 @@ class WsSink:
     Backpressure: when the socket's buffers pass ``HIGH_WATER`` the sender waits for them to
     drain, so a slow reader slows the sampler down (bounded memory). A reader slower than
     ``send_timeout`` is disconnected with close code 1013 and a reason (LIM-12). The timer is
-    armed only then, so the per-token path allocates nothing extra."""
+    armed only then, so the per-token path allocates nothing extra.
 
-    __slots__ = ("_frames", "_loop", "_pending", "_timeout", "_writer", "ws")
+    It also counts frames both ways and notes error events, for the inspector (INSP-4, INSP-6):
+    two integer additions and one type test per frame."""
+
+    __slots__ = (
+        "_errors",
+        "_frames",
+        "_loop",
+        "_pending",
+        "_timeout",
+        "_writer",
+        "frames_in",
+        "frames_out",
+        "ws",
+    )
 
     HIGH_WATER = 64 * 1024  # asyncio's default: above it, the next drain would block
 
-    def __init__(self, ws: web.WebSocketResponse, send_timeout: float) -> None:
+    def __init__(
+        self, ws: web.WebSocketResponse, send_timeout: float, errors: ErrorRing | None = None
+    ) -> None:
         self.ws = ws
         self._timeout = send_timeout
+        self._errors = errors if errors is not None else ErrorRing()
+        self.frames_in = 0
+        self.frames_out = 0
         self._loop = asyncio.get_running_loop()
         self._frames: list[bytes] = []
         self._pending = 0  # bytes in _frames
@@ -69,6 +88,8 @@ class WsSink:
         if ws.closed:
             raise ClientGone
         data = encode(event)
+        self.frames_out += 1
+        note_event(self._errors, "ws", event)
         try:
             if self._writer is None:
                 await self._send_frame(data)
@@ -136,11 +157,12 @@ async def serve_socket(
     )
     await ws.prepare(request)
     sessions: set[Session] = request.app[SESSIONS]
-    sink = WsSink(ws, config.send_timeout_s)
+    sink = WsSink(ws, config.send_timeout_s, request.app[INSPECTOR].errors)
     session = Session(engine, sink, transport="ws", default_mode=default_mode(request))
     sessions.add(session)
     try:
         async for msg in ws:
+            sink.frames_in += 1
             if msg.type is WSMsgType.TEXT:
                 await _dispatch(session, msg.data)
             elif msg.type is WSMsgType.BINARY:

@@ -1,0 +1,378 @@
+"""The inspector's read model: samples live engine state into plain data (SPEC: INSP-1..INSP-9).
+
+The server's ``/inspect`` page and feed show what ``Inspector.sample()`` returns. It reads
+state the engine keeps anyway (sessions, lanes, rollouts, counters, the stage histogram) and
+never writes it; it runs only when the feed's sampler ticks, never per event (INSP-3). Rows are
+capped: past ``row_cap`` rollouts or connections only the counts grow.
+
+Parts built elsewhere plug in without changes here:
+
+* ``add_rollouts(state, source)``: more rollouts to list, e.g. ``"parked"`` ones that outlive
+  their socket. ``source()`` yields ``(response_id, rollout)`` pairs.
+* ``provide(name, fn)``: a section of plain values sampled each tick, e.g. ``"store"`` (backend,
+  health) or ``"hydration"``. A provider must be cheap and must not block (report a cached
+  health flag, not a round trip); one that raises shows ``{"error": ...}`` instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from engine.core import Engine
+from engine.history import PRE_STAGES
+from engine.rollout import Phase, Rollout
+from protocol.events import ErrorEvent, ResponseFailed, ServerEvent
+
+if TYPE_CHECKING:
+    from engine.session import Session
+
+ROW_CAP = 200  # rollouts and connections listed per snapshot (INSP-3)
+ENDED_CAP = 20  # recently ended rollouts kept (summary and turns only, never the context)
+ERRORS_CAP = 100  # the recent-errors ring (INSP-6)
+SERIES_LEN = 120  # chart points: one minute at 2 Hz
+Json = dict[str, Any]
+Provider = Callable[[], Mapping[str, Any]]
+RolloutSource = Callable[[], Iterable[tuple[str, Rollout]]]
+
+
+@runtime_checkable
+class FrameCounts(Protocol):
+    """A sink that counts the frames of its connection (the WebSocket driver's does)."""
+
+    frames_in: int
+    frames_out: int
+
+
+# --------------------------------------------------------------------------- recent errors
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorNote:
+    at: float  # Unix time
+    source: str  # "ws", "http" or "log"
+    status: int | None
+    code: str
+    message: str
+
+
+class ErrorRing:
+    """The last ``ERRORS_CAP`` errors: appended where they happen, read when sampled."""
+
+    def __init__(self, size: int = ERRORS_CAP) -> None:
+        self.notes: deque[ErrorNote] = deque(maxlen=size)
+        self.total = 0
+
+    def note(self, source: str, status: int | None, code: str, message: str) -> None:
+        self.notes.append(ErrorNote(time.time(), source, status, code, message[:300]))
+        self.total += 1
+
+
+def note_event(ring: ErrorRing, source: str, event: ServerEvent) -> None:
+    """Called by the sinks for every event they write: one type test, and a note only for an
+    ``error`` event or a ``response.failed`` (INSP-6)."""
+    kind = type(event)
+    if kind is ErrorEvent:
+        assert isinstance(event, ErrorEvent)
+        ring.note(source, event.status, event.error.code or "", event.error.message)
+    elif kind is ResponseFailed:
+        assert isinstance(event, ResponseFailed)
+        error = event.response.error
+        code = error.code if error is not None else "failed"
+        message = error.message if error is not None else ""
+        ring.note(source, None, f"response.failed {code}", f"{event.response.id}: {message}")
+
+
+class ErrorLogHandler(logging.Handler):
+    """Server-side faults (warnings and errors of the ``rollout.*`` loggers) into the ring.
+
+    Only the formatted message, never a traceback: the page is for operators, but internal
+    exception text stays in the log (ERR-3)."""
+
+    def __init__(self, ring: ErrorRing) -> None:
+        super().__init__(logging.WARNING)
+        self.ring = ring
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            message = record.getMessage()
+        except Exception:
+            message = str(record.msg)
+        self.ring.note("log", None, record.name, message)
+
+
+# --------------------------------------------------------------------------- stage charts
+
+
+class StageSeries:
+    """Per-record mean stage times over each sampling interval, read from the stage histogram
+    (OBS-2) as differences of its sums and counts: no hook on the hot path (INSP-7)."""
+
+    def __init__(self, histogram: Any, length: int = SERIES_LEN) -> None:
+        self._histogram = histogram
+        self.points: deque[Json] = deque(maxlen=length)
+        self._last: tuple[float, dict[str, float], dict[str, float]] | None = None
+
+    def _read(self) -> tuple[dict[str, float], dict[str, float]]:
+        sums: dict[str, float] = {}
+        counts: dict[str, float] = {}
+        for family in self._histogram.collect():
+            for sample in family.samples:
+                stage = sample.labels.get("stage", "")
+                if sample.name.endswith("_sum"):
+                    sums[stage] = sample.value
+                elif sample.name.endswith("_count"):
+                    counts[stage] = sample.value
+        return sums, counts
+
+    def sample(self, now: float) -> None:
+        sums, counts = self._read()
+        last, self._last = self._last, (now, sums, counts)
+        if last is None:
+            return
+        then, old_sums, old_counts = last
+
+        def delta(table: dict[str, float], old: dict[str, float], stage: str) -> float:
+            return table.get(stage, 0.0) - old.get(stage, 0.0)
+
+        records = delta(counts, old_counts, "post")  # the worker times every record once
+        modelled = delta(counts, old_counts, "model")
+        pre = sum(delta(sums, old_sums, stage) for stage in PRE_STAGES)
+        self.points.append(
+            {
+                "t": round(now, 2),
+                "pre_ms": _ms(pre, records),
+                "model_ms": _ms(delta(sums, old_sums, "model"), modelled),
+                "post_ms": _ms(delta(sums, old_sums, "post"), records),
+                "per_s": round(records / max(now - then, 1e-6), 2),
+            }
+        )
+
+
+def _ms(seconds: float, n: float) -> float | None:
+    return round(seconds / n * 1000, 3) if n > 0 else None
+
+
+# --------------------------------------------------------------------------- the read model
+
+
+def _rate(hits: int, misses: int) -> Json:
+    total = hits + misses
+    return {"hits": hits, "misses": misses, "rate": round(hits / total, 4) if total else None}
+
+
+class Inspector:
+    """Samples sessions, rollouts, counters and providers; owns the error ring and the charts.
+
+    ``sources`` give the live sessions (the server's WebSocket connections, in-flight HTTP
+    requests); the inspector only reads them."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        sources: Iterable[Callable[[], Iterable[Session]]],
+        *,
+        row_cap: int = ROW_CAP,
+    ) -> None:
+        self.engine = engine
+        self._sources = list(sources)
+        self.row_cap = row_cap
+        self.errors = ErrorRing()
+        self.stages = StageSeries(engine.metrics.stage_seconds)
+        self._providers: dict[str, Provider] = {"store": self._store_status}
+        self._extra_rollouts: dict[str, RolloutSource] = {}
+        self._shown: dict[str, tuple[Rollout, Json]] = {}  # last tick's rows, to see endings
+        self.ended: deque[Json] = deque(maxlen=ENDED_CAP)
+        self._ended_turns: dict[str, list[Json]] = {}
+        self.started_at = time.time()
+        self.samples = 0
+
+    # ------------------------------------------------------------------ plug-in points
+    def provide(self, name: str, fn: Provider) -> None:
+        """A section sampled each tick (replaces one of the same name, e.g. ``"store"``)."""
+        self._providers[name] = fn
+
+    def add_rollouts(self, state: str, source: RolloutSource) -> None:
+        """Rollouts no session owns, listed under ``state`` (e.g. ``"parked"``)."""
+        self._extra_rollouts[state] = source
+
+    # ------------------------------------------------------------------ sampling
+    def sessions(self) -> Iterator[Session]:
+        for source in self._sources:
+            yield from source()
+
+    def sample(self) -> Json:
+        """One snapshot; cost grows with the live rollouts only by a phase count and a token
+        sum each, rows beyond ``row_cap`` are not built (INSP-3)."""
+        now = time.time()
+        self.samples += 1
+        self.stages.sample(now)
+        connections, rollouts, totals = self._walk()
+        self._note_endings({row["id"] for row in rollouts})
+        return {
+            "type": "snapshot",
+            "t": round(now, 2),
+            "uptime_s": round(now - self.started_at, 1),
+            "row_cap": self.row_cap,
+            "totals": totals,
+            "connections": connections,
+            "rollouts": rollouts,
+            "ended": list(self.ended),
+            "caches": self._caches(),
+            "sections": self._sections(),
+            "errors": [asdict(note) for note in list(self.errors.notes)[-30:]],
+            "errors_total": self.errors.total,
+            "series": list(self.stages.points),
+        }
+
+    def _walk(self) -> tuple[list[Json], list[Json], Json]:
+        counts = {"connections": 0, "running": 0, "suspended": 0, "tokens_held": 0}
+        connections: list[Json] = []
+        rows: list[Json] = []
+        for session in self.sessions():
+            counts["connections"] += 1
+            label = _label(session)
+            if len(connections) < self.row_cap:
+                connections.append(self._connection(session, label))
+            for rollout in list(session.rollouts.values()):
+                state = self._count(rollout, counts)
+                if state is not None and len(rows) < self.row_cap:
+                    rows.append(self._row(rollout, state, label))
+        for state, source in self._extra_rollouts.items():
+            counts[state] = 0
+            for _, rollout in source():
+                counts[state] += 1
+                counts["tokens_held"] += rollout.ctx.prompt_tokens
+                if len(rows) < self.row_cap:
+                    rows.append(self._row(rollout, state, None))
+        return connections, rows, counts
+
+    @staticmethod
+    def _count(rollout: Rollout, counts: Json) -> str | None:
+        if rollout.phase is Phase.DONE:
+            return None
+        state = "suspended" if rollout.waiting else "running"
+        counts[state] += 1
+        counts["tokens_held"] += rollout.ctx.prompt_tokens
+        return state
+
+    def _connection(self, session: Session, label: str) -> Json:
+        sink = session.sink
+        frames = (sink.frames_in, sink.frames_out) if isinstance(sink, FrameCounts) else None
+        return {
+            "id": label,
+            "transport": session.transport,
+            "age_s": round(asyncio.get_running_loop().time() - session.opened_at, 1),
+            "lanes": [name or "(default)" for name in list(session.lanes)[:8]],
+            "lanes_n": len(session.lanes),
+            "frames_in": frames[0] if frames else None,
+            "frames_out": frames[1] if frames else None,
+            "rollouts": len(session.rollouts),
+        }
+
+    def _row(self, rollout: Rollout, state: str, connection: str | None) -> Json:
+        idle = rollout.idle_for
+        pending = rollout.pending if state != "running" else []
+        unanswered = rollout.ctx.unanswered
+        row: Json = {
+            "id": rollout.id,
+            "state": state,
+            "mode": rollout.mode.value,
+            "model": rollout.settings.model,
+            "connection": connection,
+            "lane": rollout.turn.stream.stream_id,
+            "response_id": rollout.turn.stream.id,
+            "age_s": round(time.time() - rollout.started_at, 1),
+            "idle_s": round(idle, 1) if idle is not None else None,
+            "tokens": rollout.ctx.prompt_tokens,
+            "pending": [
+                {"call_id": call.call_id, "name": call.name}
+                for call in pending
+                if call.call_id in unanswered
+            ],
+            "turns": rollout.history.count,
+        }
+        self._shown[rollout.id] = (rollout, row)
+        return row
+
+    def _note_endings(self, listed: set[str]) -> None:
+        """Rows shown last tick and gone now: keep their summary and turns (never the rollout
+        or its context) in the bounded ``ended`` ring."""
+        for rollout_id in [rid for rid in self._shown if rid not in listed]:
+            rollout, row = self._shown.pop(rollout_id)
+            if rollout.phase is not Phase.DONE:
+                continue  # still live, just past the row cap this tick
+            summary = {**row, "state": "ended", "status": rollout.status, "pending": []}
+            summary["turns"] = rollout.history.count
+            if len(self.ended) == self.ended.maxlen:
+                self._ended_turns.pop(self.ended[0]["id"], None)
+            self.ended.append(summary)
+            self._ended_turns[rollout_id] = _turns(rollout)
+
+    def _caches(self) -> Json:
+        c = self.engine.counters
+        hydration = None
+        if "hydration.hit" in c or "hydration.miss" in c:
+            hydration = _rate(c["hydration.hit"], c["hydration.miss"])
+        return {
+            "connection": _rate(
+                c["create.fast_path"] + c["create.cache_hit"] + c["create.fork"],
+                c["create.cache_miss"],
+            ),
+            "hydration": hydration,
+            "paths": {k.split(".", 1)[1]: v for k, v in c.items() if k.startswith("create.")},
+        }
+
+    def _sections(self) -> Json:
+        out: Json = {}
+        for name, provider in self._providers.items():
+            try:
+                out[name] = dict(provider())
+            except Exception as exc:  # one broken provider must not blank the page
+                out[name] = {"error": type(exc).__name__}
+        return out
+
+    def _store_status(self) -> Mapping[str, Any]:
+        store = self.engine.store
+        status: Json = {"backend": type(store).__name__}
+        size = getattr(store, "__len__", None)
+        if size is not None:
+            status["entries"] = size()
+        return status
+
+    # ------------------------------------------------------------------ one rollout
+    def turns(self, rollout_id: str) -> Json:
+        """A rollout's turn history (INSP-5): live, or among the recently ended."""
+        rollout = self.find(rollout_id)
+        if rollout is not None:
+            return {"type": "turns", "rollout_id": rollout_id, "found": True,
+                    "status": rollout.status, "turns": _turns(rollout)}  # fmt: skip
+        kept = self._ended_turns.get(rollout_id)
+        return {"type": "turns", "rollout_id": rollout_id, "found": kept is not None,
+                "status": "ended", "turns": kept or []}  # fmt: skip
+
+    def find(self, rollout_id: str) -> Rollout | None:
+        """On demand (a click), not per tick: a walk over the live rollouts."""
+        for session in self.sessions():
+            for rollout in list(session.rollouts.values()):
+                if rollout.id == rollout_id:
+                    return rollout
+        for source in self._extra_rollouts.values():
+            for _, rollout in source():
+                if rollout.id == rollout_id:
+                    return rollout
+        return None
+
+
+def _turns(rollout: Rollout) -> list[Json]:
+    return [asdict(record) for record in rollout.history.turns]
+
+
+def _label(session: Session) -> str:
+    """A short stable name for a connection while it lives."""
+    return f"{session.transport}-{id(session) & 0xFFFFFF:06x}"

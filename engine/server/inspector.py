@@ -1,0 +1,196 @@
+"""The live inspector: ``GET /inspect`` (the page) and ``GET /inspect/feed`` (its WebSocket
+feed) (SPEC: INSP-1..INSP-9).
+
+Glue only: the data comes from ``engine.inspect.Inspector``. One sampler task per server
+samples at ``TICK_S`` while at least one viewer is connected, and encodes each snapshot once
+for every viewer. Each viewer has its own sender that always sends the newest snapshot, so a
+slow browser skips snapshots instead of queueing them or slowing the others (INSP-3).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+from urllib.parse import urlsplit
+
+import msgspec
+from aiohttp import WSCloseCode, WSMsgType, web
+
+from engine.inspect import ErrorLogHandler, Inspector
+from engine.server.inspect_page import PAGE
+from engine.server.keys import INSPECTOR, SERVER
+from protocol.errors import HttpStatusError
+
+log = logging.getLogger("rollout.inspect")
+PAGE_PATH, FEED_PATH = "/inspect", "/inspect/feed"
+INSPECT_PATHS = frozenset({PAGE_PATH, FEED_PATH})
+COOKIE = "rollout_inspect_key"
+TICK_S = 0.5  # 2 Hz (INSP-3)
+MAX_REQUEST_BYTES = 4096  # the page sends only small requests ({"type":"turns",...})
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder().decode
+# The page needs nothing from elsewhere: inline script and style, its own feed, no framing.
+_CSP = (
+    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+    "connect-src 'self'; img-src data:; frame-ancestors 'none'; base-uri 'none'"
+)
+
+
+def browser_key(request: web.Request) -> str | None:
+    """The API key a browser presents on the inspector paths, where it cannot send a bearer
+    header on a WebSocket: ``?key=`` or the page's cookie (INSP-2)."""
+    if request.path not in INSPECT_PATHS:
+        return None
+    return request.query.get("key") or request.cookies.get(COOKIE)
+
+
+class Feed:
+    """The one sampler and its viewers. The sampler runs only while someone watches."""
+
+    def __init__(self, inspector: Inspector, interval: float = TICK_S) -> None:
+        self.inspector = inspector
+        self.interval = interval
+        self.viewers: set[web.WebSocketResponse] = set()
+        self.latest = ""
+        self.version = 0
+        self._tick = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def join(self, ws: web.WebSocketResponse) -> None:
+        self.viewers.add(ws)
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._sample_while_watched(), name="inspect-feed")
+
+    def leave(self, ws: web.WebSocketResponse) -> None:
+        self.viewers.discard(ws)  # the sampler notices at its next tick and stops
+
+    async def _sample_while_watched(self) -> None:
+        try:
+            while self.viewers:
+                self._publish(self.inspector.sample())
+                await asyncio.sleep(self.interval)
+        except Exception:
+            log.exception("inspector sampler failed")
+            for ws in list(self.viewers):
+                await ws.close(code=WSCloseCode.INTERNAL_ERROR, message=b"sampler failed")
+
+    def _publish(self, snapshot: dict[str, Any]) -> None:
+        self.latest = _encode(snapshot).decode()  # once, whatever the number of viewers
+        self.version += 1
+        tick, self._tick = self._tick, asyncio.Event()
+        tick.set()
+
+    async def newest(self, seen: int) -> tuple[int, str]:
+        """The newest snapshot after version ``seen`` (waits for the next tick if needed)."""
+        while self.version <= seen:
+            await self._tick.wait()
+        return self.version, self.latest
+
+    async def close(self) -> None:
+        """Server shutdown: stop sampling and close every viewer (1001, going away)."""
+        for ws in list(self.viewers):
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(ws.close(code=WSCloseCode.GOING_AWAY, message=b""), 1)
+        self.viewers.clear()
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+
+FEED = web.AppKey("inspect_feed", Feed)
+LOG_HANDLER = web.AppKey("inspect_log_handler", ErrorLogHandler)
+
+
+async def page(request: web.Request) -> web.StreamResponse:
+    """The page. ``?key=K`` (already checked by the auth middleware) moves into an HttpOnly
+    cookie scoped to the inspector, and the browser is sent to the bare URL, so the key leaves
+    the address bar and the history (INSP-2)."""
+    key = request.query.get("key")
+    if key is not None:
+        moved = web.HTTPSeeOther(location=PAGE_PATH)
+        if request.app[SERVER].api_keys:
+            moved.set_cookie(COOKIE, key, path=PAGE_PATH, httponly=True, samesite="Strict")
+        raise moved
+    return web.Response(
+        text=PAGE,
+        content_type="text/html",
+        headers={"Cache-Control": "no-store", "Content-Security-Policy": _CSP},
+    )
+
+
+async def feed(request: web.Request) -> web.StreamResponse:
+    """The feed: snapshots out at each tick, turn-history requests in (INSP-3, INSP-5)."""
+    _same_origin(request)
+    ws = web.WebSocketResponse(max_msg_size=MAX_REQUEST_BYTES, heartbeat=None)
+    await ws.prepare(request)
+    hub = request.app[FEED]
+    hub.join(ws)
+    sender = asyncio.create_task(_send_snapshots(ws, hub), name="inspect-viewer")
+    try:
+        async for msg in ws:
+            if msg.type is WSMsgType.TEXT:
+                await ws.send_str(_answer(hub.inspector, msg.data))
+    finally:
+        hub.leave(ws)
+        sender.cancel()
+        await asyncio.gather(sender, return_exceptions=True)
+    return ws
+
+
+async def _send_snapshots(ws: web.WebSocketResponse, hub: Feed) -> None:
+    seen = 0
+    with contextlib.suppress(ConnectionError, RuntimeError):
+        while not ws.closed:
+            seen, data = await hub.newest(seen)
+            await ws.send_str(data)
+
+
+def _answer(inspector: Inspector, raw: str) -> str:
+    """One request from the page: ``{"type":"turns","rollout_id":…}``."""
+    try:
+        request = _decode(raw)
+        rollout_id = request["rollout_id"] if request.get("type") == "turns" else None
+    except (msgspec.DecodeError, AttributeError, KeyError):
+        rollout_id = None
+    if not isinstance(rollout_id, str):
+        hint = {"type": "error", "message": "expected {type: turns, rollout_id: <id>}"}
+        return _encode(hint).decode()
+    return _encode(inspector.turns(rollout_id)).decode()
+
+
+def _same_origin(request: web.Request) -> None:
+    """A page on another site must not open this feed with the operator's cookie (INSP-2)."""
+    origin = request.headers.get("Origin")
+    if origin is not None and urlsplit(origin).netloc != request.host:
+        raise HttpStatusError(
+            403, "cross_origin_feed", "The inspector feed accepts only its own page's origin."
+        )
+
+
+# --------------------------------------------------------------------------- app wiring
+
+
+def install(app: web.Application) -> None:
+    """Routes and lifecycle of the inspector on the app that owns ``INSPECTOR``."""
+    app.router.add_get(PAGE_PATH, page)
+    app.router.add_get(FEED_PATH, feed)
+    app[FEED] = Feed(app[INSPECTOR])
+    app[LOG_HANDLER] = ErrorLogHandler(app[INSPECTOR].errors)
+    app.on_startup.append(_start)
+    app.on_shutdown.append(_stop_feed)
+    app.on_cleanup.append(_detach_log)
+
+
+async def _start(app: web.Application) -> None:
+    logging.getLogger("rollout").addHandler(app[LOG_HANDLER])
+
+
+async def _stop_feed(app: web.Application) -> None:
+    await app[FEED].close()
+
+
+async def _detach_log(app: web.Application) -> None:
+    logging.getLogger("rollout").removeHandler(app[LOG_HANDLER])

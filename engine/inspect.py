@@ -116,6 +116,7 @@ class StageSeries:
     def __init__(self, histogram: Any, length: int = SERIES_LEN) -> None:
         self._histogram = histogram
         self.points: deque[Json] = deque(maxlen=length)
+        self.means: Json = {}  # since the engine started: per-record means and record count
         self._last: tuple[float, dict[str, float], dict[str, float]] | None = None
 
     def _read(self) -> tuple[dict[str, float], dict[str, float]]:
@@ -132,6 +133,13 @@ class StageSeries:
 
     def sample(self, now: float) -> None:
         sums, counts = self._read()
+        records = counts.get("post", 0.0)
+        self.means = {
+            "pre_ms": _ms(sum(sums.get(stage, 0.0) for stage in PRE_STAGES), records),
+            "model_ms": _ms(sums.get("model", 0.0), counts.get("model", 0.0)),
+            "post_ms": _ms(sums.get("post", 0.0), records),
+            "records": int(records),
+        }
         last, self._last = self._last, (now, sums, counts)
         if last is None:
             return
@@ -188,7 +196,7 @@ class Inspector:
         self._extra_rollouts: dict[str, RolloutSource] = {}
         self._shown: dict[str, tuple[Rollout, Json]] = {}  # last tick's rows, to see endings
         self.ended: deque[Json] = deque(maxlen=ENDED_CAP)
-        self._ended_turns: dict[str, list[Json]] = {}
+        self._ended_turns: dict[str, tuple[str, list[Json]]] = {}
         self.started_at = time.time()
         self.samples = 0
 
@@ -228,6 +236,7 @@ class Inspector:
             "errors": [asdict(note) for note in list(self.errors.notes)[-30:]],
             "errors_total": self.errors.total,
             "series": list(self.stages.points),
+            "stage_means": self.stages.means,
         }
 
     def _walk(self) -> tuple[list[Json], list[Json], Json]:
@@ -308,11 +317,16 @@ class Inspector:
             if rollout.phase is not Phase.DONE:
                 continue  # still live, just past the row cap this tick
             summary = {**row, "state": "ended", "status": rollout.status, "pending": []}
-            summary["turns"] = rollout.history.count
+            summary.update(
+                response_id=rollout.turn.stream.id,
+                tokens=rollout.ctx.prompt_tokens,
+                turns=rollout.history.count,
+                idle_s=None,
+            )
             if len(self.ended) == self.ended.maxlen:
                 self._ended_turns.pop(self.ended[0]["id"], None)
             self.ended.append(summary)
-            self._ended_turns[rollout_id] = _turns(rollout)
+            self._ended_turns[rollout_id] = (rollout.status, _turns(rollout))
 
     def _caches(self) -> Json:
         c = self.engine.counters
@@ -352,9 +366,9 @@ class Inspector:
         if rollout is not None:
             return {"type": "turns", "rollout_id": rollout_id, "found": True,
                     "status": rollout.status, "turns": _turns(rollout)}  # fmt: skip
-        kept = self._ended_turns.get(rollout_id)
-        return {"type": "turns", "rollout_id": rollout_id, "found": kept is not None,
-                "status": "ended", "turns": kept or []}  # fmt: skip
+        status, turns = self._ended_turns.get(rollout_id, ("unknown", []))
+        return {"type": "turns", "rollout_id": rollout_id, "found": status != "unknown",
+                "status": status, "turns": turns}  # fmt: skip
 
     def find(self, rollout_id: str) -> Rollout | None:
         """On demand (a click), not per tick: a walk over the live rollouts."""

@@ -25,8 +25,8 @@ main { padding:12px 16px; display:grid; gap:12px; }
 .card h2 { font-size:12px; margin:0 0 6px; color:var(--mute); text-transform:uppercase; }
 .card h2 small { text-transform:none; font-weight:400; }
 svg { width:100%; height:56px; display:block; }
-svg polyline { fill:none; stroke-width:1.5; }
-.chart .now { font-size:16px; font-weight:600; }
+svg polyline { fill:none; stroke-width:1.5; vector-effect:non-scaling-stroke; }
+.chart .now { font-size:15px; font-weight:600; white-space:pre; }
 table { border-collapse:collapse; width:100%; }
 th, td { text-align:left; padding:3px 6px; border-bottom:1px solid var(--line);
   white-space:nowrap; }
@@ -61,19 +61,17 @@ _BODY = """
  <div class="card chart" id="chart-rate"><h2>responses <small>per second</small></h2>
   <div class="now">&ndash;</div><svg viewBox="0 0 240 56" preserveAspectRatio="none"></svg></div>
 </section>
-<section class="cols">
- <div class="card"><h2>rollouts <small id="rollouts-note"></small></h2>
+<section class="card"><h2>rollouts <small id="rollouts-note"></small></h2>
   <table id="rollouts"><thead><tr><th>rollout</th><th>state</th><th>mode</th><th>model</th>
   <th>connection</th><th>lane</th><th>response</th><th class="num">age</th>
   <th class="num">idle</th><th class="num">tokens held</th><th>pending calls</th>
-  <th class="num">turns</th></tr></thead><tbody></tbody></table></div>
- <div class="card" id="detail"><h2>turn history <small id="detail-title">
+  <th class="num">turns</th></tr></thead><tbody></tbody></table></section>
+<section class="card" id="detail"><h2>turn history <small id="detail-title">
   (click a rollout)</small></h2>
   <table id="turns"><thead><tr><th class="num">#</th><th>response</th>
   <th class="num">rendered</th><th class="num">prompt</th><th class="num">output</th>
   <th>calls</th><th>finish</th><th class="num">pre ms</th><th class="num">ttft ms</th>
-  <th class="num">model ms</th></tr></thead><tbody></tbody></table></div>
-</section>
+  <th class="num">model ms</th></tr></thead><tbody></tbody></table></section>
 <section class="card"><h2>recently ended <small>(seen by the sampler)</small></h2>
  <table id="ended"><thead><tr><th>rollout</th><th>status</th><th>mode</th><th>model</th>
  <th>connection</th><th>last response</th><th class="num">tokens</th><th class="num">turns</th>
@@ -91,7 +89,7 @@ _BODY = """
 </main>
 """
 
-_SCRIPT = """
+_SCRIPT = r"""
 "use strict";
 const $ = (sel) => document.querySelector(sel);
 let selected = null, selectedTurns = -1, feed = null;
@@ -107,16 +105,24 @@ function row(cells) {
   for (const c of cells) tr.append(c instanceof Node ? c : el("td", "", c));
   return tr;
 }
-const num = (v) => el("td", "num", v === null || v === undefined ? "\\u2013" : v);
-const mono = (v) => el("td", "mono", v === null || v === undefined ? "\\u2013" : v);
+function short(id) {
+  const td = el("td", "mono");
+  if (id === null || id === undefined) { td.textContent = "\u2013"; return td; }
+  const cut = id.indexOf("_") + 11;
+  td.textContent = id.length > cut + 1 ? id.slice(0, cut) + "\u2026" : id;
+  td.title = id;
+  return td;
+}
+const num = (v) => el("td", "num", v === null || v === undefined ? "\u2013" : v);
+const mono = (v) => el("td", "mono", v === null || v === undefined ? "\u2013" : v);
 function age(s) {
-  if (s === null || s === undefined) return "\\u2013";
+  if (s === null || s === undefined) return "\u2013";
   if (s < 60) return s.toFixed(1) + "s";
   if (s < 3600) return Math.floor(s / 60) + "m " + Math.floor(s % 60) + "s";
   return Math.floor(s / 3600) + "h " + Math.floor((s % 3600) / 60) + "m";
 }
 const ms = (s) => (s === null || s === undefined ? null : (s * 1000).toFixed(2));
-const pct = (r) => (r.rate === null ? "\\u2013" : (r.rate * 100).toFixed(1) + "%");
+const pct = (r) => (r.rate === null ? "\u2013" : (r.rate * 100).toFixed(1) + "%");
 function fill(sel, rows) { $(sel + " tbody").replaceChildren(...rows); }
 function badge(state) { const td = el("td"); td.append(el("span", "badge " + state, state));
   return td; }
@@ -135,12 +141,14 @@ function tiles(d) {
   $("#tiles").replaceChildren(...out);
 }
 
-function chart(id, points, key, color, unit) {
+function chart(id, points, key, color, unit, mean) {
   const box = $(id), svg = box.querySelector("svg");
   const values = points.map((p) => p[key]);
   const known = values.filter((v) => v !== null);
   const last = known.length ? known[known.length - 1] : null;
-  box.querySelector(".now").textContent = last === null ? "\\u2013" : last + " " + unit;
+  box.querySelector(".now").textContent = (last === null ? "\u2013" : last + " " + unit) +
+    (mean === undefined ? "" : mean === null ? "  \u00b7  no records yet" :
+      "  \u00b7  mean since start " + mean + " " + unit);
   const top = Math.max(...known, 1e-9), lines = [];
   let line = [];
   values.forEach((v, i) => {
@@ -149,9 +157,17 @@ function chart(id, points, key, color, unit) {
     line.push(x.toFixed(1) + "," + (54 - (v / top) * 50).toFixed(1));
   });
   if (line.length) lines.push(line);
+  const svgNs = "http://www.w3.org/2000/svg";
   const shapes = lines.map((pts) => {
-    const p = document.createElementNS("http://www.w3.org/2000/svg", "polyline");
-    p.setAttribute("points", pts.length === 1 ? pts[0] + " " + pts[0] : pts.join(" "));
+    if (pts.length === 1) {  // a lone point between gaps: a dot
+      const [x, y] = pts[0].split(",");
+      const dot = document.createElementNS(svgNs, "circle");
+      dot.setAttribute("cx", x); dot.setAttribute("cy", y); dot.setAttribute("r", "2");
+      dot.setAttribute("fill", color);
+      return dot;
+    }
+    const p = document.createElementNS(svgNs, "polyline");
+    p.setAttribute("points", pts.join(" "));
     p.setAttribute("stroke", color);
     return p;
   });
@@ -159,12 +175,12 @@ function chart(id, points, key, color, unit) {
 }
 
 function rolloutRow(r) {
-  const tr = row([mono(r.id), badge(r.state), r.mode, r.model, mono(r.connection),
-    mono(r.lane), mono(r.response_id), num(age(r.age_s)), num(age(r.idle_s)),
+  const tr = row([short(r.id), badge(r.state), r.mode, r.model, mono(r.connection),
+    mono(r.lane), short(r.response_id), num(age(r.age_s)), num(age(r.idle_s)),
     num(r.tokens.toLocaleString())]);
   const calls = el("td", "pending");
   for (const call of r.pending) {
-    const chip = el("span", "call", call.name + " \\u00b7 " + call.call_id);
+    const chip = el("span", "call", call.name + " \u00b7 " + call.call_id);
     chip.dataset.callId = call.call_id;
     calls.append(chip);
   }
@@ -177,7 +193,7 @@ function rolloutRow(r) {
 
 function endedRow(r) {
   const status = el("td"); status.append(el("span", "badge ended", r.status));
-  const tr = row([mono(r.id), status, r.mode, r.model, mono(r.connection), mono(r.response_id),
+  const tr = row([short(r.id), status, r.mode, r.model, mono(r.connection), short(r.response_id),
     num(r.tokens.toLocaleString()), num(r.turns)]);
   tr.dataset.rolloutId = r.id;
   tr.onclick = () => select(r.id);
@@ -189,9 +205,10 @@ function render(d) {
   $("#updated").textContent = "updated " + new Date(d.t * 1000).toLocaleTimeString();
   $("#uptime").textContent = "up " + age(d.uptime_s);
   tiles(d);
-  chart("#chart-pre", d.series, "pre_ms", "#1f7ae0", "ms");
-  chart("#chart-model", d.series, "model_ms", "#c77700", "ms");
-  chart("#chart-post", d.series, "post_ms", "#4b8a3a", "ms");
+  const m = d.stage_means;
+  chart("#chart-pre", d.series, "pre_ms", "#1f7ae0", "ms", m.pre_ms);
+  chart("#chart-model", d.series, "model_ms", "#c77700", "ms", m.model_ms);
+  chart("#chart-post", d.series, "post_ms", "#4b8a3a", "ms", m.post_ms);
   chart("#chart-rate", d.series, "per_s", "#7a4fd0", "/s");
   const t = d.totals, live = t.running + t.suspended + (t.parked || 0);
   $("#rollouts-note").textContent = "(" + d.rollouts.length + " shown of " + live + ")";
@@ -200,14 +217,15 @@ function render(d) {
   $("#connections-note").textContent =
     "(" + d.connections.length + " shown of " + t.connections + ")";
   fill("#connections", d.connections.map((c) => row([mono(c.id), num(age(c.age_s)),
-    c.lanes.join(", ") + (c.lanes_n > c.lanes.length ? " \\u2026" : ""),
+    c.lanes.join(", ") + (c.lanes_n > c.lanes.length ? " \u2026" : ""),
     num(c.frames_in), num(c.frames_out), num(c.rollouts)])));
   const caches = [["connection cache", pct(d.caches.connection) + "  (" +
     d.caches.connection.hits + " hits / " + d.caches.connection.misses + " misses)"]];
   if (d.caches.hydration) caches.push(["hydration cache", pct(d.caches.hydration)]);
   for (const [path, n] of Object.entries(d.caches.paths)) caches.push(["create." + path, n]);
   for (const [name, section] of Object.entries(d.sections))
-    for (const [k, v] of Object.entries(section)) caches.push([name + "." + k, JSON.stringify(v)]);
+    for (const [k, v] of Object.entries(section))
+      caches.push([name + "." + k, typeof v === "object" ? JSON.stringify(v) : v]);
   fill("#caches", caches.map(([k, v]) => row([el("th", "", k), v])));
   $("#errors-note").textContent = "(" + d.errors.length + " newest of " + d.errors_total + ")";
   fill("#errors", d.errors.slice().reverse().map((e) => row([
@@ -230,20 +248,20 @@ function ask(id) { if (feed && feed.readyState === 1)
 function renderTurns(d) {
   if (d.rollout_id !== selected) return;
   selectedTurns = d.found ? d.turns.length : -1;
-  $("#detail-title").textContent = d.rollout_id + (d.found ? " \\u00b7 " + d.status :
-    " \\u00b7 no longer known");
+  $("#detail-title").textContent = d.rollout_id + (d.found ? " \u00b7 last response " +
+    d.status : " \u00b7 no longer known");
   fill("#turns", d.turns.map((t) => row([num(t.index), mono(t.response_id),
     num(t.rendered_tokens), num(t.prompt_tokens), num(t.output_tokens),
-    t.calls.join(", ") || "\\u2013", t.finish, num(ms(t.pre_seconds)),
+    t.calls.join(", ") || "\u2013", t.finish, num(ms(t.pre_seconds)),
     num(ms(t.ttft_seconds)), num(ms(t.model_seconds))])));
 }
 
 function connect() {
   const scheme = location.protocol === "https:" ? "wss://" : "ws://";
   feed = new WebSocket(scheme + location.host + "/inspect/feed");
-  feed.onopen = () => { $("#live").textContent = "\\u25cf live"; $("#live").className = "on";
+  feed.onopen = () => { $("#live").textContent = "\u25cf live"; $("#live").className = "on";
     if (selected) ask(selected); };
-  feed.onclose = () => { $("#live").textContent = "\\u25cb reconnecting";
+  feed.onclose = () => { $("#live").textContent = "\u25cb reconnecting";
     $("#live").className = "off"; setTimeout(connect, 1000); };
   feed.onmessage = (m) => { const d = JSON.parse(m.data);
     if (d.type === "snapshot") render(d); else if (d.type === "turns") renderTurns(d); };

@@ -22,7 +22,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any
 
 from engine.core import Engine
 from engine.history import PRE_STAGES
@@ -39,14 +39,6 @@ SERIES_LEN = 120  # chart points: one minute at 2 Hz
 Json = dict[str, Any]
 Provider = Callable[[], Mapping[str, Any]]
 RolloutSource = Callable[[], Iterable[tuple[str, Rollout]]]
-
-
-@runtime_checkable
-class FrameCounts(Protocol):
-    """A sink that counts the frames of its connection (the WebSocket driver's does)."""
-
-    frames_in: int
-    frames_out: int
 
 
 # --------------------------------------------------------------------------- recent errors
@@ -240,47 +232,51 @@ class Inspector:
         }
 
     def _walk(self) -> tuple[list[Json], list[Json], Json]:
-        counts = {"connections": 0, "running": 0, "suspended": 0, "tokens_held": 0}
+        """One pass over the live sessions and rollouts. Synchronous, so nothing changes under
+        it; per rollout only a phase test and a token count unless it gets a row."""
+        cap = self.row_cap
         connections: list[Json] = []
         rows: list[Json] = []
+        sessions = running = suspended = held = 0
         for session in self.sessions():
-            counts["connections"] += 1
+            sessions += 1
             label = _label(session)
-            if len(connections) < self.row_cap:
+            if len(connections) < cap:
                 connections.append(self._connection(session, label))
-            for rollout in list(session.rollouts.values()):
-                state = self._count(rollout, counts)
-                if state is not None and len(rows) < self.row_cap:
+            for rollout in session.rollouts.values():
+                phase = rollout.phase
+                if phase is Phase.DONE:
+                    continue
+                ctx = rollout.ctx
+                held += len(ctx.header) + len(ctx.tokens)
+                is_suspended = phase is Phase.SUSPENDED
+                suspended += is_suspended
+                running += not is_suspended
+                if len(rows) < cap:
+                    state = "suspended" if is_suspended else "running"
                     rows.append(self._row(rollout, state, label))
+        counts: Json = {"connections": sessions, "running": running, "suspended": suspended}
         for state, source in self._extra_rollouts.items():
             counts[state] = 0
             for _, rollout in source():
                 counts[state] += 1
-                counts["tokens_held"] += rollout.ctx.prompt_tokens
-                if len(rows) < self.row_cap:
+                held += rollout.ctx.prompt_tokens
+                if len(rows) < cap:
                     rows.append(self._row(rollout, state, None))
+        counts["tokens_held"] = held
         return connections, rows, counts
 
-    @staticmethod
-    def _count(rollout: Rollout, counts: Json) -> str | None:
-        if rollout.phase is Phase.DONE:
-            return None
-        state = "suspended" if rollout.waiting else "running"
-        counts[state] += 1
-        counts["tokens_held"] += rollout.ctx.prompt_tokens
-        return state
-
     def _connection(self, session: Session, label: str) -> Json:
-        sink = session.sink
-        frames = (sink.frames_in, sink.frames_out) if isinstance(sink, FrameCounts) else None
+        sink = session.sink  # a sink may count its frames (the WebSocket driver's does)
+        frames_in, frames_out = getattr(sink, "frames_in", None), getattr(sink, "frames_out", None)
         return {
             "id": label,
             "transport": session.transport,
             "age_s": round(asyncio.get_running_loop().time() - session.opened_at, 1),
             "lanes": [name or "(default)" for name in list(session.lanes)[:8]],
             "lanes_n": len(session.lanes),
-            "frames_in": frames[0] if frames else None,
-            "frames_out": frames[1] if frames else None,
+            "frames_in": frames_in,
+            "frames_out": frames_out,
             "rollouts": len(session.rollouts),
         }
 

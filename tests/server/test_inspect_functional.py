@@ -141,7 +141,7 @@ async def _turns_answer(ws: aiohttp.ClientWebSocketResponse) -> dict[str, Any]:
     while True:
         message = await ws.receive_json(timeout=10)
         if message["type"] == "turns":
-            return message  # type: ignore[no-any-return]
+            return message
 
 
 async def test_ended_rollout_keeps_its_turns(server: LiveServer, http: Any) -> None:

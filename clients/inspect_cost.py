@@ -1,12 +1,13 @@
 """What the inspector's feed costs the server: CPU per second with many suspended rollouts and
 one viewer, against the same server with no viewer (SPEC: INSP-3).
 
-    python -m clients.inspect_cost [--rollouts 1000] [--seconds 10] [--rounds 3]
+    python -m clients.inspect_cost [--rollouts 1000] [--seconds 10] [--rounds 3] [--browser]
 
 Starts ``rollout serve`` as a subprocess on a free loopback port, suspends ``--rollouts``
 rollouts on a function call (32 lanes per WebSocket connection, standard mode), then alternates
 windows with no viewer and with one ``/inspect/feed`` viewer (what the page's script does: read
-every snapshot) and reads the server's CPU time from ``/proc``. Prints medians. A benchmark, not
+every snapshot; with ``--browser`` the real page in headless chromium instead) and reads the
+server's CPU time from ``/proc``. Prints medians. A benchmark, not
 a test: it asserts nothing about time. Plain JSON over aiohttp, like any client; it imports
 nothing from ``engine``.
 """
@@ -145,6 +146,9 @@ async def rounds(
     viewer = Viewer()
     for _ in range(args.rounds):
         idle.append(await window(pid, args.seconds))
+        if args.browser:
+            watched.append(await in_browser(base.replace("ws://", "http://"), pid, args))
+            continue
         feed = await http.ws_connect(f"{base}/inspect/feed", max_msg_size=0)
         reader = asyncio.create_task(viewer.watch(feed))
         await asyncio.sleep(1.0)  # the first snapshot and the page's settling
@@ -155,6 +159,27 @@ async def rounds(
     return idle, watched, viewer
 
 
+async def in_browser(root: str, pid: int, args: argparse.Namespace) -> float:
+    """One window with the real page open in Debian's headless chromium (playwright is a dev
+    dependency, imported only here)."""
+    from playwright.async_api import async_playwright
+
+    flags = [
+        "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    ]  # fmt: skip
+    async with async_playwright() as driver:
+        browser = await driver.chromium.launch(executable_path=args.chromium, args=flags)
+        page = await browser.new_page()
+        await page.goto(f"{root}/inspect")
+        await page.wait_for_selector("#rollouts tbody tr")
+        await asyncio.sleep(1.0)
+        used = await window(pid, args.seconds)
+        await browser.close()
+    await asyncio.sleep(1.0)
+    return used
+
+
 def report(args: argparse.Namespace, idle: list[float], watched: list[float], v: Viewer) -> None:
     base, seen = statistics.median(idle), statistics.median(watched)
     totals = v.last.get("totals", {})
@@ -163,6 +188,8 @@ def report(args: argparse.Namespace, idle: list[float], watched: list[float], v:
     print(f"server CPU, one viewer:     {seen * 1000:7.1f} ms/s  (windows: {_ms(watched)})")
     print(f"feed cost (median delta):   {(seen - base) * 1000:7.1f} ms/s  = "
           f"{(seen - base) * 100:.2f}% of one core")  # fmt: skip
+    if args.browser:
+        return
     print(f"snapshots: {v.snapshots}, mean {v.bytes // max(v.snapshots, 1):,} bytes; "
           f"{rows} rows of {totals.get('suspended')} suspended")  # fmt: skip
 
@@ -176,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rollouts", type=int, default=1000)
     parser.add_argument("--seconds", type=float, default=10.0, help="per measuring window")
     parser.add_argument("--rounds", type=int, default=3, help="idle/watched window pairs")
+    parser.add_argument("--browser", action="store_true", help="watch with the real page")
+    parser.add_argument("--chromium", default="/usr/bin/chromium")
     asyncio.run(measure(parser.parse_args(argv)))
     return 0
 

@@ -132,7 +132,8 @@ async def feed(request: web.Request) -> web.StreamResponse:
     try:
         async for msg in ws:
             if msg.type is WSMsgType.TEXT:
-                await ws.send_str(_answer(hub.inspector, msg.data))
+                with contextlib.suppress(ConnectionError, RuntimeError):  # the viewer left
+                    await ws.send_str(_answer(hub.inspector, msg.data))
     finally:
         hub.leave(ws)
         sender.cancel()

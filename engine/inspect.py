@@ -1,4 +1,4 @@
-"""The inspector's read model: samples live engine state into plain data (SPEC: INSP-1..INSP-9).
+"""The inspector's read model: samples live engine state into plain data (SPEC: INSP-1..INSP-8).
 
 The server's ``/inspect`` page and feed show what ``Inspector.sample()`` returns. It reads
 state the engine keeps anyway (sessions, lanes, rollouts, counters, the stage histogram) and

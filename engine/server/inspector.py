@@ -1,5 +1,5 @@
 """The live inspector: ``GET /inspect`` (the page) and ``GET /inspect/feed`` (its WebSocket
-feed) (SPEC: INSP-1..INSP-9).
+feed) (SPEC: INSP-1..INSP-8).
 
 Glue only: the data comes from ``engine.inspect.Inspector``. One sampler task per server
 samples at ``TICK_S`` while at least one viewer is connected, and encodes each snapshot once

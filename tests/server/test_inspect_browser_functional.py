@@ -1,5 +1,5 @@
 """The inspector page in a real browser: Debian's chromium, driven headless by playwright
-(INSP-9). Playwright's own browser download is never used: the test launches the system
+(INSP-1..INSP-4). Playwright's own browser download is never used: the test launches the system
 chromium, which `make sysdeps` installs, and fails (never skips) when it is missing.
 
 It opens ``/inspect`` with an API key, sees a rollout suspended on a tool call and its pending

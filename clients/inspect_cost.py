@@ -3,7 +3,7 @@ one viewer, against the same server with no viewer (SPEC: INSP-3).
 
     python -m clients.inspect_cost [--rollouts 1000] [--seconds 10] [--rounds 3] [--browser]
 
-Starts ``rollout serve`` as a subprocess on a free loopback port, suspends ``--rollouts``
+Starts ``rollout serve`` as a subprocess (the bench's ``ServerProcess``), suspends ``--rollouts``
 rollouts on a function call (32 lanes per WebSocket connection, standard mode), then alternates
 windows with no viewer and with one ``/inspect/feed`` viewer (what the page's script does: read
 every snapshot; with ``--browser`` the real page in headless chromium instead) and reads the
@@ -16,9 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import os
-import socket
 import statistics
 import sys
 import time
@@ -27,6 +24,8 @@ from typing import Any
 
 import aiohttp
 
+from clients.bench.proc import ServerProcess, cpu_seconds
+
 LANES_PER_CONNECTION = 32  # the server's default --max-lanes
 TOOL = {
     "type": "function",
@@ -34,37 +33,6 @@ TOOL = {
     "description": "Look something up.",
     "parameters": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]},
 }
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process, from /proc/PID/stat."""
-    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-async def start_server(port: int) -> asyncio.subprocess.Process:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "engine.server.cli", "serve", "--port", str(port),
-        "--log-level", "WARNING", "--idle-timeout", "3600",
-        stdout=asyncio.subprocess.DEVNULL,
-    )  # fmt: skip
-    async with aiohttp.ClientSession() as http:
-        for _ in range(300):
-            with contextlib.suppress(aiohttp.ClientError):
-                async with http.get(f"http://127.0.0.1:{port}/healthz") as resp:
-                    if resp.status == 200:
-                        return proc
-            await asyncio.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("the server did not become healthy")
 
 
 async def suspend(ws: aiohttp.ClientWebSocketResponse, lanes: int, offset: int) -> None:
@@ -114,10 +82,8 @@ async def window(pid: int, seconds: float) -> float:
 
 
 async def measure(args: argparse.Namespace) -> None:
-    port = free_port()
-    proc = await start_server(port)
-    base = f"ws://127.0.0.1:{port}"
-    try:
+    async with ServerProcess(tokens_per_second=1000.0, idle_timeout_s=3600.0) as server:
+        base = f"ws://127.0.0.1:{server.port}"
         async with aiohttp.ClientSession() as http:
             sockets = []
             left, offset = args.rollouts, 0
@@ -129,12 +95,9 @@ async def measure(args: argparse.Namespace) -> None:
                 left, offset = left - lanes, offset + lanes
             print(f"{args.rollouts} rollouts suspended on {len(sockets)} connections", flush=True)
             await asyncio.sleep(1.0)
-            idle, watched, viewer = await rounds(http, base, proc.pid, args)
+            idle, watched, viewer = await rounds(http, base, server.pid, args)
             for ws in sockets:
                 await ws.close()
-    finally:
-        proc.terminate()
-        await proc.wait()
     report(args, idle, watched, viewer)
 
 

@@ -355,6 +355,11 @@ class Inspector:
             status["entries"] = size()
         return status
 
+    def pause(self) -> None:
+        """Nobody watches any more: drop last tick's rows, so no ended rollout (or its
+        context) is kept alive by the inspector until the next viewer comes."""
+        self._shown.clear()
+
     # ------------------------------------------------------------------ one rollout
     def turns(self, rollout_id: str) -> Json:
         """A rollout's turn history (INSP-5): live, or among the recently ended."""

@@ -75,6 +75,8 @@ class Feed:
             log.exception("inspector sampler failed")
             for ws in list(self.viewers):
                 await ws.close(code=WSCloseCode.INTERNAL_ERROR, message=b"sampler failed")
+        finally:
+            self.inspector.pause()
 
     def _publish(self, snapshot: dict[str, Any]) -> None:
         self.latest = _encode(snapshot).decode()  # once, whatever the number of viewers

@@ -126,7 +126,9 @@ async def page(request: web.Request) -> web.StreamResponse:
 async def feed(request: web.Request) -> web.StreamResponse:
     """The feed: snapshots out at each tick, turn-history requests in (INSP-3, INSP-5)."""
     _same_origin(request)
-    ws = web.WebSocketResponse(max_msg_size=MAX_REQUEST_BYTES, heartbeat=None)
+    # Uncompressed: deflating every snapshot would cost more CPU than the sampling, and a send
+    # cancelled mid-deflate (a viewer leaving) leaves aiohttp's shielded write unretrieved.
+    ws = web.WebSocketResponse(max_msg_size=MAX_REQUEST_BYTES, heartbeat=None, compress=False)
     await ws.prepare(request)
     hub = request.app[FEED]
     hub.join(ws)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -42,6 +43,7 @@ class Connection(Protocol):
     default_mode: Mode
     append_targets: dict[str, Rollout]
     finished_appends: deque[str]
+    on_admitted: Callable[[Turn], None] | None  # background runs (BG-2)
 
     def resolve(self, model: str) -> Backend: ...
 
@@ -68,6 +70,7 @@ def new_response(params: CreateParams, model: str) -> Response:
     return Response(
         id=new_id("resp"),
         created_at=int(time.time()),
+        background=params.background,
         model=model,
         instructions=params.instructions,
         max_output_tokens=params.max_output_tokens,
@@ -96,10 +99,12 @@ def check_supported(
 ) -> tuple[list[InputItem], ItemTexts]:
     """Reject what this server does not do, clearly (LEN-3), and parse the input. Returns the
     items and their readable texts (computed once: the size limit here, the safety scan later)."""
-    if params.background:
+    if params.background and transport == "ws":
         raise InvalidRequest(
-            "unsupported_parameter", "Background responses are not supported.", "background"
+            "unsupported_parameter", "background is not supported over WebSocket.", "background"
         )
+    if params.background and not params.store:
+        raise InvalidRequest("invalid_value", "Background responses require store=true.", "store")
     if params.conversation is not None:
         raise InvalidRequest(
             "unsupported_parameter",
@@ -184,6 +189,8 @@ async def run_create(
         if arrived is not None:  # time spent waiting in the lane, not admitting (OBS-1)
             job.turn.log.add_time("queue", picked_up - arrived)
         rollout, started = _start_or_resume(session, lane, job)
+        if session.on_admitted is not None:
+            session.on_admitted(job.turn)
     except Exception:
         if params.previous_response_id is not None:
             # A failed continuation evicts its parent from this lane (CACHE-3); a failed fork
@@ -258,6 +265,12 @@ def _start_or_resume(session: Connection, lane: Lane, job: Admission) -> tuple[R
     record = session.engine.store.get(prev)
     if record is None:
         raise previous_response_not_found(prev)
+    if record.response.status in ("queued", "in_progress"):  # a background run (BG-7)
+        raise InvalidRequest(
+            "previous_response_in_progress",
+            f"Previous response with id '{prev}' has not finished yet.",
+            "previous_response_id",
+        )
     counters["create.store_hydrate"] += 1
     return _new_rollout(session, job, None, FULL, history=record.context), True
 

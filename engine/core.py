@@ -31,6 +31,12 @@ class EngineConfig:
     ledger_path: Path | None = None
     default_model: str = "sim"
     model_timeout_s: float = 600.0  # one sampling step; over -> response.failed (LIM-7)
+    # Background responses (BG-*): live runs at once, each run's replayable event log, and the
+    # age after which an unfinished stored background response no live run owns is orphaned
+    # (longer than any run can last: one sampling step, LIM-7).
+    max_background_runs: int = 1024
+    background_log_bytes: int = 8 * 1024 * 1024
+    background_orphan_after_s: float = 900.0
     safety_policy: str = "flag"  # "flag" records findings; "redact" also masks secrets (SAFE-3)
 
 

@@ -499,6 +499,9 @@ class Rollout:
         if billed_open:
             turn.stream.response.status = "cancelled"
             turn.stream.response.completed_at = _now()
+            # What it used is reported and billed (ROLL-7, BG-6).
+            tally = self._totals if self.mode is Mode.APPEND else turn.tally
+            turn.stream.response.usage = tally.usage()
             self._store(turn)
             self.status = "cancelled"
         if self.phase is Phase.DONE:

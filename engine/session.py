@@ -13,13 +13,14 @@ import logging
 import re
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from engine.compat import run_create
 from engine.core import Engine
 from engine.lane import CacheEntry, Lane
 from engine.models.base import Backend
-from engine.rollout import ClientGone, Mode, Rollout, Sink
+from engine.rollout import ClientGone, Mode, Rollout, Sink, Turn
 from protocol.codec import error_event, parse_input
 from protocol.errors import (
     InvalidRequest,
@@ -71,6 +72,8 @@ class Session:
         self.closed = False
         self.draining = False  # server shutdown began: no new creates (LIM-13)
         self.expired = False  # connection age limit reached: close after the error (LIM-11)
+        # Told when a create is admitted and prepared, before it samples (background, BG-2).
+        self.on_admitted: Callable[[Turn], None] | None = None
 
     # ------------------------------------------------------------------ routing (once per model)
     def resolve(self, model: str) -> Backend:

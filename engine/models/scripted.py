@@ -1,7 +1,9 @@
 """A scripted backend for tests and demos (MODEL-4): replays given turns, fails loudly otherwise.
 
 Each turn is a list of deltas (or an exception instance to raise mid-stream, after the deltas
-before it). Calling it more times than scripted raises, so a test can never pass by accident.
+before it, a float to pause that many seconds, or an ``asyncio.Event`` to wait for: a gate the
+test opens when it has seen what it needs). Calling it more times than scripted raises, so a test
+can never pass by accident.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ from collections.abc import AsyncGenerator, Sequence
 
 from engine.models.base import Delta, Finish, SampleRequest
 
-Step = Delta | BaseException | float  # a float pauses that many seconds (to test cancellation)
+# A float pauses that many seconds (to test cancellation); an Event holds the stream until set.
+Step = Delta | BaseException | float | asyncio.Event
 
 
 class ScriptedModel:
@@ -32,6 +35,9 @@ class ScriptedModel:
                 raise step
             if isinstance(step, float):
                 await asyncio.sleep(step)
+                continue
+            if isinstance(step, asyncio.Event):
+                await step.wait()
                 continue
             yield step
         if not steps or not isinstance(steps[-1], Finish):

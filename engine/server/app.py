@@ -9,11 +9,21 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import WSCloseCode, web
 
+from engine.background import BackgroundRuns
 from engine.core import Engine, EngineConfig
 from engine.inspect import Inspector
-from engine.server import http, inspector
+from engine.server import background, http, inspector
 from engine.server.config import ServerConfig
-from engine.server.keys import DRAINING, ENGINE, INSPECTOR, MAX_FRAME, REQUESTS, SERVER, SESSIONS
+from engine.server.keys import (
+    BACKGROUND,
+    DRAINING,
+    ENGINE,
+    INSPECTOR,
+    MAX_FRAME,
+    REQUESTS,
+    SERVER,
+    SESSIONS,
+)
 from engine.server.ws import WsSink, serve_socket
 from engine.session import Session
 from protocol.errors import (
@@ -125,8 +135,10 @@ async def _drain_sockets(app: web.Application) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + app[SERVER].shutdown_grace_s
     # A bounded poll, once, at shutdown: simpler than wiring idle events through every lane.
-    while any(s.busy for s in sessions) and loop.time() < deadline:  # noqa: ASYNC110
+    runs = app[BACKGROUND]
+    while (any(s.busy for s in sessions) or runs.busy) and loop.time() < deadline:  # noqa: ASYNC110
         await asyncio.sleep(0.05)
+    await runs.close()  # background runs still going are cancelled (BG-6)
     for session in list(sessions):
         if isinstance(session.sink, WsSink):
             await session.sink.close(WSCloseCode.GOING_AWAY, b"shutdown")
@@ -153,18 +165,19 @@ def create_app(
     app[MAX_FRAME] = config.max_frame_bytes
     app[SERVER] = config
     app[DRAINING] = [False]
+    app[BACKGROUND] = BackgroundRuns(app[ENGINE])
     app.router.add_get("/v1/responses", responses_get)
     app.router.add_post("/v1/responses", http.create_response)
-    app.router.add_get("/v1/responses/{response_id}", http.get_response)
+    app.router.add_get("/v1/responses/{response_id}", background.retrieve)
     app.router.add_delete("/v1/responses/{response_id}", http.delete_response)
-    app.router.add_post("/v1/responses/{response_id}/cancel", http.cancel_response)
+    app.router.add_post("/v1/responses/{response_id}/cancel", background.cancel)
     app.router.add_get("/v1/responses/{response_id}/input_items", http.list_input_items)
     app.router.add_get("/v1/models", http.list_models)
     app.router.add_get("/healthz", http.healthz)
     app.router.add_get("/debug/stats", http.stats)
     app.router.add_get("/metrics", http.metrics)
-    sessions, requests = app[SESSIONS], app[REQUESTS]
-    app[INSPECTOR] = Inspector(app[ENGINE], [lambda: sessions, lambda: requests])
+    sessions, requests, runs = app[SESSIONS], app[REQUESTS], app[BACKGROUND]
+    app[INSPECTOR] = Inspector(app[ENGINE], [lambda: sessions, lambda: requests, runs.sessions])
     inspector.install(app)
     app.on_startup.append(_start)
     app.on_shutdown.append(_drain_sockets)

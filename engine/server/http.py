@@ -16,6 +16,7 @@ from engine.core import Engine
 from engine.inspect import note_event
 from engine.metrics import CONTENT_TYPE
 from engine.rollout import ClientGone
+from engine.server import background
 from engine.server.keys import ENGINE, INSPECTOR, REQUESTS, SESSIONS
 from engine.session import Session
 from protocol.codec import decode_create_body, encode, http_error_body
@@ -81,6 +82,8 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     engine: Engine = request.app[ENGINE]
     params = decode_create_body(await request.read())
     params.stream_id = None  # WebSocket-only (WS-2); ignored over HTTP
+    if params.background:  # detached from this request (BG-1)
+        return await background.create(request, params)
     sink = HttpSink(request, params.stream)
     session = Session(engine, sink, transport="http")
     live = request.app[REQUESTS]  # the inspector lists in-flight HTTP creates (INSP-4)
@@ -135,30 +138,11 @@ def _stored(request: web.Request) -> tuple[Engine, str]:
     return request.app[ENGINE], request.match_info["response_id"]
 
 
-async def get_response(request: web.Request) -> web.Response:
-    engine, response_id = _stored(request)
-    record = engine.store.get(response_id)
-    if record is None:
-        raise response_not_found(response_id)
-    return json_response(record.response)
-
-
 async def delete_response(request: web.Request) -> web.Response:
     engine, response_id = _stored(request)
     if not engine.store.delete(response_id):
         raise response_not_found(response_id)
     return json_response({"id": response_id, "object": "response", "deleted": True})
-
-
-async def cancel_response(request: web.Request) -> web.Response:
-    engine, response_id = _stored(request)
-    if engine.store.get(response_id) is None:
-        raise response_not_found(response_id)
-    raise InvalidRequest(
-        "response_not_cancellable",
-        "Only background responses can be cancelled, and this server runs none.",
-        None,
-    )
 
 
 async def list_input_items(request: web.Request) -> web.Response:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from engine.background import BackgroundRuns
 from engine.core import Engine
 from engine.inspect import Inspector
 from engine.server.config import ServerConfig
@@ -15,4 +16,5 @@ REQUESTS = web.AppKey("requests", set[Session])  # in-flight HTTP creates (for t
 INSPECTOR = web.AppKey("inspector", Inspector)  # the /inspect read model (INSP-1)
 MAX_FRAME = web.AppKey("max_frame_bytes", int)
 SERVER = web.AppKey("server_config", ServerConfig)
+BACKGROUND = web.AppKey("background", BackgroundRuns)  # detached HTTP creates (BG-*)
 DRAINING = web.AppKey("draining", list[bool])  # [True] once shutdown began

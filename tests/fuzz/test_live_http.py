@@ -180,9 +180,10 @@ class HttpProtocolMachine(RuleBasedStateMachine):
         tools = data.draw(st.lists(st.sampled_from(TOOL_NAMES), unique=True, max_size=3))
         body = self._body(data, items, tools, streaming)
         body["previous_response_id"] = rid
-        if variant == "background":
+        if variant == "background":  # BG-1: a background response must be stored
             body["background"] = True
-            fault = ("unsupported_parameter", "background")
+            body["store"] = False
+            fault = ("invalid_value", "store")
         elif variant == "append_mode":  # HTTP-5: append mode needs the socket
             body["rollout_mode"] = "append"
             fault = ("unsupported_parameter", "rollout_mode")
@@ -359,7 +360,8 @@ class HttpProtocolMachine(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def stored_cancel(self, data: st.DataObject) -> None:
-        """HTTP-6: cancel is 404 for unknown ids and otherwise response_not_cancellable."""
+        """HTTP-6, BG-6: cancel is 404 for unknown ids, and response_not_cancellable for a
+        response that did not run in the background (this machine makes none)."""
         self.tally["rule cancel"] += 1
         rid = self._any_id(data)
         reply = self._request("POST", f"/v1/responses/{rid}/cancel")

@@ -1,0 +1,283 @@
+"""Background responses: an HTTP create that runs detached from its request (SPEC: BG-1..BG-9).
+
+A background run is a one-create HTTP session driven by a task that ``BackgroundRuns`` owns, so
+shutdown can wait for it and then cancel it (LIM-13). Its events go to an ``EventLog``: a bounded
+per-response buffer of SSE frames that any number of readers replay from a sequence number and
+then follow (``GET /v1/responses/{id}?stream=true&starting_after=N``). The rollout never waits
+for a reader: a reader that falls out of the window is disconnected and can resume (BG-5).
+
+The store sees a background response twice: an ``in_progress`` record when it is admitted (so a
+poll finds it, in any process sharing the store) and its terminal record. A stored record left
+``queued``/``in_progress`` by a process that is gone is settled as ``failed`` when it is read
+(BG-8).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from collections import OrderedDict, deque
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from engine.core import Engine
+from engine.session import Session
+from engine.store import StoredResponse, listing_form
+from protocol.errors import InvalidRequest, TooManyRequests
+from protocol.events import ErrorEvent, ServerEvent
+from protocol.response import CreateParams, Response, ResponseErrorInfo
+from protocol.sse import frame
+from protocol.states import ResponseState
+
+if TYPE_CHECKING:
+    from engine.rollout import Turn
+
+log = logging.getLogger("rollout.background")
+
+UNFINISHED = ("queued", "in_progress")
+ORPHANED = "The server that ran this background response stopped before it finished."
+KEEP_FINISHED_LOGS = 64  # finished runs whose event logs stay replayable (BG-5)
+
+
+class EventsExpired(Exception):
+    """The reader asked for events that have left the bounded log (BG-5)."""
+
+
+class EventLog:
+    """A run's events as SSE frames, numbered by ``sequence_number``, bounded in bytes.
+
+    It is the run's sink: the rollout appends and never waits. Readers are woken by resolving
+    the futures they parked on; nothing is allocated per event when nobody follows."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.frames: deque[bytes] = deque()
+        self.first_seq = 0  # sequence_number of frames[0]
+        self.size = 0
+        self.error: ErrorEvent | None = None  # a rejection before the response opened
+        self.closed = False
+        self._waiters: list[asyncio.Future[None]] = []
+
+    @property
+    def next_seq(self) -> int:
+        return self.first_seq + len(self.frames)
+
+    async def send(self, event: ServerEvent) -> None:
+        if isinstance(event, ErrorEvent):
+            self.error = event
+        else:
+            data = frame(event)
+            self.frames.append(data)
+            self.size += len(data)
+            while self.size > self.max_bytes and len(self.frames) > 1:
+                self.size -= len(self.frames.popleft())
+                self.first_seq += 1
+        self._wake()
+
+    def close(self) -> None:
+        self.closed = True
+        self._wake()
+
+    def _wake(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def check_start(self, starting_after: int) -> None:
+        if starting_after + 1 < self.first_seq:
+            raise InvalidRequest(
+                "invalid_value",
+                f"Events before sequence_number {self.first_seq} are no longer available.",
+                "starting_after",
+            )
+
+    async def follow(self, starting_after: int) -> AsyncIterator[bytes]:
+        """Replay the frames after ``starting_after``, then follow until the log closes."""
+        wanted = starting_after + 1
+        while True:
+            if wanted < self.first_seq:
+                raise EventsExpired
+            index = wanted - self.first_seq
+            if index < len(self.frames):
+                yield self.frames[index]
+                wanted += 1
+                continue
+            if self.closed:
+                return
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            await waiter
+
+
+class BackgroundRun:
+    """One detached create: its session, its event log, its task."""
+
+    def __init__(self, engine: Engine, params: CreateParams, log_bytes: int) -> None:
+        self.engine = engine
+        self.params = params
+        self.log = EventLog(log_bytes)
+        self.session = Session(engine, self.log, transport="http")
+        self.session.on_admitted = self._admitted
+        self.turn: Turn | None = None
+        self.at_admission: Response | None = None
+        self.task: asyncio.Task[None] | None = None
+        self._admission: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    @property
+    def response(self) -> Response:
+        assert self.turn is not None
+        return self.turn.stream.response
+
+    def snapshot(self) -> Response:
+        """The response as a poll sees it: ``queued`` until the model's first delta opens it."""
+        response = self.response
+        opened = self.turn is not None and self.turn.stream.state is not ResponseState.NEW
+        status = response.status if opened else "queued"
+        return msgspec.structs.replace(response, status=status, output=list(response.output))
+
+    def _admitted(self, turn: Turn) -> None:
+        """Called by the create path once the request is admitted and prepared (BG-2)."""
+        self.turn = turn
+        self.at_admission = self.snapshot()  # what the create answers: ``queued``
+        self.engine.store.put(
+            StoredResponse(
+                response=self.at_admission,
+                input_items=[listing_form(item) for item in turn.input_items],
+                context=[],
+            )
+        )
+        if not self._admission.done():
+            self._admission.set_result(None)
+
+    async def main(self) -> None:
+        try:
+            self.session.submit_create(self.params)
+            await self.session.drain()
+        finally:
+            await self.session.close()
+            self._settle_unfinished()
+            self.log.close()
+            if not self._admission.done():
+                self._admission.set_result(None)
+
+    def _settle_unfinished(self) -> None:
+        """A run that ended without a terminal record (a backend refusal, a fault before the
+        response opened) must not leave ``in_progress`` in the store (BG-8)."""
+        if self.turn is None or self.response.status not in UNFINISHED:
+            return
+        response = self.response
+        message = self.log.error.error.message if self.log.error is not None else ORPHANED
+        response.status = "failed"
+        response.error = ResponseErrorInfo(code="server_error", message=message)
+        response.completed_at = int(time.time())
+        record = self.engine.store.get(response.id)
+        if record is not None:
+            self.engine.store.put(dataclasses.replace(record, response=self.snapshot()))
+
+    async def admitted(self) -> None:
+        """Wait until the create is admitted, or rejected (then ``turn`` stays None and
+        ``log.error`` holds the ``error`` the create produced, HTTP-4)."""
+        assert self.task is not None
+        await asyncio.wait([self._admission, self.task], return_when=asyncio.FIRST_COMPLETED)
+
+    async def cancel(self) -> None:
+        """Cancel the coroutine: the rollout records ``cancelled`` and accounts usage (BG-6)."""
+        assert self.task is not None
+        self.task.cancel()
+        await asyncio.gather(self.task, return_exceptions=True)
+
+
+class BackgroundRuns:
+    """Every live background run of this process, and the logs of recently finished ones."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.live: dict[str, BackgroundRun] = {}
+        self._starting: set[BackgroundRun] = set()
+        self.finished: OrderedDict[str, EventLog] = OrderedDict()
+
+    async def start(self, params: CreateParams) -> BackgroundRun:
+        """Start a run; returns once it is admitted or rejected (``run.turn`` is None, BG-2)."""
+        config = self.engine.config
+        if len(self.live) + len(self._starting) >= config.max_background_runs:
+            raise TooManyRequests(
+                "too_many_background_responses",
+                f"At most {config.max_background_runs} background responses run at once.",
+                None,
+            )
+        run = BackgroundRun(self.engine, params, config.background_log_bytes)
+        self._starting.add(run)
+        run.task = asyncio.create_task(run.main(), name="background")
+        run.task.add_done_callback(lambda _: self._reap(run))
+        try:
+            await run.admitted()
+        finally:
+            self._starting.discard(run)
+        if not run.task.done():
+            self.live[run.response.id] = run
+        else:
+            self._keep_log(run)
+        return run
+
+    def _reap(self, run: BackgroundRun) -> None:
+        task = run.task
+        assert task is not None
+        if not task.cancelled() and task.exception() is not None:
+            log.error("background run failed", exc_info=task.exception())
+        if run.turn is not None and self.live.pop(run.response.id, None) is not None:
+            self._keep_log(run)
+
+    def _keep_log(self, run: BackgroundRun) -> None:
+        if run.turn is None:
+            return
+        self.finished[run.response.id] = run.log
+        while len(self.finished) > KEEP_FINISHED_LOGS:
+            self.finished.popitem(last=False)
+
+    def event_log(self, response_id: str) -> EventLog | None:
+        run = self.live.get(response_id)
+        return run.log if run is not None else self.finished.get(response_id)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.live or self._starting)
+
+    def sessions(self) -> list[Session]:
+        """The live runs' sessions (the inspector lists them like in-flight HTTP creates)."""
+        return [run.session for run in self.live.values()]
+
+    async def close(self) -> None:
+        """Shutdown, after the grace period: cancel what still runs (LIM-13, BG-6)."""
+        runs = [*self.live.values(), *self._starting]
+        for run in runs:
+            if run.task is not None:
+                run.task.cancel()
+        tasks = [run.task for run in runs if run.task is not None]
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    def settle(self, record: StoredResponse) -> StoredResponse:
+        """A stored unfinished background response that no live run of this process owns and
+        that is older than any run can last is orphaned: its process is gone (BG-8)."""
+        response = record.response
+        if not response.background or response.status not in UNFINISHED:
+            return record
+        if response.id in self.live:
+            return record
+        age = time.time() - response.created_at
+        if age < self.engine.config.background_orphan_after_s:
+            return record
+        settled = msgspec.structs.replace(
+            response,
+            status="failed",
+            error=ResponseErrorInfo(code="server_error", message=ORPHANED),
+            completed_at=int(time.time()),
+        )
+        record = dataclasses.replace(record, response=settled)
+        self.engine.store.put(record)
+        return record

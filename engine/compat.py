@@ -43,6 +43,7 @@ class Connection(Protocol):
     default_mode: Mode
     append_targets: dict[str, Rollout]
     finished_appends: deque[str]
+    finished: deque[str]  # recent terminal ids (steer errors, STEER-7)
     on_admitted: Callable[[Turn], None] | None  # background runs (BG-2)
 
     def resolve(self, model: str) -> Backend: ...
@@ -201,15 +202,26 @@ async def run_create(
         await rollout.warm()
     elif started:
         session.spawn(rollout)
-    response_id = job.turn.stream.id
+    turn = job.turn
+    while True:  # a steered response hands the lane to its successor (STEER-3)
+        status = await _serve_turn(session, job, rollout, turn)
+        if turn.successor is None:
+            break
+        turn = turn.successor
+    _after_turn(lane, job, turn, rollout, status)
+
+
+async def _serve_turn(session: Connection, job: Admission, rollout: Rollout, turn: Turn) -> str:
+    """Wait for one response's terminal event; an append-mode response is a target meanwhile."""
+    response_id = turn.stream.id
     if job.mode is Mode.APPEND:
         session.append_targets[response_id] = rollout
     try:
-        status = await job.turn.done
+        return await turn.done
     finally:
+        session.finished.append(response_id)
         if session.append_targets.pop(response_id, None) is not None:
             session.finished_appends.append(response_id)
-    _after_turn(lane, job, rollout, status)
 
 
 def _admit(session: Connection, lane: Lane, params: CreateParams) -> Admission:
@@ -287,10 +299,11 @@ def _new_rollout(
     return rollout
 
 
-def _after_turn(lane: Lane, job: Admission, rollout: Rollout, status: str) -> None:
-    """Update the lane cache after a response's terminal frame (CACHE-1..CACHE-3)."""
+def _after_turn(lane: Lane, job: Admission, turn: Turn, rollout: Rollout, status: str) -> None:
+    """Update the lane cache after a response's terminal frame (CACHE-1..CACHE-3). After
+    steering, ``turn`` is the last successor: it is the lane's latest."""
     if status in ("completed", "incomplete"):
         live = rollout if rollout.waiting else None
-        lane.replace(CacheEntry(job.turn.stream.id, rollout.ctx, job.backend, live))
-    elif job.prev is not None:
+        lane.replace(CacheEntry(turn.stream.id, rollout.ctx, job.backend, live))
+    elif job.prev is not None and turn is job.turn:
         lane.evict(job.prev)

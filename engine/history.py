@@ -27,7 +27,7 @@ class TurnRecord:
     prompt_tokens: int
     output_tokens: int
     calls: tuple[str, ...]  # names of the function calls the step made
-    finish: str  # "tool_calls", "stop" or "length"
+    finish: str  # "tool_calls", "stop", "length" or "steered" (STEER-3)
     pre_seconds: float  # pre-inference since the previous step (PRE_STAGES)
     ttft_seconds: float | None  # None when the model sent nothing
     model_seconds: float

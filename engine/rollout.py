@@ -21,7 +21,9 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
+
+import msgspec
 
 from engine.accounting import RolloutFacts, UsageTally, safety_report, usage_record
 from engine.context import Context
@@ -40,13 +42,14 @@ from engine.models.base import (
 )
 from engine.pipeline import FULL, INCREMENTAL, OUTPUT, ItemTexts, Pipeline, StageStats, TurnLog
 from engine.post import UsageRecord
+from engine.steer import Steer
 from engine.store import StoredResponse, listing_form
 from protocol import events as ev
 from protocol.codec import error_event
 from protocol.errors import InvalidRequest, ProtocolError
 from protocol.items import FunctionCall, FunctionCallOutput, InputItem
 from protocol.response import Tool, ToolChoice
-from protocol.states import TERMINAL_STATES, ResponseState
+from protocol.states import TERMINAL_STATES, IllegalTransition, ResponseState
 from protocol.stream import ResponseStream, new_id
 
 log = logging.getLogger("rollout.rollout")
@@ -58,6 +61,9 @@ class ClientGone(Exception):
 
 class Sink(Protocol):
     async def send(self, event: ev.ServerEvent) -> None: ...
+
+
+SampleEnd = FinishReason | Literal["steered"]
 
 
 class Mode(enum.Enum):
@@ -100,6 +106,8 @@ class Turn:
     done: asyncio.Future[str] = field(default_factory=_future)
     tally: UsageTally = field(default_factory=UsageTally)
     log: TurnLog = field(default_factory=TurnLog)
+    # Set before ``done`` resolves when steering continues the rollout in a new response.
+    successor: Turn | None = None
 
 
 def _now() -> int:
@@ -139,6 +147,7 @@ class Rollout:
         self.status = "in_progress"
         self.started_at = time.time()  # for the inspector (INSP-4)
         self.history = TurnHistory()  # the newest sampling steps, for the inspector (INSP-5)
+        self.steers: list[Steer] = []  # accepted steering input, in submission order (STEER-2)
 
     # ================================================================== pre-inference
     def prepare(
@@ -210,19 +219,27 @@ class Rollout:
         turn = self.turn
         while True:
             calls, reason = await self._sample(turn)
-            if reason == "length":
+            if calls and reason != "length":
+                next_turn = await self._suspend(turn, calls)
+                if next_turn is None:
+                    break
+                if next_turn is not turn:
+                    turn = self.turn = next_turn
+                else:
+                    turn.stream.resume()
+                    self._commit_steers_on_resume()
+                continue
+            # Accepted steering input continues the rollout in a successor response (STEER-3).
+            successor = turn.successor = self._successor(turn) if self.steers else None
+            if reason == "steered":
+                await self._end_turn(turn, "incomplete", reason="steered")
+            elif reason == "length":
                 await self._end_turn(turn, "incomplete", reason="max_output_tokens")
-                break
-            if not calls:
-                await self._end_turn(turn, "completed")
-                break
-            next_turn = await self._suspend(turn, calls)
-            if next_turn is None:
-                break
-            if next_turn is not turn:
-                turn = self.turn = next_turn
             else:
-                turn.stream.resume()
+                await self._end_turn(turn, "completed")
+            if successor is None:
+                break
+            turn = self._begin_successor(successor)
         await self._end()
 
     async def _open_turn(self, turn: Turn) -> None:
@@ -231,7 +248,7 @@ class Rollout:
             await turn.sink.send(turn.stream.in_progress())
 
     # ================================================================== sampling
-    async def _sample(self, turn: Turn) -> tuple[list[FunctionCall], FinishReason]:
+    async def _sample(self, turn: Turn) -> tuple[list[FunctionCall], SampleEnd]:
         started, output_before = time.time(), turn.tally.output_tokens
         prompt, cached = self._count_prompt(turn)
         turn.tally.samples += 1
@@ -239,7 +256,8 @@ class Rollout:
         stream, send = turn.stream, turn.sink.send
         first_new = len(stream.output)
         calls: list[FunctionCall] = []
-        reason: FinishReason = "stop"
+        reason: SampleEnd = "stop"
+        produced = 0  # deltas of this step, billed if steering cuts it short
         request = self._sample_request()
         clock = _ModelClock(turn.log)
         deltas = self.backend.stream(request)
@@ -248,6 +266,15 @@ class Rollout:
         opened = turn.stream.state is not ResponseState.NEW
         async with asyncio.timeout(self._model_timeout), contextlib.aclosing(deltas):
             async for delta in deltas:
+                if self.steers and not calls and opened and not isinstance(delta, Finish):
+                    # The sampling boundary (STEER-3): stop the generation here; nothing the
+                    # client must answer has been produced yet (a finished call would be). A
+                    # step that already finished completes, and the successor follows it.
+                    reason = "steered"
+                    for tally in (turn.tally, self._totals):
+                        tally.count_finish(Finish("stop", produced), prompt, cached)
+                    break
+                produced += 1
                 if not opened:
                     clock.first_delta()
                     await self._open_turn(turn)
@@ -274,7 +301,7 @@ class Rollout:
         clock.finished()
         if not opened:
             await self._open_turn(turn)
-        if reason != "length":
+        if reason not in ("length", "steered"):  # a cut-short item ends incomplete (ORD-8)
             await self._close_message(turn, "completed")
         self._absorb_output(stream.output[first_new:])
         turn.tally.tool_calls += len(calls)
@@ -290,7 +317,7 @@ class Rollout:
         prompt: int,
         output_before: int,
         calls: list[FunctionCall],
-        reason: FinishReason,
+        reason: SampleEnd,
         clock: _ModelClock,
     ) -> None:
         """One record per sampling step into the bounded turn log (INSP-5)."""
@@ -356,6 +383,7 @@ class Rollout:
             await turn.sink.send(turn.stream.suspend(calls))
         else:
             await self._end_turn(turn, "completed")
+        await self._notify_pending_steers(turn)
         try:
             async with asyncio.timeout(self.engine.config.suspended_idle_timeout_s) as idle:
                 self._idle = idle
@@ -370,9 +398,12 @@ class Rollout:
         if next_turn is not None:
             self.phase = Phase.RUNNING
             self.pending = []
-        elif self.mode is Mode.APPEND:
+            return next_turn
+        # Retired or timed out: queued steering input was never committed (STEER-6).
+        await self._fail_steers(turn, "response_not_active", "The response stopped waiting.")
+        if self.mode is Mode.APPEND:
             await self._end(cancelled=True)  # retired by a closing connection: stored, accounted
-        return next_turn
+        return None
 
     @property
     def idle_for(self) -> float | None:
@@ -426,17 +457,89 @@ class Rollout:
             raise InvalidRequest("response_not_waiting", "The response cannot be continued.", None)
         self._require_outputs_for_pending(items)
         previous_log, self.pipeline.log = self.pipeline.log, turn.log
+        steered = [item for steer in self.steers for item in steer.items]
         try:
+            # Queued steering input is prepended to this request's input (STEER-5). If the
+            # request is then refused, the create fails, the rollout is retired and the steers
+            # are returned (STEER-6): they stay queued until the offer succeeds.
+            if steered:
+                self._commit(steered)
             self.offer(items, texts)
         except Exception:
             self.pipeline.log = previous_log
             raise
+        self.steers = []
+        turn.input_items = [*steered, *turn.input_items]
         self.resume(turn, settings)
 
     def retire(self) -> None:
         """End a suspended rollout without further sampling (evicted, replaced or closed)."""
         if self._wake is not None and not self._wake.done():
             self._wake.set_result(None)
+
+    # ================================================================== steering
+    def steerable(self, response_id: str) -> bool:
+        """Whether a steer naming ``response_id`` targets this rollout (STEER-1): it is the
+        current response and it is sampling, or it waits for tool outputs."""
+        if self.phase is Phase.DONE or self.turn.stream.id != response_id:
+            return False
+        return self.waiting or self.turn.stream.state not in TERMINAL_STATES
+
+    def _successor(self, turn: Turn) -> Turn:
+        """The response that continues a steered one: same settings, the steering input as its
+        input, ``previous_response_id`` = the steered response (STEER-4)."""
+        old = turn.stream.response
+        response = msgspec.structs.replace(
+            old,
+            id=new_id("resp"),
+            created_at=_now(),
+            status="in_progress",
+            completed_at=None,
+            error=None,
+            incomplete_details=None,
+            output=[],
+            usage=None,
+            previous_response_id=old.id,
+            safety=None,
+        )
+        items = [item for steer in self.steers for item in steer.items]
+        return Turn(ResponseStream(response, turn.stream.stream_id), turn.sink, items)
+
+    def _begin_successor(self, successor: Turn) -> Turn:
+        self.steers = []
+        self.turn = successor
+        self.response_ids.append(successor.stream.id)
+        self.pipeline.log = successor.log
+        self._commit(successor.input_items)
+        return successor
+
+    def _commit_steers_on_resume(self) -> None:
+        """Append mode: queued steering input joins the context after the tool outputs that
+        woke the rollout, and the same response samples again (STEER-5)."""
+        if self.steers:
+            steered = [item for steer in self.steers for item in steer.items]
+            self.steers = []
+            self._commit(steered)
+
+    def _commit(self, items: list[InputItem]) -> None:
+        self._fresh_tokens += self.pipeline.apply(
+            self.ctx, items, path=INCREMENTAL, supports=self.backend.supports, param="steer"
+        )
+
+    async def _notify_pending_steers(self, turn: Turn) -> None:
+        """``response.steer.pending``, after the response stopped for tool outputs (STEER-5)."""
+        for steer in self.steers:
+            if not steer.notified:
+                steer.notified = True
+                calls = self.ctx.pending_calls()
+                await turn.sink.send(turn.stream.steer_pending(steer.id, calls))
+
+    async def _fail_steers(self, turn: Turn, code: str, message: str) -> None:
+        """Return every uncommitted steer's input (STEER-6); a closed socket hears nothing."""
+        steers, self.steers = self.steers, []
+        with contextlib.suppress(ClientGone, IllegalTransition):
+            for steer in steers:
+                await turn.sink.send(turn.stream.steer_failed(steer.ref(), code, message))
 
     # ================================================================== endings
     async def _end_turn(self, turn: Turn, status: str, reason: str | None = None) -> None:
@@ -484,6 +587,7 @@ class Rollout:
                 await self._open_turn(turn)
                 await self._end_turn(turn, "failed")
         self.status = "failed"
+        await self._fail_steers(turn, "response_not_active", "The response failed.")
         await self._end()
 
     async def _end(self, *, cancelled: bool = False) -> None:

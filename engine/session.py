@@ -21,6 +21,7 @@ from engine.core import Engine
 from engine.lane import CacheEntry, Lane
 from engine.models.base import Backend
 from engine.rollout import ClientGone, Mode, Rollout, Sink, Turn
+from engine.steer import handle_steer
 from protocol.codec import error_event, parse_input
 from protocol.errors import (
     InvalidRequest,
@@ -38,11 +39,8 @@ from protocol.events import (
     ResponseCreate,
     ResponseInject,
     ResponseSteer,
-    SteerError,
-    SteerFailed,
-    SteerRef,
 )
-from protocol.items import FunctionCallOutput, Message
+from protocol.items import FunctionCallOutput
 from protocol.response import CreateParams
 
 log = logging.getLogger("rollout.session")
@@ -65,6 +63,7 @@ class Session:
         self.lanes: dict[str | None, Lane] = {}
         self.append_targets: dict[str, Rollout] = {}
         self.finished_appends: deque[str] = deque(maxlen=64)  # for precise late-append errors
+        self.finished: deque[str] = deque(maxlen=64)  # recent terminal ids, for steer errors
         self.rollouts: dict[asyncio.Task[None], Rollout] = {}
         self._backends: dict[str, Backend] = {}  # model name -> backend, resolved once here
         self._loop = asyncio.get_running_loop()
@@ -89,7 +88,7 @@ class Session:
             if isinstance(event, ResponseCreate):
                 self.submit_create(event)
             elif isinstance(event, ResponseSteer):
-                await self.sink.send(steer_not_supported(event))
+                await handle_steer(self, event)
             else:
                 await self.handle_append(event)
         except ProtocolError as err:
@@ -126,6 +125,10 @@ class Session:
                 f"Too many queued requests on this lane (max {lane.queue.maxsize}).",
                 None,
             ) from None
+
+    def has_finished(self, response_id: str) -> bool:
+        """A response of this connection that reached its terminal event (STEER-7)."""
+        return response_id in self.finished or self.cached(response_id) is not None
 
     def cached(self, response_id: str) -> tuple[Lane, CacheEntry] | None:
         """The lane whose cached latest response is ``response_id`` (any lane: forks, CACHE-4)."""
@@ -282,28 +285,6 @@ def _echoable(raw: list[Any]) -> list[Any]:
         return list(parse_input(raw))
     except ProtocolError:
         return []
-
-
-def _steer_echo(raw: str | list[Any]) -> str | list[Any]:
-    """Steering input is a string or user messages; anything else is not echoed (CONF-1)."""
-    if isinstance(raw, str):
-        return raw
-    items = _echoable(raw)
-    if all(isinstance(i, Message) and i.role == "user" for i in items):
-        return items
-    return ""
-
-
-def steer_not_supported(event: ResponseSteer) -> SteerFailed:
-    return SteerFailed(
-        sequence_number=0,
-        error=SteerError(
-            code="steering_not_supported", message="This server does not support steering."
-        ),
-        steer=SteerRef(
-            previous_response_id=event.previous_response_id, input=_steer_echo(event.input)
-        ),
-    )
 
 
 def _age(seconds: float) -> str:

@@ -35,7 +35,7 @@ class ResponseInject(msgspec.Struct, tag="response.inject", tag_field="type", kw
 
 
 class ResponseSteer(msgspec.Struct, tag="response.steer", tag_field="type", kw_only=True):
-    """Decoded so it can be answered precisely: this server does not steer (LEN-4)."""
+    """Steering input for a live response of this connection (STEER-1..STEER-9)."""
 
     previous_response_id: str
     input: str | list[Any]
@@ -158,14 +158,43 @@ class SteerError(msgspec.Struct):
     type: str = "invalid_request_error"
 
 
-class SteerRef(msgspec.Struct):
+class SteerRef(msgspec.Struct, omit_defaults=True):
+    """A steer that could not be committed: its input is returned (STEER-7)."""
+
     previous_response_id: str
     input: str | list[Any]
+    id: str | None = None  # absent when the steer failed before an id was allocated
 
 
 class SteerFailed(_Event, tag="response.steer.failed"):
     error: SteerError
     steer: SteerRef
+
+
+class SteerId(msgspec.Struct):
+    id: str
+    previous_response_id: str
+
+
+class SteerAccepted(_Event, tag="response.steer.accepted"):
+    """The server owns the steering input; the successor's ``response.created`` commits it."""
+
+    steer: SteerId
+
+
+class RequiredInput(msgspec.Struct, tag="function_call_output", tag_field="type"):
+    """A stub the client fills with the tool's result (``response.steer.pending``)."""
+
+    call_id: str
+    name: str
+
+
+class SteerPending(_Event, tag="response.steer.pending"):
+    """Accepted input waits for the client's tool outputs; it joins the next create (STEER-5)."""
+
+    reason: str
+    required_input: list[RequiredInput]
+    steer: SteerId
 
 
 class ErrorBody(msgspec.Struct):
@@ -202,6 +231,8 @@ ServerEvent = (
     | InjectCreated
     | InjectFailed
     | SteerFailed
+    | SteerAccepted
+    | SteerPending
     | ErrorEvent
 )
 

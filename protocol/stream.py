@@ -146,6 +146,41 @@ class ResponseStream:
         seq = self._step(Step.NOTICE)
         return ev.InjectCreated(sequence_number=seq, stream_id=self.stream_id, response_id=self.id)
 
+    # ------------------------------------------------------------------ steering notices
+    # Steering notices are not lifecycle steps: they take the response's next sequence number in
+    # any state after CREATE, also after its terminal event (``response.steer.pending`` follows
+    # ``response.completed``), and change nothing else (STEER-8).
+    def _notice_number(self) -> int:
+        if self.state is ResponseState.NEW:
+            raise _misuse("a steering notice before response.created")
+        seq = self._seq
+        self._seq += 1
+        return seq
+
+    def steer_accepted(self, steer_id: str) -> ev.SteerAccepted:
+        return ev.SteerAccepted(
+            sequence_number=self._notice_number(),
+            stream_id=self.stream_id,
+            steer=ev.SteerId(id=steer_id, previous_response_id=self.id),
+        )
+
+    def steer_pending(self, steer_id: str, calls: list[FunctionCall]) -> ev.SteerPending:
+        return ev.SteerPending(
+            sequence_number=self._notice_number(),
+            stream_id=self.stream_id,
+            reason="waiting_for_required_input",
+            required_input=[ev.RequiredInput(call_id=c.call_id, name=c.name) for c in calls],
+            steer=ev.SteerId(id=steer_id, previous_response_id=self.id),
+        )
+
+    def steer_failed(self, steer: ev.SteerRef, code: str, message: str) -> ev.SteerFailed:
+        return ev.SteerFailed(
+            sequence_number=self._notice_number(),
+            stream_id=self.stream_id,
+            error=ev.SteerError(code=code, message=message),
+            steer=steer,
+        )
+
     # ------------------------------------------------------------------ message items
     def add_message(self) -> list[ev.ServerEvent]:
         self._require_closed()

@@ -7,6 +7,9 @@
   ``parallel_tool_calls``), else of the first tool, with arguments valid for its JSON schema.
   Last item a tool output -> a text answer, unless ``tool_choice`` is ``required`` or names a
   function (then that call again).
+* Steering shows (SIM-6): a steered successor's context ends with the steering message, so the
+  answer quotes it (or calls the tools it names); steering queued behind tool calls sits right
+  before their outputs, and the answer to those outputs adds ``(steered: <its words>)``.
 * A scenario (model ``sim-coding-agent``) follows a script instead; see ``scenarios``.
 * Call ids are derived from the conversation, so the same history yields the same output.
 """
@@ -161,12 +164,18 @@ class SimulatedModel:
     @staticmethod
     def _answer(items: list[InputItem]) -> str:
         outputs: list[FunctionCallOutput] = []
+        steering: list[str] = []  # user messages right before the outputs (SIM-6)
         for item in reversed(items):
-            if not isinstance(item, FunctionCallOutput):
+            if isinstance(item, FunctionCallOutput) and not steering:
+                outputs.append(item)
+            elif outputs and isinstance(item, Message) and item.role == "user":
+                steering.append(_excerpt(text_of(item.content), 24))
+            else:
                 break
-            outputs.append(item)
         if outputs:
             shown = "; ".join(_excerpt(text_of(o.output), 24) for o in reversed(outputs))
+            if steering:
+                shown += f" (steered: {'; '.join(reversed(steering))})"
             return f"Based on the tool results: {shown}"
         user = next((text_of(i.content) for i in reversed(items) if isinstance(i, Message)), "")
         return f"This is a simulated answer to: {_excerpt(user, 40)}"

@@ -730,15 +730,17 @@ async def test_ws_connection_age_limit_error_is_connection_level(server_factory:
     assert error.error.param is None and error.stream_id is None
 
 
-async def test_ws_steer_answered_with_steer_failed(client: AsyncOpenAI) -> None:
-    """PROTOCOL §2.2, §3.3, §11.10: a server without steering answers ``response.steer`` with
-    ``response.steer.failed`` (``steering_not_supported``), returning the uncommitted input."""
+async def test_ws_steer_of_a_finished_response_fails(client: AsyncOpenAI) -> None:
+    """PROTOCOL §2.2, §3.3, STEER-7: steering a response that already completed (and waits for
+    nothing) is ``response.steer.failed`` (``response_already_completed``), returning the
+    uncommitted input; the connection stays usable."""
     async with client.responses.connect() as conn:
         done = final(await create(conn, input="Plan a project", store=False))
         await conn.response.steer(previous_response_id=done.id, input="Keep it small.")
         event = await recv(conn)
         assert event.type == "response.steer.failed", event
-        assert event.error.code == "steering_not_supported"
+        assert event.error.code == "response_already_completed"
+        assert event.sequence_number == 0 and event.stream_id is None and event.steer.id is None
         assert event.error.type == "invalid_request_error"
         assert event.steer.previous_response_id == done.id
         assert event.steer.input == "Keep it small."

@@ -547,8 +547,17 @@ async def test_oracle_every_server_event_type_is_exercised_and_parses(
         await ws_turn(conn, input="Long story", max_output_tokens=1)
         await ws_turn(conn, model="broken-message", input="x")
         await ws_turn(conn, previous_response_id="resp_missing", input="x")
-        await conn.response.steer(previous_response_id=done[-1]["response"]["id"], input="hm")
-        await conn.recv_bytes()
+        waiting = done[-1]["response"]
+        await conn.response.steer(previous_response_id=waiting["id"], input="hm")
+        await conn.recv_bytes()  # response.steer.accepted
+        await conn.recv_bytes()  # response.steer.pending: it waits for the tool output
+        output = {"type": "function_call_output", "call_id": waiting["output"][0]["call_id"]}
+        await ws_turn(
+            conn, previous_response_id=waiting["id"], input=[{**output, "output": "sunny"}],
+            tools=[WEATHER],
+        )  # fmt: skip
+        await conn.response.steer(previous_response_id="resp_unknown", input="hm")
+        await conn.recv_bytes()  # response.steer.failed
         _, response_id, pending = await start_append(conn, "Weather in Quito?")
         output = {"type": "function_call_output", "call_id": pending["call_id"], "output": "ok"}
         for target in ("resp_unknown", response_id):

@@ -1,0 +1,122 @@
+"""Steering (SPEC: STEER-1..STEER-9): user input for a live response of this connection.
+
+A ``response.steer`` names a response by ``previous_response_id``. If that response is the
+current response of a live rollout, the input is accepted (``response.steer.accepted``) and
+queued on the rollout, which applies it itself:
+
+* while it samples, at its next sampling boundary: the response ends ``incomplete`` (reason
+  ``steered``) and a successor response continues the same coroutine with the input (or, if the
+  step ended on its own first, the successor follows the normal terminal event);
+* while it waits for tool outputs: ``response.steer.pending`` lists them, and the input is
+  prepended to the input of the continuation that answers them (a fast-path resume).
+
+Everything else fails with ``response.steer.failed``, which returns the uncommitted input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from engine.validation import validate
+from protocol.codec import parse_input
+from protocol.errors import InvalidRequest, ProtocolError
+from protocol.events import ResponseSteer, SteerError, SteerFailed, SteerRef
+from protocol.items import InputItem, Message
+from protocol.stream import new_id
+
+if TYPE_CHECKING:
+    from engine.rollout import Rollout
+    from engine.session import Session
+
+MAX_PENDING_STEERS = 16  # queued per rollout; more is too_many_pending_steers (LIM-14)
+
+
+@dataclass(slots=True)
+class Steer:
+    """One accepted submission, owned by the rollout until it is committed or fails."""
+
+    id: str
+    items: list[InputItem]
+    raw: str | list[Any]  # the input as sent: returned if it cannot be committed
+    target: str
+    notified: bool = False  # response.steer.pending sent (at most once per submission)
+
+    def ref(self) -> SteerRef:
+        return SteerRef(previous_response_id=self.target, input=echo(self.raw), id=self.id)
+
+
+def steer_items(raw: str | list[Any]) -> list[InputItem]:
+    """Steering input: a string, or a non-empty list of user messages (PROTOCOL §2.2)."""
+    if isinstance(raw, list) and not raw:
+        raise InvalidRequest("invalid_input", "Steering input must not be empty.", "input")
+    items = parse_input(raw)
+    for index, item in enumerate(items):
+        if not (isinstance(item, Message) and item.role == "user"):
+            raise InvalidRequest(
+                "invalid_input", "Steering accepts only user messages.", f"input[{index}]"
+            )
+    return items
+
+
+async def handle_steer(session: Session, event: ResponseSteer) -> None:
+    """Accept, queue or refuse one ``response.steer`` (STEER-1..STEER-7)."""
+    target = event.previous_response_id
+    rollout = _steerable(session, target)
+    if rollout is None:
+        await session.sink.send(_unattached(event, session.has_finished(target)))
+        return
+    stream = rollout.turn.stream
+    refused = SteerRef(previous_response_id=target, input=echo(event.input))
+    try:
+        items = steer_items(event.input)
+        validate(rollout.ctx, items, rollout.backend.supports)
+    except ProtocolError as err:
+        await session.sink.send(stream.steer_failed(refused, "invalid_input", err.message))
+        return
+    if len(rollout.steers) >= MAX_PENDING_STEERS:
+        message = f"At most {MAX_PENDING_STEERS} steering inputs can wait for one response."
+        await session.sink.send(stream.steer_failed(refused, "too_many_pending_steers", message))
+        return
+    steer = Steer(new_id("steer"), items, event.input, target)
+    rollout.steers.append(steer)
+    await session.sink.send(stream.steer_accepted(steer.id))
+    if rollout.waiting:  # it stopped for the client's tool outputs (STEER-5)
+        steer.notified = True
+        await session.sink.send(stream.steer_pending(steer.id, rollout.ctx.pending_calls()))
+
+
+def _steerable(session: Session, response_id: str) -> Rollout | None:
+    for rollout in session.rollouts.values():
+        if rollout.steerable(response_id):
+            return rollout
+    return None
+
+
+def _unattached(event: ResponseSteer, finished: bool) -> SteerFailed:
+    """A target that is not live here: there is no response stream to number the event with,
+    so ``sequence_number`` is 0, and it carries no ``stream_id`` (STEER-7)."""
+    if finished:
+        code, message = "response_already_completed", "The response has already completed."
+    else:
+        code = "response_not_found"
+        message = f"No live response with id '{event.previous_response_id}' on this connection."
+    return SteerFailed(
+        sequence_number=0,
+        error=SteerError(code=code, message=message),
+        steer=SteerRef(previous_response_id=event.previous_response_id, input=echo(event.input)),
+    )
+
+
+def echo(raw: str | list[Any]) -> str | list[Any]:
+    """Steering input as it may be returned: a string as sent, a list of user messages as
+    parsed. Anything else is not echoed, so the event still parses with the SDK (CONF-1)."""
+    if isinstance(raw, str):
+        return raw
+    try:
+        items = parse_input(raw)
+    except ProtocolError:
+        return []
+    if all(isinstance(i, Message) and i.role == "user" for i in items):
+        return items
+    return ""

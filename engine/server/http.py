@@ -17,7 +17,7 @@ from engine.inspect import note_event
 from engine.metrics import CONTENT_TYPE
 from engine.rollout import ClientGone
 from engine.server import background
-from engine.server.keys import ENGINE, INSPECTOR, REQUESTS, SESSIONS
+from engine.server.keys import BACKGROUND, ENGINE, INSPECTOR, REQUESTS, SESSIONS
 from engine.session import Session
 from protocol.codec import decode_create_body, encode, http_error_body
 from protocol.errors import InvalidRequest, ProtocolError, ServerError, response_not_found
@@ -140,6 +140,9 @@ def _stored(request: web.Request) -> tuple[Engine, str]:
 
 async def delete_response(request: web.Request) -> web.Response:
     engine, response_id = _stored(request)
+    run = request.app[BACKGROUND].live.get(response_id)
+    if run is not None:  # a running background response is cancelled first (BG-9)
+        await run.cancel()
     if not engine.store.delete(response_id):
         raise response_not_found(response_id)
     return json_response({"id": response_id, "object": "response", "deleted": True})

@@ -261,3 +261,16 @@ async def test_shutdown_cancels_a_run_that_outlives_the_grace(
     await live.runner.cleanup()
     record = live.engine.store.get(created.id)
     assert record is not None and record.response.status == "cancelled"
+
+
+async def test_delete_cancels_a_running_background_response(
+    scripted: Callable[..., Any],
+) -> None:
+    """BG-9: deleting a running background response cancels it; no record reappears."""
+    never = asyncio.Event()
+    live, client = await scripted([[TextDelta("a"), never]])
+    created = await client.responses.create(model="m", input="hi", background=True)
+    await client.responses.delete(created.id)
+    assert live.engine.store.get(created.id) is None
+    with pytest.raises(openai.NotFoundError):
+        await client.responses.retrieve(created.id)

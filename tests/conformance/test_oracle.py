@@ -544,9 +544,6 @@ async def test_oracle_every_server_event_type_is_exercised_and_parses(
     async with client.responses.connect() as conn:
         await ws_turn(conn, input="Text answer")
         done = await ws_turn(conn, input="Weather in Paris?", tools=[WEATHER])
-        await ws_turn(conn, input="Long story", max_output_tokens=1)
-        await ws_turn(conn, model="broken-message", input="x")
-        await ws_turn(conn, previous_response_id="resp_missing", input="x")
         waiting = done[-1]["response"]
         await conn.response.steer(previous_response_id=waiting["id"], input="hm")
         await conn.recv_bytes()  # response.steer.accepted
@@ -558,6 +555,9 @@ async def test_oracle_every_server_event_type_is_exercised_and_parses(
         )  # fmt: skip
         await conn.response.steer(previous_response_id="resp_unknown", input="hm")
         await conn.recv_bytes()  # response.steer.failed
+        await ws_turn(conn, input="Long story", max_output_tokens=1)
+        await ws_turn(conn, model="broken-message", input="x")
+        await ws_turn(conn, previous_response_id="resp_missing", input="x")
         _, response_id, pending = await start_append(conn, "Weather in Quito?")
         output = {"type": "function_call_output", "call_id": pending["call_id"], "output": "ok"}
         for target in ("resp_unknown", response_id):

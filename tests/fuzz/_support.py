@@ -331,9 +331,8 @@ class StreamChecker:
         if kind == "error":
             check_error_event(event)
             return Note("error", event)
-        if kind == "response.steer.failed":
-            assert event["sequence_number"] == 0, event
-            return Note("notice", event)
+        if kind.startswith("response.steer."):
+            return self._steer(event)
         if kind.startswith("response.inject."):
             return self._inject(event)
         lane = event.get("stream_id")
@@ -427,7 +426,8 @@ class StreamChecker:
         if status == "failed":
             assert response["error"]["code"] == "server_error"
         if status == "incomplete":
-            assert response["incomplete_details"]["reason"] in ("max_output_tokens", "idle_timeout")
+            reasons = ("max_output_tokens", "idle_timeout", "steered")
+            assert response["incomplete_details"]["reason"] in reasons
         tracked.phase = status
         tracked.open = None
         tracked.final = response
@@ -503,6 +503,24 @@ class StreamChecker:
         tracked.open = None
 
     # ------------------------------------------------------------------ notices
+    def _steer(self, event: dict[str, Any]) -> Note:
+        """STEER-7, STEER-8: a notice for a live target takes that response's next sequence
+        number and carries its lane, also after its terminal event (pending follows completed);
+        a failure for a target that is not live carries 0, no lane and no steer id."""
+        steer = event["steer"]
+        if event["sequence_number"] == 0:
+            assert event["type"] == "response.steer.failed", event
+            assert "stream_id" not in event and "id" not in steer, event
+            assert event["error"]["code"] in ("response_not_found", "response_already_completed")
+            return Note("notice", event)
+        tracked = self.by_id.get(steer["previous_response_id"])
+        assert tracked is not None, f"a numbered steer notice for an unknown response: {event}"
+        assert event.get("stream_id") == tracked.lane, "WS-7: steer notices carry the lane"
+        if event["type"] != "response.steer.failed":
+            assert steer["id"].startswith("steer_"), event
+        self._sequence(tracked, event)
+        return Note("notice", event, tracked)
+
     def _inject(self, event: dict[str, Any]) -> Note:
         tracked = self.live_response(event["response_id"])
         if tracked is None:  # a target that is not live: a detached notice (APPEND-5)

@@ -664,4 +664,14 @@ def _missing_output(call_id: str) -> InvalidRequest:
     )
 
 
-__all__ = ["FULL", "INCREMENTAL", "ClientGone", "Mode", "Rollout", "Settings", "Sink", "Turn"]
+__all__ = [
+    "FULL",
+    "INCREMENTAL",
+    "ClientGone",
+    "Mode",
+    "Phase",
+    "Rollout",
+    "Settings",
+    "Sink",
+    "Turn",
+]

@@ -212,8 +212,11 @@ class Rollout:
             await self._fail_quietly()
         finally:
             self.phase = Phase.DONE
-            if not self.turn.done.done():
-                self.turn.done.set_result(self.status)
+            turn: Turn | None = self.turn
+            while turn is not None:  # a successor that never began ends with it
+                if not turn.done.done():
+                    turn.done.set_result(self.status)
+                turn = turn.successor
 
     async def _loop(self) -> None:
         turn = self.turn
@@ -274,17 +277,18 @@ class Rollout:
                     for tally in (turn.tally, self._totals):
                         tally.count_finish(Finish("stop", produced), prompt, cached)
                     break
-                produced += 1
                 if not opened:
                     clock.first_delta()
                     await self._open_turn(turn)
                     opened = True
                 if isinstance(delta, TextDelta):
+                    produced += 1
                     if not stream.has_open_item:
                         for event in stream.add_message():
                             await send(event)
                     await send(stream.text_delta(delta.text))
                 elif isinstance(delta, ArgsDelta):
+                    produced += 1
                     await send(stream.arguments_delta(delta.text))
                 elif isinstance(delta, CallStart):
                     await self._close_message(turn, "completed")

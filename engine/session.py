@@ -21,7 +21,8 @@ from engine.core import Engine
 from engine.lane import CacheEntry, Lane
 from engine.models.base import Backend
 from engine.rollout import ClientGone, Mode, Rollout, Sink, Turn
-from engine.steer import handle_steer
+from engine.steer import MAX_PENDING_STEERS, Steer, echo, steer_items, unattached
+from engine.validation import validate
 from protocol.codec import error_event, parse_input
 from protocol.errors import (
     InvalidRequest,
@@ -39,9 +40,11 @@ from protocol.events import (
     ResponseCreate,
     ResponseInject,
     ResponseSteer,
+    SteerRef,
 )
 from protocol.items import FunctionCallOutput
 from protocol.response import CreateParams
+from protocol.stream import new_id
 
 log = logging.getLogger("rollout.session")
 _STREAM_ID = re.compile(r"[A-Za-z0-9_.\-]{1,256}")
@@ -88,7 +91,7 @@ class Session:
             if isinstance(event, ResponseCreate):
                 self.submit_create(event)
             elif isinstance(event, ResponseSteer):
-                await handle_steer(self, event)
+                await self.handle_steer(event)
             else:
                 await self.handle_append(event)
         except ProtocolError as err:
@@ -179,6 +182,32 @@ class Session:
             finally:
                 lane.active = False
                 lane.queue.task_done()
+
+    async def handle_steer(self, event: ResponseSteer) -> None:
+        """Accept, queue or refuse one ``response.steer`` (STEER-1..STEER-7)."""
+        target = event.previous_response_id
+        rollout = next((r for r in self.rollouts.values() if r.steerable(target)), None)
+        if rollout is None:
+            await self.sink.send(unattached(event, self.has_finished(target)))
+            return
+        stream = rollout.turn.stream
+        refused = SteerRef(previous_response_id=target, input=echo(event.input))
+        try:
+            items = steer_items(event.input)
+            validate(rollout.ctx, items, rollout.backend.supports)
+        except ProtocolError as err:
+            await self.sink.send(stream.steer_failed(refused, "invalid_input", err.message))
+            return
+        if len(rollout.steers) >= MAX_PENDING_STEERS:
+            message = f"At most {MAX_PENDING_STEERS} steering inputs can wait for one response."
+            await self.sink.send(stream.steer_failed(refused, "too_many_pending_steers", message))
+            return
+        steer = Steer(new_id("steer"), items, event.input, target)
+        rollout.steers.append(steer)
+        await self.sink.send(stream.steer_accepted(steer.id))
+        if rollout.waiting:  # it stopped for the client's tool outputs (STEER-5)
+            steer.notified = True
+            await self.sink.send(stream.steer_pending(steer.id, rollout.ctx.pending_calls()))
 
     async def handle_append(self, event: ResponseAppend | ResponseInject) -> None:
         """Experimental mode: commit tool outputs into a suspended rollout (APPEND-3..APPEND-6)."""

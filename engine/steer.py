@@ -11,23 +11,18 @@ queued on the rollout, which applies it itself:
   prepended to the input of the continuation that answers them (a fast-path resume).
 
 Everything else fails with ``response.steer.failed``, which returns the uncommitted input.
+This module holds the submission and its checks; ``Session.handle_steer`` finds the target.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from engine.validation import validate
 from protocol.codec import parse_input
 from protocol.errors import InvalidRequest, ProtocolError
 from protocol.events import ResponseSteer, SteerError, SteerFailed, SteerRef
 from protocol.items import InputItem, Message
-from protocol.stream import new_id
-
-if TYPE_CHECKING:
-    from engine.rollout import Rollout
-    from engine.session import Session
 
 MAX_PENDING_STEERS = 16  # queued per rollout; more is too_many_pending_steers (LIM-14)
 
@@ -59,41 +54,7 @@ def steer_items(raw: str | list[Any]) -> list[InputItem]:
     return items
 
 
-async def handle_steer(session: Session, event: ResponseSteer) -> None:
-    """Accept, queue or refuse one ``response.steer`` (STEER-1..STEER-7)."""
-    target = event.previous_response_id
-    rollout = _steerable(session, target)
-    if rollout is None:
-        await session.sink.send(_unattached(event, session.has_finished(target)))
-        return
-    stream = rollout.turn.stream
-    refused = SteerRef(previous_response_id=target, input=echo(event.input))
-    try:
-        items = steer_items(event.input)
-        validate(rollout.ctx, items, rollout.backend.supports)
-    except ProtocolError as err:
-        await session.sink.send(stream.steer_failed(refused, "invalid_input", err.message))
-        return
-    if len(rollout.steers) >= MAX_PENDING_STEERS:
-        message = f"At most {MAX_PENDING_STEERS} steering inputs can wait for one response."
-        await session.sink.send(stream.steer_failed(refused, "too_many_pending_steers", message))
-        return
-    steer = Steer(new_id("steer"), items, event.input, target)
-    rollout.steers.append(steer)
-    await session.sink.send(stream.steer_accepted(steer.id))
-    if rollout.waiting:  # it stopped for the client's tool outputs (STEER-5)
-        steer.notified = True
-        await session.sink.send(stream.steer_pending(steer.id, rollout.ctx.pending_calls()))
-
-
-def _steerable(session: Session, response_id: str) -> Rollout | None:
-    for rollout in session.rollouts.values():
-        if rollout.steerable(response_id):
-            return rollout
-    return None
-
-
-def _unattached(event: ResponseSteer, finished: bool) -> SteerFailed:
+def unattached(event: ResponseSteer, finished: bool) -> SteerFailed:
     """A target that is not live here: there is no response stream to number the event with,
     so ``sequence_number`` is 0, and it carries no ``stream_id`` (STEER-7)."""
     if finished:

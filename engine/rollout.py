@@ -421,6 +421,11 @@ class Rollout:
         return max(asyncio.get_running_loop().time() - start, 0.0)
 
     @property
+    def pending_calls(self) -> list[FunctionCall]:
+        """The calls a suspended rollout waits for, unanswered ones only (for observers)."""
+        return self.ctx.pending_calls() if self.phase is Phase.SUSPENDED else []
+
+    @property
     def waiting(self) -> bool:
         return self.phase is Phase.SUSPENDED and self._wake is not None and not self._wake.done()
 

@@ -29,6 +29,7 @@ from engine.session import Session
 from engine.store import StoredResponse, listing_form
 from protocol.errors import InvalidRequest, TooManyRequests
 from protocol.events import ErrorEvent, ServerEvent
+from protocol.items import InputItem
 from protocol.response import CreateParams, Response, ResponseErrorInfo
 from protocol.sse import frame
 from protocol.states import ResponseState
@@ -140,15 +141,17 @@ class BackgroundRun:
         status = response.status if opened else "queued"
         return msgspec.structs.replace(response, status=status, output=list(response.output))
 
-    def _admitted(self, turn: Turn) -> None:
-        """Called by the create path once the request is admitted and prepared (BG-2)."""
+    def _admitted(self, turn: Turn, context: list[InputItem]) -> None:
+        """Called by the create path once the request is admitted and prepared (BG-2). The
+        record holds the prepared context, so a run that never ends properly (BG-7, BG-8)
+        can still be continued from what it was asked."""
         self.turn = turn
         self.at_admission = self.snapshot()  # what the create answers: ``queued``
         self.engine.store.put(
             StoredResponse(
                 response=self.at_admission,
                 input_items=[listing_form(item) for item in turn.input_items],
-                context=[],
+                context=list(context),
             )
         )
         if not self._admission.done():

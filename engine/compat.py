@@ -44,7 +44,7 @@ class Connection(Protocol):
     append_targets: dict[str, Rollout]
     finished_appends: deque[str]
     finished: deque[str]  # recent terminal ids (steer errors, STEER-7)
-    on_admitted: Callable[[Turn], None] | None  # background runs (BG-2)
+    on_admitted: Callable[[Turn, list[InputItem]], None] | None  # background runs (BG-2)
 
     def resolve(self, model: str) -> Backend: ...
 
@@ -191,7 +191,7 @@ async def run_create(
             job.turn.log.add_time("queue", picked_up - arrived)
         rollout, started = _start_or_resume(session, lane, job)
         if session.on_admitted is not None:
-            session.on_admitted(job.turn)
+            session.on_admitted(job.turn, rollout.ctx.items)
     except Exception:
         if params.previous_response_id is not None:
             # A failed continuation evicts its parent from this lane (CACHE-3); a failed fork

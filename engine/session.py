@@ -42,7 +42,7 @@ from protocol.events import (
     ResponseSteer,
     SteerRef,
 )
-from protocol.items import FunctionCallOutput
+from protocol.items import FunctionCallOutput, InputItem
 from protocol.response import CreateParams
 from protocol.stream import new_id
 
@@ -75,7 +75,7 @@ class Session:
         self.draining = False  # server shutdown began: no new creates (LIM-13)
         self.expired = False  # connection age limit reached: close after the error (LIM-11)
         # Told when a create is admitted and prepared, before it samples (background, BG-2).
-        self.on_admitted: Callable[[Turn], None] | None = None
+        self.on_admitted: Callable[[Turn, list[InputItem]], None] | None = None
 
     # ------------------------------------------------------------------ routing (once per model)
     def resolve(self, model: str) -> Backend:

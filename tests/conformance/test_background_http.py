@@ -199,8 +199,11 @@ async def test_continuing_an_unfinished_background_response_is_refused(
 ) -> None:
     """BG-7: a background response can be continued once it has finished."""
     gate = asyncio.Event()
-    _, client = await scripted([[TextDelta("a"), gate], [TextDelta("b")]])
+    live, client = await scripted([[TextDelta("a"), gate], [TextDelta("b")]])
     created = await client.responses.create(model="m", input="hi", background=True)
+    admitted = live.engine.store.get(created.id)  # written at admission, with its context
+    assert admitted is not None and admitted.response.status == "queued"
+    assert [type(item).__name__ for item in admitted.context] == ["Message"]
     with pytest.raises(openai.BadRequestError) as refused:
         await client.responses.create(model="m", input="more", previous_response_id=created.id)
     assert refused.value.code == "previous_response_in_progress"

@@ -89,6 +89,7 @@ class HttpProtocolMachine(RuleBasedStateMachine):
         self.store: dict[str, Stored] = {}
         self.deleted: list[str] = []
         self.unstored: list[str] = []  # store=false responses: never found over HTTP
+        self.background_ids: set[str] = set()  # finished background responses (BG-6)
         self.broken = False
 
     # ================================================================== I/O
@@ -360,12 +361,14 @@ class HttpProtocolMachine(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def stored_cancel(self, data: st.DataObject) -> None:
-        """HTTP-6, BG-6: cancel is 404 for unknown ids, and response_not_cancellable for a
-        response that did not run in the background (this machine makes none)."""
+        """HTTP-6, BG-6: cancel is 404 for unknown ids, response_not_cancellable for a response
+        that did not run in the background, and the stored response for a finished one."""
         self.tally["rule cancel"] += 1
         rid = self._any_id(data)
         reply = self._request("POST", f"/v1/responses/{rid}/cancel")
-        if rid in self.store:
+        if rid in self.background_ids and rid in self.store:  # finished: unchanged (BG-6)
+            assert reply.status == 200 and reply.json()["status"] in ("completed", "incomplete")
+        elif rid in self.store:
             self._error(reply, 400, "response_not_cancellable", None)
         else:
             self._error(reply, 404, "response_not_found", None)
@@ -479,6 +482,69 @@ class HttpProtocolMachine(RuleBasedStateMachine):
             self._error(reply, 400, "websocket_upgrade_required", None)
 
     # ================================================================== teardown
+    # ================================================================== rules: background (BG-*)
+    @rule(
+        data=st.data(),
+        text=user_texts,
+        tools=st.lists(st.sampled_from(TOOL_NAMES), unique=True, max_size=3),
+        then=st.sampled_from(["poll", "stream", "resume", "cancel", "create_streaming"]),
+    )
+    def background(self, data: st.DataObject, text: str, tools: list[str], then: str) -> None:
+        """A background response (BG-1..BG-6): answered at once ``queued``, then polled,
+        streamed from the start, resumed from any sequence number (the replay is exactly the
+        tail), or cancelled (racing its end: ``cancelled`` or finished, never in_progress)."""
+        self.tally["rule background"] += 1
+        self.tally[f"background {then}"] += 1
+        body = self._body(data, [message(text, "easy")], tools, then == "create_streaming")
+        body["store"] = True  # BG-1; without it: the continue_response variant
+        body["background"] = True
+        reply = self._request("POST", "/v1/responses", body)
+        assert reply.status == 200, (reply.status, reply.text[:300])
+        if then == "create_streaming":
+            final = self._sse(reply)
+        else:
+            created = reply.json()
+            assert created["status"] == "queued" and created["background"] is True, created
+            assert created["output"] == [] and created["usage"] is None
+            final = self._background_follow(data, created["id"], then)
+        assert final["background"] is True
+        self.tally[f"background ended {final['status']}"] += 1
+        if final["status"] == "cancelled":
+            assert final["usage"] is not None, "BG-6: a cancelled run reports its usage"
+            return
+        self._check_result(body, final)
+        record = self.env.live.engine.store.get(final["id"])
+        assert record is not None and record.response.status == final["status"], "BG-7"
+        self.store[final["id"]] = Stored(final["id"], _unanswered(record.context), 1)
+        self.background_ids.add(final["id"])
+
+    def _background_follow(self, data: st.DataObject, rid: str, then: str) -> dict[str, Any]:
+        path = f"/v1/responses/{rid}"
+        if then == "cancel":
+            reply = self._request("POST", f"{path}/cancel")
+            assert reply.status == 200, reply.text[:300]
+            cancelled: dict[str, Any] = reply.json()
+            assert cancelled["status"] in ("cancelled", "completed", "incomplete"), cancelled
+            assert self._request("GET", path).json()["status"] == cancelled["status"]
+            return cancelled
+        if then == "poll":
+            for _ in range(500):  # each request lets the run advance (BG-3)
+                polled: dict[str, Any] = self._request("GET", path).json()
+                assert polled["status"] in ("queued", "in_progress", "completed", "incomplete")
+                if polled["status"] not in ("queued", "in_progress"):
+                    return polled
+            raise AssertionError(f"background response {rid} never finished")
+        full = self._request("GET", f"{path}?stream=true")
+        final = self._sse(full)  # BG-4: the whole run, from sequence number 0
+        if then == "resume":  # BG-5: a replay after N is exactly the tail after N
+            blocks = full.text[:-2].split("\n\n")
+            after = data.draw(st.integers(-1, len(blocks)), label="starting_after")
+            tail = self._request("GET", f"{path}?stream=true&starting_after={after}")
+            assert tail.status == 200, tail.text[:300]
+            expected = blocks[after + 1 :]
+            assert (tail.text[:-2].split("\n\n") if tail.text else []) == expected
+        return final
+
     def teardown(self) -> None:
         try:
             if not self.broken:

@@ -41,6 +41,7 @@ log = logging.getLogger("rollout.background")
 
 UNFINISHED = ("queued", "in_progress")
 ORPHANED = "The server that ran this background response stopped before it finished."
+NOT_GENERATED = "The model failed to generate a response."
 KEEP_FINISHED_LOGS = 64  # finished runs whose event logs stay replayable (BG-5)
 
 
@@ -174,13 +175,15 @@ class BackgroundRun:
         if self.turn is None or self.response.status not in UNFINISHED:
             return
         response = self.response
-        message = self.log.error.error.message if self.log.error is not None else ORPHANED
+        error = self.log.error
+        message = error.error.message if error is not None else NOT_GENERATED
         response.status = "failed"
         response.error = ResponseErrorInfo(code="server_error", message=message)
         response.completed_at = int(time.time())
         record = self.engine.store.get(response.id)
         if record is not None:
-            self.engine.store.put(dataclasses.replace(record, response=self.snapshot()))
+            settled = msgspec.structs.replace(response, output=list(response.output))
+            self.engine.store.put(dataclasses.replace(record, response=settled))
 
     async def admitted(self) -> None:
         """Wait until the create is admitted, or rejected (then ``turn`` stays None and

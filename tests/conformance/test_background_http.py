@@ -19,6 +19,7 @@ from engine.core import EngineConfig
 from engine.models.base import TextDelta
 from engine.models.router import Router
 from engine.models.scripted import ScriptedModel, Step
+from engine.models.upstream import UpstreamError
 from engine.server.config import ServerConfig
 from engine.store import StoredResponse
 from protocol.response import Response
@@ -277,3 +278,16 @@ async def test_delete_cancels_a_running_background_response(
     assert live.engine.store.get(created.id) is None
     with pytest.raises(openai.NotFoundError):
         await client.responses.retrieve(created.id)
+
+
+async def test_a_refused_run_is_stored_failed(scripted: Callable[..., Any]) -> None:
+    """BG-7: a backend refusal (MODEL-5) after the create was answered leaves no response
+    events; the stored response ends ``failed`` with the refusal's message, never queued."""
+    refusal = UpstreamError("The upstream refused the request.", 400)
+    _, client = await scripted([[refusal]])
+    created = await client.responses.create(model="m", input="hi", background=True)
+    stream = await client.responses.retrieve(created.id, stream=True)
+    assert [event async for event in stream] == []  # the run ended without a response event
+    failed = await client.responses.retrieve(created.id)
+    assert failed.status == "failed" and failed.error is not None
+    assert failed.error.code == "server_error" and "refused" in failed.error.message

@@ -57,7 +57,7 @@ def settings_from(params: CreateParams, model: str) -> Settings:
     return Settings(
         model=model,
         instructions=params.instructions,
-        tools=params.tools,
+        tools=params.toolset,
         tool_choice=params.tool_choice,
         parallel_tool_calls=params.parallel_tool_calls,
         max_output_tokens=params.max_output_tokens,

@@ -12,8 +12,8 @@ import numpy as np
 
 from engine.safety import Finding
 from engine.tokens import TokenArray, TokenBuffer
-from protocol.items import FunctionCall, InputItem
-from protocol.response import Tool
+from protocol.items import InputItem, ToolCall
+from protocol.tools import Toolset
 
 
 @dataclass
@@ -22,12 +22,12 @@ class Context:
 
     items: list[InputItem] = field(default_factory=list)
     tokens: TokenBuffer = field(default_factory=TokenBuffer)
-    calls: dict[str, FunctionCall] = field(default_factory=dict)
+    calls: dict[str, ToolCall] = field(default_factory=dict)
     answered: set[str] = field(default_factory=set)
-    unanswered: dict[str, FunctionCall] = field(default_factory=dict)  # calls awaiting output
+    unanswered: dict[str, ToolCall] = field(default_factory=dict)  # calls awaiting output
     by_id: dict[str, InputItem] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
-    header_key: tuple[str | None, tuple[Tool, ...]] | None = None
+    header_key: tuple[str | None, Toolset] | None = None
     header: TokenArray = field(default_factory=lambda: np.empty(0, dtype=np.int32))
 
     @property
@@ -48,5 +48,5 @@ class Context:
             header=self.header,
         )
 
-    def pending_calls(self) -> list[FunctionCall]:
+    def pending_calls(self) -> list[ToolCall]:
         return list(self.unanswered.values())

@@ -20,20 +20,27 @@ import numpy as np
 from engine.context import Context
 from engine.render import render_header, render_item
 from engine.safety import Finding, redact, scan_text
-from engine.validation import resolve_references, validate, validate_tools
+from engine.validation import (
+    resolve_references,
+    validate,
+    validate_tool_choice,
+    validate_tools,
+)
 from protocol.items import (
     ContentPart,
+    CustomToolCall,
     FunctionCall,
-    FunctionCallOutput,
     InputItem,
     InputText,
     Message,
     OutputText,
     Reasoning,
     Refusal,
+    ToolCall,
+    ToolOutput,
     item_texts,
 )
-from protocol.response import Tool
+from protocol.tools import ToolChoice, Toolset
 
 FULL = "full"
 INCREMENTAL = "incremental"
@@ -92,10 +99,12 @@ def redact_item(item: InputItem) -> InputItem:
     """The item as the model may read it under the ``redact`` policy (SAFE-3)."""
     if isinstance(item, Message):
         return msgspec.structs.replace(item, content=_redact_content(item.content))
-    if isinstance(item, FunctionCallOutput):
+    if isinstance(item, ToolOutput):
         return msgspec.structs.replace(item, output=_redact_content(item.output))
     if isinstance(item, FunctionCall):
         return msgspec.structs.replace(item, arguments=redact(item.arguments))
+    if isinstance(item, CustomToolCall):
+        return msgspec.structs.replace(item, input=redact(item.input))
     if isinstance(item, Reasoning):
         summary = [msgspec.structs.replace(s, text=redact(s.text)) for s in item.summary]
         return msgspec.structs.replace(item, summary=summary)
@@ -180,11 +189,19 @@ class Pipeline:
         dirty = {f.item_index - base for f in found if f.kind != "prompt_injection"}
         return [redact_item(item) if n in dirty else item for n, item in enumerate(items)]
 
-    def render_header(self, ctx: Context, instructions: str | None, tools: list[Tool]) -> int:
+    def render_header(
+        self,
+        ctx: Context,
+        instructions: str | None,
+        tools: Toolset,
+        choice: ToolChoice = "auto",
+        runs_hosted: bool = False,
+    ) -> int:
         """(Re-)render the instructions/tools header only when it changed (PIPE-4).
 
         Returns the number of tokens rendered (0 when the cached header was reused)."""
-        key = (instructions, tuple(tools))
+        validate_tool_choice(tools, choice, runs_hosted)
+        key = (instructions, tools)
         if ctx.header_key == key:
             return 0
         t = time.perf_counter()
@@ -216,11 +233,11 @@ class Pipeline:
             item_id = getattr(item, "id", None)
             if item_id:
                 ctx.by_id[item_id] = item
-            if isinstance(item, FunctionCall):
+            if isinstance(item, ToolCall):
                 ctx.calls[item.call_id] = item
                 if item.call_id not in ctx.answered:
                     ctx.unanswered[item.call_id] = item
-            elif isinstance(item, FunctionCallOutput):
+            elif isinstance(item, ToolOutput):
                 ctx.answered.add(item.call_id)
                 ctx.unanswered.pop(item.call_id, None)
         ctx.findings.extend(findings)

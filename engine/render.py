@@ -7,17 +7,22 @@ import hashlib
 
 from engine.tokens import encode
 from protocol.items import (
+    Compaction,
     ContentPart,
+    CustomToolCall,
+    CustomToolCallOutput,
     FunctionCall,
     FunctionCallOutput,
     InputFile,
     InputImage,
     InputItem,
     Message,
+    OpaqueItem,
     Reasoning,
+    opaque_text,
     text_of,
 )
-from protocol.response import Tool
+from protocol.tools import CallableTool, Toolset
 
 IMAGE_TOKENS = 85  # flat per-image budget, like a low-detail image
 
@@ -33,18 +38,30 @@ def _placeholder(part: ContentPart) -> str | None:
     return None
 
 
+def _target(name: str, namespace: str | None) -> str:
+    return f"{namespace}.{name}" if namespace else name
+
+
 def item_text(item: InputItem) -> str:
-    """The template text of one item."""
+    """The template text of one item. Every item type renders to something (ITEM-7)."""
     if isinstance(item, Message):
         return f"<|im_start|>{item.role}\n{text_of(item.content, _placeholder)}<|im_end|>\n"
     if isinstance(item, FunctionCall):
-        return f"<|im_start|>assistant to={item.name}\n{item.arguments}<|im_end|>\n"
-    if isinstance(item, FunctionCallOutput):
+        target = _target(item.name, item.namespace)
+        return f"<|im_start|>assistant to={target}\n{item.arguments}<|im_end|>\n"
+    if isinstance(item, CustomToolCall):
+        target = _target(item.name, item.namespace)
+        return f"<|im_start|>assistant to={target} custom\n{item.input}<|im_end|>\n"
+    if isinstance(item, FunctionCallOutput | CustomToolCallOutput):
         body = text_of(item.output, _placeholder)
         return f"<|im_start|>tool {item.call_id}\n{body}<|im_end|>\n"
     if isinstance(item, Reasoning):
         summary = "\n".join(s.text for s in item.summary)
         return f"<|im_start|>reasoning\n{summary}<|im_end|>\n"
+    if isinstance(item, Compaction):  # opaque to us: the model sees that context was compacted
+        return f"<|im_start|>compaction\n{len(item.encrypted_content)} bytes<|im_end|>\n"
+    if isinstance(item, OpaqueItem):
+        return f"<|im_start|>{item.type}\n{opaque_text(item)}<|im_end|>\n"
     # Item references are resolved before rendering (ITEM-4), so none reaches this point.
     raise TypeError(f"unrenderable item {type(item).__name__}")
 
@@ -53,15 +70,23 @@ def render_item(item: InputItem) -> list[int]:
     return encode(item_text(item))
 
 
-def header_text(instructions: str | None, tools: list[Tool]) -> str:
+def _tool_def(tool: CallableTool) -> str:
+    target = _target(tool.name, tool.namespace)
+    if tool.custom:
+        spec = getattr(tool.spec, "format", None) or {"type": "text"}
+        return f"<|im_start|>tool_def {target} custom\n{tool.description or ''}\n{spec}\n"
+    params = tool.parameters or {}
+    return f"<|im_start|>tool_def {target}\n{tool.description or ''}\n{params}\n"
+
+
+def header_text(instructions: str | None, tools: Toolset) -> str:
     lines = []
     if instructions:
         lines.append(f"<|im_start|>system\n{instructions}<|im_end|>\n")
-    for tool in tools:
-        params = tool.parameters or {}
-        lines.append(f"<|im_start|>tool_def {tool.name}\n{tool.description or ''}\n{params}\n")
+    lines.extend(_tool_def(tool) for tool in tools.callables)
+    lines.extend(f"<|im_start|>tool_def {kind} hosted\n" for kind in sorted(tools.hosted))
     return "".join(lines)
 
 
-def render_header(instructions: str | None, tools: list[Tool]) -> list[int]:
+def render_header(instructions: str | None, tools: Toolset) -> list[int]:
     return encode(header_text(instructions, tools))

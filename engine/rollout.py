@@ -30,6 +30,7 @@ from engine.context import Context
 from engine.core import Engine
 from engine.history import TurnHistory, TurnRecord
 from engine.models.base import (
+    HOSTED_TOOLS,
     ArgsDelta,
     Backend,
     BackendError,
@@ -47,10 +48,10 @@ from engine.store import StoredResponse, listing_form
 from protocol import events as ev
 from protocol.codec import error_event
 from protocol.errors import InvalidRequest, ProtocolError
-from protocol.items import FunctionCall, FunctionCallOutput, InputItem
-from protocol.response import Tool, ToolChoice
+from protocol.items import InputItem, ToolCall, ToolOutput
 from protocol.states import TERMINAL_STATES, IllegalTransition, ResponseState
 from protocol.stream import ResponseStream, new_id
+from protocol.tools import ToolChoice, Toolset
 
 log = logging.getLogger("rollout.rollout")
 
@@ -83,7 +84,7 @@ class Settings:
 
     model: str
     instructions: str | None
-    tools: list[Tool]
+    tools: Toolset
     tool_choice: ToolChoice
     parallel_tool_calls: bool
     max_output_tokens: int | None
@@ -136,7 +137,7 @@ class Rollout:
         self.pipeline.log = turn.log
         self._reported_runs: Counter[str] = Counter()  # stage runs already in a ledger record
         self.phase = Phase.RUNNING
-        self.pending: list[FunctionCall] = []
+        self.pending: list[ToolCall] = []
         self.response_ids: list[str] = [turn.stream.id]
         self.resume_tokens: list[int] = []  # tokens rendered by each incremental offer
         self._wake: asyncio.Future[Turn | None] | None = None
@@ -162,9 +163,7 @@ class Rollout:
 
         ``history`` (a stored conversation) is processed first, so error ``param`` paths still
         index the request's own ``input``."""
-        self._fresh_tokens += self.pipeline.render_header(
-            self.ctx, self.settings.instructions, self.settings.tools
-        )
+        self._fresh_tokens += self._render_header(self.settings)
         if history:
             self._fresh_tokens += self.pipeline.apply(
                 self.ctx, history, path=path, supports=self.backend.supports, param="history"
@@ -176,6 +175,13 @@ class Rollout:
         if missing:
             raise _missing_output(missing[0].call_id)
 
+    def _render_header(self, s: Settings) -> int:
+        """Instructions and tools; a forced hosted tool needs a backend that runs it (TOOL-5)."""
+        runs_hosted = HOSTED_TOOLS in self.backend.supports
+        return self.pipeline.render_header(
+            self.ctx, s.instructions, s.tools, s.tool_choice, runs_hosted
+        )
+
     async def warm(self) -> None:
         """``generate: false``: state is prepared and the response completes with no output."""
         turn = self.turn
@@ -186,7 +192,7 @@ class Rollout:
 
     def _require_outputs_for_pending(self, items: list[InputItem]) -> None:
         """Every function call must be answered before the model samples again (VAL-5)."""
-        answered = {i.call_id for i in items if isinstance(i, FunctionCallOutput)}
+        answered = {i.call_id for i in items if isinstance(i, ToolOutput)}
         for call in self.ctx.pending_calls():
             if call.call_id not in answered:
                 raise _missing_output(call.call_id)
@@ -251,14 +257,14 @@ class Rollout:
             await turn.sink.send(turn.stream.in_progress())
 
     # ================================================================== sampling
-    async def _sample(self, turn: Turn) -> tuple[list[FunctionCall], SampleEnd]:
+    async def _sample(self, turn: Turn) -> tuple[list[ToolCall], SampleEnd]:
         started, output_before = time.time(), turn.tally.output_tokens
         prompt, cached = self._count_prompt(turn)
         turn.tally.samples += 1
         self._totals.samples += 1
         stream, send = turn.stream, turn.sink.send
         first_new = len(stream.output)
-        calls: list[FunctionCall] = []
+        calls: list[ToolCall] = []
         reason: SampleEnd = "stop"
         produced = 0  # deltas of this step, billed if steering cuts it short
         request = self._sample_request()
@@ -292,7 +298,11 @@ class Rollout:
                     await send(stream.arguments_delta(delta.text))
                 elif isinstance(delta, CallStart):
                     await self._close_message(turn, "completed")
-                    await send(stream.add_function_call(delta.name, delta.call_id))
+                    await send(
+                        stream.add_function_call(
+                            delta.name, delta.call_id, delta.namespace, delta.custom
+                        )
+                    )
                 elif isinstance(delta, CallEnd):
                     call, events = stream.finish_function_call()
                     calls.append(call)
@@ -320,7 +330,7 @@ class Rollout:
         rendered: int,
         prompt: int,
         output_before: int,
-        calls: list[FunctionCall],
+        calls: list[ToolCall],
         reason: SampleEnd,
         clock: _ModelClock,
     ) -> None:
@@ -376,7 +386,7 @@ class Rollout:
         self.pipeline.apply(self.ctx, list(items), path=OUTPUT, supports=frozenset({"text"}))
 
     # ================================================================== suspend / resume
-    async def _suspend(self, turn: Turn, calls: list[FunctionCall]) -> Turn | None:
+    async def _suspend(self, turn: Turn, calls: list[ToolCall]) -> Turn | None:
         """Wait for tool outputs. Returns the turn to continue in, or None when retired."""
         self.pending = calls
         self.ctx.tokens.compact()  # it may wait a long time: hold only what it uses
@@ -421,7 +431,7 @@ class Rollout:
         return max(asyncio.get_running_loop().time() - start, 0.0)
 
     @property
-    def pending_calls(self) -> list[FunctionCall]:
+    def pending_calls(self) -> list[ToolCall]:
         """The calls a suspended rollout waits for, unanswered ones only (for observers)."""
         return self.ctx.pending_calls() if self.phase is Phase.SUSPENDED else []
 
@@ -449,9 +459,7 @@ class Rollout:
     def resume(self, turn: Turn, settings: Settings | None = None) -> None:
         """Wake the coroutine: in the same response (append) or in a new one (standard)."""
         if settings is not None:
-            self._fresh_tokens += self.pipeline.render_header(
-                self.ctx, settings.instructions, settings.tools
-            )
+            self._fresh_tokens += self._render_header(settings)
             self.settings = settings
         if turn is not self.turn:
             self.response_ids.append(turn.stream.id)

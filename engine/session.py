@@ -42,7 +42,7 @@ from protocol.events import (
     ResponseSteer,
     SteerRef,
 )
-from protocol.items import FunctionCallOutput, InputItem
+from protocol.items import InputItem, ToolOutput
 from protocol.response import CreateParams
 from protocol.stream import new_id
 
@@ -220,10 +220,11 @@ class Session:
             raise _unknown_append_target(event.response_id, finished)
         items = parse_input(event.input)
         for index, item in enumerate(items):
-            if not isinstance(item, FunctionCallOutput):
+            if not isinstance(item, ToolOutput):
                 raise InvalidRequest(
                     "invalid_append_input",
-                    "Only function_call_output items can be appended to a response.",
+                    "Only function_call_output and custom_tool_call_output items can be appended"
+                    " to a response.",
                     f"input[{index}].type",
                 )
         complete = rollout.offer(items)  # raises without any change if not acceptable

@@ -13,6 +13,8 @@ from typing import Protocol
 import msgspec
 
 from protocol.items import (
+    CustomToolCall,
+    CustomToolCallOutput,
     FunctionCall,
     FunctionCallOutput,
     InputItem,
@@ -79,4 +81,8 @@ def listing_form(item: InputItem) -> InputItem:
         return msgspec.structs.replace(
             item, id=item.id or new_id("fco"), status=item.status or "completed"
         )
+    if isinstance(item, CustomToolCall):
+        return msgspec.structs.replace(item, id=item.id or new_id("ctc"))
+    if isinstance(item, CustomToolCallOutput):
+        return msgspec.structs.replace(item, id=item.id or new_id("ctco"))
     return item

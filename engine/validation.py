@@ -1,4 +1,4 @@
-"""Semantic validation the schema cannot express (SPEC: VAL-1..VAL-6, ITEM-4)."""
+"""Semantic validation the schema cannot express (SPEC: VAL-1..VAL-6, ITEM-4, TOOL-5)."""
 
 from __future__ import annotations
 
@@ -7,15 +7,22 @@ import re
 from engine.context import Context
 from protocol.errors import InvalidRequest
 from protocol.items import (
-    FunctionCall,
-    FunctionCallOutput,
     InputFile,
     InputImage,
     InputItem,
     ItemReference,
     Message,
+    ToolCall,
+    ToolOutput,
 )
-from protocol.response import Tool
+from protocol.tools import (
+    CustomTool,
+    FunctionTool,
+    NamespaceTool,
+    ToolChoice,
+    Toolset,
+    forced_hosted,
+)
 
 
 def resolve_references(ctx: Context, items: list[InputItem], param: str) -> list[InputItem]:
@@ -48,9 +55,9 @@ def validate(
     answered: set[str] = set()
     for index, item in enumerate(items):
         where = f"{param}[{index}]"
-        if isinstance(item, FunctionCall):
+        if isinstance(item, ToolCall):
             calls.add(item.call_id)
-        elif isinstance(item, FunctionCallOutput):
+        elif isinstance(item, ToolOutput):
             if item.call_id not in calls and item.call_id not in ctx.calls:
                 raise InvalidRequest(
                     "unknown_call_id",
@@ -94,30 +101,64 @@ _SCHEMA_TYPES = frozenset({"object", "string", "number", "integer", "boolean", "
 MAX_SCHEMA_DEPTH = 32
 
 
-def validate_tools(tools: list[Tool]) -> None:
-    """Tool definitions are well formed (VAL-6): unique names, JSON Schema objects."""
-    seen: set[str] = set()
-    for index, tool in enumerate(tools):
+def validate_tools(tools: Toolset) -> None:
+    """Callable tool definitions are well formed (VAL-6, TOOL-2): valid names, unique within
+    their namespace, JSON Schema objects. Hosted tools are the upstream's to check (TOOL-4)."""
+    seen: set[tuple[str | None, str]] = set()
+    for index, spec in enumerate(tools.specs):
         where = f"tools[{index}]"
-        if not _TOOL_NAME.fullmatch(tool.name):
+        if isinstance(spec, NamespaceTool):
+            _check_name(spec.name, None, seen, where)
+            for inner, tool in enumerate(spec.tools):
+                _check_callable(tool, spec.name, seen, f"{where}.tools[{inner}]")
+        elif isinstance(spec, FunctionTool | CustomTool):
+            _check_callable(spec, None, seen, where)
+
+
+def _check_callable(
+    tool: FunctionTool | CustomTool,
+    namespace: str | None,
+    seen: set[tuple[str | None, str]],
+    where: str,
+) -> None:
+    _check_name(tool.name, namespace, seen, where)
+    if isinstance(tool, FunctionTool) and tool.parameters is not None:
+        if tool.parameters.get("type", "object") != "object":
             raise InvalidRequest(
                 "invalid_value",
-                "Tool names must be 1-64 characters of letters, digits, '_' or '-'.",
-                f"{where}.name",
+                "Function parameters must be a JSON Schema of type 'object'.",
+                f"{where}.parameters.type",
             )
-        if tool.name in seen:
-            raise InvalidRequest(
-                "duplicate_tool_name", f"Duplicate tool name '{tool.name}'.", f"{where}.name"
-            )
-        seen.add(tool.name)
-        if tool.parameters is not None:
-            if tool.parameters.get("type", "object") != "object":
-                raise InvalidRequest(
-                    "invalid_value",
-                    "Function parameters must be a JSON Schema of type 'object'.",
-                    f"{where}.parameters.type",
-                )
-            check_schema(tool.parameters, f"{where}.parameters", 0)
+        check_schema(tool.parameters, f"{where}.parameters", 0)
+
+
+def _check_name(
+    name: str, namespace: str | None, seen: set[tuple[str | None, str]], where: str
+) -> None:
+    if not _TOOL_NAME.fullmatch(name):
+        raise InvalidRequest(
+            "invalid_value",
+            "Tool names must be 1-64 characters of letters, digits, '_' or '-'.",
+            f"{where}.name",
+        )
+    if (namespace, name) in seen:
+        raise InvalidRequest(
+            "duplicate_tool_name", f"Duplicate tool name '{name}'.", f"{where}.name"
+        )
+    seen.add((namespace, name))
+
+
+def validate_tool_choice(tools: Toolset, choice: ToolChoice, runs_hosted: bool) -> None:
+    """A ``tool_choice`` that forces a hosted tool needs a backend that runs hosted tools
+    (TOOL-5)."""
+    hosted = forced_hosted(choice)
+    if hosted is not None and not runs_hosted:
+        raise InvalidRequest(
+            "unsupported_tool_choice",
+            f"The selected model cannot run the hosted tool '{hosted}'; "
+            "only a Responses upstream can.",
+            "tool_choice.type",
+        )
 
 
 def check_schema(schema: object, where: str, depth: int) -> None:

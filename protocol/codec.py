@@ -13,10 +13,31 @@ import msgspec
 
 from protocol.errors import InvalidRequest, ProtocolError
 from protocol.events import CLIENT_EVENT_TYPES, ClientEvent, ErrorBody, ErrorEvent
-from protocol.items import InputItem, Message
+from protocol.items import (
+    OPAQUE_ITEMS,
+    InputItem,
+    Message,
+    OpaqueItem,
+    TypedItem,
+)
 from protocol.response import CreateParams
+from protocol.tools import (
+    CALLABLE_TOOL_TYPES,
+    HOSTED_TOOL_REQUIRED,
+    CallableSpec,
+    Toolset,
+    toolset_of,
+)
 
-_ENCODER = msgspec.json.Encoder()
+
+def _enc_hook(obj: Any) -> Any:
+    """Opaque input items encode as the object the client sent (ITEM-7)."""
+    if isinstance(obj, OpaqueItem):
+        return obj.data
+    raise NotImplementedError(f"cannot encode {type(obj).__name__}")
+
+
+_ENCODER = msgspec.json.Encoder(enc_hook=_enc_hook)
 _CLIENT_EVENT_DECODER = msgspec.json.Decoder(ClientEvent)
 _CREATE_BODY_DECODER = msgspec.json.Decoder(CreateParams)
 _PATH = re.compile(r" - at `\$(?P<path>[^`]*)`$")
@@ -101,19 +122,22 @@ def _unknown_type(raw: Any) -> InvalidRequest | None:
 def decode_client_event(frame: bytes | str) -> ClientEvent:
     """Decode one WebSocket text frame into a typed client event."""
     try:
-        return _CLIENT_EVENT_DECODER.decode(frame)
+        event = _CLIENT_EVENT_DECODER.decode(frame)
     except msgspec.ValidationError as exc:
         raise _unknown_type(_plain_json(frame)) or validation_error(exc) from None
     except msgspec.DecodeError:
         raise _NOT_JSON from None
     except RecursionError:  # msgspec's own depth guard (CODEC-2)
         raise _TOO_DEEP from None
+    if isinstance(event, CreateParams):
+        _ = event.toolset  # tools are checked when the request is decoded (TOOL-1)
+    return event
 
 
 def decode_create_body(body: bytes) -> CreateParams:
     """Decode an HTTP ``POST /v1/responses`` body."""
     try:
-        return _CREATE_BODY_DECODER.decode(body)
+        params = _CREATE_BODY_DECODER.decode(body)
     except msgspec.ValidationError as exc:
         _plain_json(body)
         raise validation_error(exc) from None
@@ -121,6 +145,56 @@ def decode_create_body(body: bytes) -> CreateParams:
         raise _NOT_JSON from None
     except RecursionError:
         raise _TOO_DEEP from None
+    _ = params.toolset
+    return params
+
+
+_CALLABLE_SPEC = msgspec.json.Decoder(CallableSpec)
+
+
+def parse_tools(raw: list[msgspec.Raw]) -> Toolset:
+    """Typed views of a request's tools (TOOL-1): every type of the SDK's ``Tool`` union is
+    accepted; callable tools are decoded, hosted ones checked for the fields the SDK requires.
+    Errors name the JSON path (``tools[2].type``) as CODEC-3 does."""
+    specs: list[CallableSpec | str] = []
+    for index, tool in enumerate(raw):
+        where = f"tools[{index}]"
+        head = _plain_json(tool)
+        if not isinstance(head, dict):
+            raise InvalidRequest(
+                "invalid_type", f"Invalid type for '{where}': expected object.", where
+            )
+        kind = head.get("type")
+        if kind is None:
+            raise _missing(f"{where}.type")
+        if kind in CALLABLE_TOOL_TYPES:
+            try:
+                specs.append(_CALLABLE_SPEC.decode(tool))
+            except msgspec.ValidationError as exc:
+                raise validation_error(exc, where) from None
+        elif isinstance(kind, str) and kind in HOSTED_TOOL_REQUIRED:
+            _require(head, HOSTED_TOOL_REQUIRED[kind], where)
+            specs.append(kind)
+        else:
+            raise _bad_type(kind, f"{where}.type")
+    return toolset_of(raw, specs)
+
+
+def _missing(param: str) -> InvalidRequest:
+    return InvalidRequest(
+        "missing_required_parameter", f"Missing required parameter: '{param}'.", param
+    )
+
+
+def _bad_type(kind: object, param: str) -> InvalidRequest:
+    shown = repr(kind)[:64] if isinstance(kind, str) else str(kind)[:64]
+    return InvalidRequest("invalid_value", f"Invalid value for '{param}': {shown}.", param)
+
+
+def _require(obj: dict[str, Any], fields: tuple[str, ...], where: str) -> None:
+    for name in fields:
+        if name not in obj:
+            raise _missing(f"{where}.{name}")
 
 
 def parse_input(raw: str | list[Any], param: str = "input") -> list[InputItem]:
@@ -136,13 +210,27 @@ def parse_input(raw: str | list[Any], param: str = "input") -> list[InputItem]:
         where = f"{param}[{index}]"
         if isinstance(entry, dict) and "type" not in entry and "role" in entry:
             entry = {**entry, "type": "message"}
+        if isinstance(entry, dict) and entry.get("type") in OPAQUE_ITEMS:
+            items.append(_opaque(entry, where))
+            continue
         try:
-            items.append(msgspec.convert(entry, InputItem))
+            items.append(msgspec.convert(entry, TypedItem))
         except msgspec.ValidationError as exc:
             raise validation_error(exc, where) from None
         except RecursionError:
             raise _TOO_DEEP from None
     return items
+
+
+def _opaque(entry: dict[str, Any], where: str) -> OpaqueItem:
+    """An item carried as sent (ITEM-7), once the fields the SDK requires are known present."""
+    _require(entry, OPAQUE_ITEMS[entry["type"]], where)
+    ident = entry.get("id")
+    if ident is not None and not isinstance(ident, str):
+        raise InvalidRequest(
+            "invalid_type", f"Invalid type for '{where}.id': expected str.", f"{where}.id"
+        )
+    return OpaqueItem(entry)
 
 
 def error_event(

@@ -125,9 +125,22 @@ class FunctionCallArgumentsDone(_Event, tag="response.function_call_arguments.do
     name: str
 
 
-class PendingCall(msgspec.Struct):
+class CustomToolCallInputDelta(_Event, tag="response.custom_tool_call_input.delta"):
+    item_id: str
+    output_index: int
+    delta: str
+
+
+class CustomToolCallInputDone(_Event, tag="response.custom_tool_call_input.done"):
+    item_id: str
+    output_index: int
+    input: str
+
+
+class PendingCall(msgspec.Struct, omit_defaults=True):
     call_id: str
     name: str
+    namespace: str | None = None
 
 
 class ResponseDone(_Event, tag="response.done"):
@@ -227,6 +240,8 @@ ServerEvent = (
     | OutputTextDone
     | FunctionCallArgumentsDelta
     | FunctionCallArgumentsDone
+    | CustomToolCallInputDelta
+    | CustomToolCallInputDone
     | ResponseDone
     | InjectCreated
     | InjectFailed

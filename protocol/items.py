@@ -1,8 +1,13 @@
-"""Input and output items and their content parts (SPEC: ITEM-1..ITEM-6).
+"""Input and output items and their content parts (SPEC: ITEM-1..ITEM-9).
 
 The same structs serve as input (what clients send, including replayed output) and output (what
 the model produced). Optional fields default to ``None`` and are omitted on the wire when unset,
 so a replayed item is echoed the way the client sent it.
+
+Items the engine reads are typed structs. Every other item type of the SDK's
+``ResponseInputItem`` union (hosted-tool calls and their outputs, MCP items, tool search …) is
+carried as an ``OpaqueItem``: the JSON object exactly as sent, rendered for the model and
+forwarded to upstreams as it is (ITEM-7).
 """
 
 from __future__ import annotations
@@ -74,6 +79,41 @@ class FunctionCallOutput(
     status: ItemStatus | None = None
 
 
+class CustomToolCall(
+    msgspec.Struct, tag="custom_tool_call", tag_field="type", omit_defaults=True, kw_only=True
+):
+    """A call of a free-form ``custom`` tool: ``input`` is plain text, not JSON (TOOL-3)."""
+
+    call_id: str
+    name: str
+    input: str
+    id: str | None = None
+    status: ItemStatus | None = None
+    namespace: str | None = None
+
+
+class CustomToolCallOutput(
+    msgspec.Struct,
+    tag="custom_tool_call_output",
+    tag_field="type",
+    omit_defaults=True,
+    kw_only=True,
+):
+    call_id: str
+    output: str | list[ContentPart]
+    id: str | None = None
+    status: ItemStatus | None = None
+
+
+class Compaction(
+    msgspec.Struct, tag="compaction", tag_field="type", omit_defaults=True, kw_only=True
+):
+    """A compacted stretch of conversation; ``encrypted_content`` is opaque and kept (ITEM-8)."""
+
+    encrypted_content: str
+    id: str | None = None
+
+
 class ItemReference(msgspec.Struct, tag="item_reference", tag_field="type"):
     id: str
 
@@ -98,8 +138,70 @@ class Reasoning(
     status: ItemStatus | None = None
 
 
-InputItem = Message | FunctionCall | FunctionCallOutput | ItemReference | Reasoning
-OutputItem = Message | FunctionCall
+class OpaqueItem:
+    """An input item whose insides the engine does not need: kept as the decoded JSON object and
+    encoded back exactly (``protocol.codec``'s encoder hook). ``id`` is read for references."""
+
+    __slots__ = ("data", "id", "type")
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.data = data
+        self.type = str(data["type"])
+        ident = data.get("id")
+        self.id = ident if isinstance(ident, str) else None
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, OpaqueItem) and other.data == self.data
+
+    def __hash__(self) -> int:
+        return hash((self.type, self.id))
+
+    def __repr__(self) -> str:
+        return f"OpaqueItem({self.data!r})"
+
+
+# Carried as ``OpaqueItem`` (ITEM-7): the rest of the SDK's ``ResponseInputItem`` union, with the
+# fields its models require (checked, so that what is echoed stays valid for the SDK).
+OPAQUE_ITEMS: dict[str, tuple[str, ...]] = {
+    "file_search_call": ("id", "queries", "status"),
+    "computer_call": ("id", "call_id", "pending_safety_checks", "status"),
+    "computer_call_output": ("call_id", "output"),
+    "web_search_call": ("id", "action", "status"),
+    "tool_search_call": ("arguments",),
+    "tool_search_output": ("tools",),
+    "additional_tools": ("role", "tools"),
+    "configuration_update": (),
+    "image_generation_call": ("id", "status"),
+    "code_interpreter_call": ("id", "container_id", "status"),
+    "local_shell_call": ("id", "action", "call_id", "status"),
+    "local_shell_call_output": ("id", "output"),
+    "shell_call": ("action", "call_id"),
+    "shell_call_output": ("call_id", "output"),
+    "apply_patch_call": ("call_id", "operation", "status"),
+    "apply_patch_call_output": ("call_id", "status"),
+    "mcp_list_tools": ("id", "server_label", "tools"),
+    "mcp_approval_request": ("id", "arguments", "name", "server_label"),
+    "mcp_approval_response": ("approval_request_id", "approve"),
+    "mcp_call": ("id", "arguments", "name", "server_label"),
+    "compaction_trigger": (),
+    "program": ("id", "call_id", "code", "fingerprint"),
+    "program_output": ("id", "call_id", "result", "status"),
+}
+
+TypedItem = (
+    Message
+    | FunctionCall
+    | FunctionCallOutput
+    | CustomToolCall
+    | CustomToolCallOutput
+    | Compaction
+    | ItemReference
+    | Reasoning
+)
+InputItem = TypedItem | OpaqueItem
+ToolCall = FunctionCall | CustomToolCall
+ToolOutput = FunctionCallOutput | CustomToolCallOutput
+OutputItem = Message | FunctionCall | CustomToolCall
 
 
 def part_text(part: ContentPart) -> str | None:
@@ -137,8 +239,18 @@ def item_texts(item: InputItem) -> list[str]:
         return [text_of(item.content)]
     if isinstance(item, FunctionCall):
         return [item.arguments]
-    if isinstance(item, FunctionCallOutput):
+    if isinstance(item, CustomToolCall):
+        return [item.input]
+    if isinstance(item, FunctionCallOutput | CustomToolCallOutput):
         return [text_of(item.output)]
     if isinstance(item, Reasoning):
         return [s.text for s in item.summary]
+    if isinstance(item, OpaqueItem):
+        return [opaque_text(item)]
     return []
+
+
+def opaque_text(item: OpaqueItem) -> str:
+    """What the model reads of an opaque item: its JSON without ``type`` and ``id`` (ITEM-7)."""
+    body = {k: v for k, v in item.data.items() if k not in ("type", "id")}
+    return msgspec.json.encode(body).decode()

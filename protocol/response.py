@@ -7,30 +7,15 @@ OpenAPI schema requires-but-allows-null (``error``, ``instructions`` …) are al
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Any, Literal
 
 import msgspec
 
 from protocol.items import OutputItem
+from protocol.tools import FunctionTool, ToolChoice, ToolChoiceFunction, Toolset
 
 ResponseStatus = Literal["completed", "failed", "in_progress", "cancelled", "queued", "incomplete"]
-
-
-class FunctionTool(msgspec.Struct, tag="function", tag_field="type", kw_only=True):
-    name: str
-    parameters: dict[str, Any] | None = None
-    strict: bool | None = None
-    description: str | None = None
-
-
-Tool = FunctionTool
-
-
-class ToolChoiceFunction(msgspec.Struct, tag="function", tag_field="type"):
-    name: str
-
-
-ToolChoice = Literal["auto", "none", "required"] | ToolChoiceFunction
 
 
 class InputTokensDetails(msgspec.Struct):
@@ -102,7 +87,7 @@ class Response(msgspec.Struct, kw_only=True):
     temperature: float = 1.0
     text: dict[str, Any] = msgspec.field(default_factory=lambda: {"format": {"type": "text"}})
     tool_choice: ToolChoice = "auto"
-    tools: list[Tool] = msgspec.field(default_factory=list)
+    tools: list[msgspec.Raw] = msgspec.field(default_factory=list)  # as sent (TOOL-1)
     top_logprobs: int = 0
     top_p: float = 1.0
     truncation: str = "disabled"
@@ -114,18 +99,20 @@ class Response(msgspec.Struct, kw_only=True):
     safety: SafetyReport | None = None
 
 
-class CreateParams(msgspec.Struct, kw_only=True):
+class CreateParams(msgspec.Struct, kw_only=True, dict=True):
     """The body of ``POST /v1/responses``; ``response.create`` adds ``type`` and WS-only fields.
 
     Unknown fields are accepted and ignored (LEN-1). ``input`` items are decoded in a second
     step (see ``protocol.codec``) because the Agents SDK sends messages without a ``type``.
+    ``tools`` are kept raw (echoed exactly, TOOL-1); ``toolset`` is their typed view, built
+    once when the codec decodes the request.
     """
 
     model: str | None = None
     input: str | list[Any] = msgspec.field(default_factory=list)
     instructions: str | None = None
     previous_response_id: str | None = None
-    tools: list[Tool] = msgspec.field(default_factory=list)
+    tools: list[msgspec.Raw] = msgspec.field(default_factory=list)
     tool_choice: ToolChoice = "auto"
     parallel_tool_calls: bool = True
     max_output_tokens: int | None = None
@@ -151,3 +138,12 @@ class CreateParams(msgspec.Struct, kw_only=True):
     stream_id: str | None = None
     # Experimental append mode opt-in (APPEND-1): "append" or "standard"; None = connection default.
     rollout_mode: Literal["append", "standard"] | None = None
+
+    @cached_property
+    def toolset(self) -> Toolset:
+        from protocol.codec import parse_tools  # the codec imports this module
+
+        return parse_tools(self.tools)
+
+
+__all__ = ["CreateParams", "FunctionTool", "Response", "ToolChoice", "ToolChoiceFunction"]

@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 
 from protocol import events as ev
-from protocol.items import FunctionCall, Message, OutputItem, OutputText
+from protocol.items import CustomToolCall, FunctionCall, Message, OutputItem, OutputText, ToolCall
 from protocol.response import IncompleteDetails, Response, ResponseErrorInfo, Usage
 from protocol.states import IllegalTransition, ResponseState, Step, next_state
 
@@ -36,14 +36,46 @@ class _OpenMessage:
 
 
 class _OpenCall:
-    __slots__ = ("call_id", "item_id", "name", "output_index", "pieces")
+    """An open function call, or (``custom``) a custom tool call whose input is free text."""
 
-    def __init__(self, item_id: str, output_index: int, call_id: str, name: str) -> None:
+    __slots__ = ("call_id", "custom", "item_id", "name", "namespace", "output_index", "pieces")
+
+    def __init__(
+        self,
+        item_id: str,
+        output_index: int,
+        call_id: str,
+        name: str,
+        namespace: str | None,
+        custom: bool,
+    ) -> None:
         self.item_id = item_id
         self.output_index = output_index
         self.call_id = call_id
         self.name = name
+        self.namespace = namespace
+        self.custom = custom
         self.pieces: list[str] = []
+
+    def item(self, status: Any) -> ToolCall:
+        text = "".join(self.pieces)
+        if self.custom:
+            return CustomToolCall(
+                id=self.item_id,
+                call_id=self.call_id,
+                name=self.name,
+                input=text,
+                status=status,
+                namespace=self.namespace,
+            )
+        return FunctionCall(
+            id=self.item_id,
+            call_id=self.call_id,
+            name=self.name,
+            arguments=text,
+            status=status,
+            namespace=self.namespace,
+        )
 
 
 class ResponseStream:
@@ -92,10 +124,12 @@ class ResponseStream:
             sequence_number=seq, stream_id=self.stream_id, response=self._snapshot()
         )
 
-    def suspend(self, pending: list[FunctionCall]) -> ev.ResponseDone:
+    def suspend(self, pending: list[ToolCall]) -> ev.ResponseDone:
         self._require_closed()
         seq = self._step(Step.SUSPEND)
-        calls = [ev.PendingCall(call_id=c.call_id, name=c.name) for c in pending]
+        calls = [
+            ev.PendingCall(call_id=c.call_id, name=c.name, namespace=c.namespace) for c in pending
+        ]
         return ev.ResponseDone(
             sequence_number=seq,
             stream_id=self.stream_id,
@@ -164,7 +198,7 @@ class ResponseStream:
             steer=ev.SteerId(id=steer_id, previous_response_id=self.id),
         )
 
-    def steer_pending(self, steer_id: str, calls: list[FunctionCall]) -> ev.SteerPending:
+    def steer_pending(self, steer_id: str, calls: list[ToolCall]) -> ev.SteerPending:
         return ev.SteerPending(
             sequence_number=self._notice_number(),
             stream_id=self.stream_id,
@@ -257,29 +291,33 @@ class ResponseStream:
             ),
         ]
 
-    # ------------------------------------------------------------------ function calls
-    def add_function_call(self, name: str, call_id: str) -> ev.OutputItemAdded:
+    # ------------------------------------------------------------------ tool calls
+    def add_function_call(
+        self, name: str, call_id: str, namespace: str | None = None, custom: bool = False
+    ) -> ev.OutputItemAdded:
+        """Open a function call (``custom``: a custom tool call, TOOL-3)."""
         self._require_closed()
         seq = self._step(Step.OUTPUT)  # checked before any state changes (STATE-2)
         index = len(self.response.output)
-        item_id = new_id("fc")
-        self._open = _OpenCall(item_id, index, call_id, name)
-        added = FunctionCall(
-            id=item_id, call_id=call_id, name=name, arguments="", status="in_progress"
-        )
+        item_id = new_id("ctc" if custom else "fc")
+        call = _OpenCall(item_id, index, call_id, name, namespace, custom)
+        self._open = call
         return ev.OutputItemAdded(
             sequence_number=seq,
             stream_id=self.stream_id,
             output_index=index,
-            item=added,
+            item=call.item("in_progress"),
         )
 
-    def arguments_delta(self, delta: str) -> ev.FunctionCallArgumentsDelta:
+    def arguments_delta(
+        self, delta: str
+    ) -> ev.FunctionCallArgumentsDelta | ev.CustomToolCallInputDelta:
         call = self._open
         if not isinstance(call, _OpenCall):
             raise _misuse("arguments_delta without an open function call")
         call.pieces.append(delta)
-        return ev.FunctionCallArgumentsDelta(
+        kind = ev.CustomToolCallInputDelta if call.custom else ev.FunctionCallArgumentsDelta
+        return kind(
             sequence_number=self._step(Step.OUTPUT),
             stream_id=self.stream_id,
             item_id=call.item_id,
@@ -287,29 +325,34 @@ class ResponseStream:
             delta=delta,
         )
 
-    def finish_function_call(self) -> tuple[FunctionCall, list[ev.ServerEvent]]:
+    def finish_function_call(self) -> tuple[ToolCall, list[ev.ServerEvent]]:
         call = self._open
         if not isinstance(call, _OpenCall):
             raise _misuse("finish_function_call without an open function call")
         self._open = None
-        arguments = "".join(call.pieces)
-        done = FunctionCall(
-            id=call.item_id,
-            call_id=call.call_id,
-            name=call.name,
-            arguments=arguments,
-            status="completed",
-        )
+        done = call.item("completed")
         self.response.output.append(done)
-        return done, [
-            ev.FunctionCallArgumentsDone(
-                sequence_number=self._step(Step.OUTPUT),
+        seq = self._step(Step.OUTPUT)
+        finished: ev.ServerEvent
+        if isinstance(done, CustomToolCall):
+            finished = ev.CustomToolCallInputDone(
+                sequence_number=seq,
                 stream_id=self.stream_id,
                 item_id=call.item_id,
                 output_index=call.output_index,
-                arguments=arguments,
+                input=done.input,
+            )
+        else:
+            finished = ev.FunctionCallArgumentsDone(
+                sequence_number=seq,
+                stream_id=self.stream_id,
+                item_id=call.item_id,
+                output_index=call.output_index,
+                arguments=done.arguments,
                 name=call.name,
-            ),
+            )
+        return done, [
+            finished,
             ev.OutputItemDone(
                 sequence_number=self._step(Step.OUTPUT),
                 stream_id=self.stream_id,
@@ -336,15 +379,7 @@ class ResponseStream:
                 Message(id=item.item_id, role="assistant", status="incomplete", content=[part])
             )
         elif isinstance(item, _OpenCall):
-            self.response.output.append(
-                FunctionCall(
-                    id=item.item_id,
-                    call_id=item.call_id,
-                    name=item.name,
-                    arguments="".join(item.pieces),
-                    status="incomplete",
-                )
-            )
+            self.response.output.append(item.item("incomplete"))
 
 
 def _misuse(what: str) -> Exception:

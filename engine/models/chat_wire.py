@@ -9,7 +9,10 @@ Mapping, per item:
 * ``function_call``                       -> ``tool_calls`` on the assistant message it
                                              follows (several calls share one message)
 * ``function_call_output``                -> ``tool`` message with ``tool_call_id``
-* ``reasoning``                           -> dropped (chat has no place for it), counted
+* ``custom_tool_call`` / its output       -> like a function call (``arguments`` = the input)
+* ``reasoning``, ``compaction``, opaque     -> dropped (chat has no place for them), counted
+* tools: functions (those inside namespaces too); custom and hosted tools are dropped and
+  counted (``tool.<type>``): chat servers cannot call them (TOOL-4)
 Things the chat format cannot carry are dropped and counted in ``ChatPayload.dropped`` (images
 in tool outputs, image parts given only by ``file_id``), which the backend exposes as stats.
 """
@@ -22,17 +25,20 @@ from typing import Any, Literal
 
 from engine.models.base import SampleRequest
 from protocol.items import (
+    Compaction,
     ContentPart,
+    CustomToolCall,
     FunctionCall,
-    FunctionCallOutput,
     InputFile,
     InputImage,
     InputItem,
     Message,
+    OpaqueItem,
     Reasoning,
+    ToolOutput,
     text_of,
 )
-from protocol.response import Tool, ToolChoice, ToolChoiceFunction
+from protocol.tools import CallableTool, FunctionTool, ToolChoice, ToolChoiceFunction, Toolset
 
 ChatMessage = dict[str, Any]
 MaxTokensField = Literal["max_tokens", "max_completion_tokens"]
@@ -66,8 +72,9 @@ def build_body(request: SampleRequest, options: ChatOptions) -> ChatPayload:
         "stream": True,
         "stream_options": {"include_usage": True},
     }
-    if request.tools:
-        body["tools"] = [tool_for(t) for t in request.tools]
+    tools = functions_for(request.tools, dropped)
+    if tools:
+        body["tools"] = tools
         body["tool_choice"] = tool_choice_for(request.tool_choice)
         body["parallel_tool_calls"] = request.parallel_tool_calls
     if request.max_output_tokens is not None:
@@ -94,12 +101,14 @@ def messages_for(
     for item in items:
         if isinstance(item, Message):
             out.append(_message(item, options, dropped))
-        elif isinstance(item, FunctionCall):
+        elif isinstance(item, FunctionCall | CustomToolCall):
             _attach_call(out, item)
-        elif isinstance(item, FunctionCallOutput):
+        elif isinstance(item, ToolOutput):
             out.append(_tool_result(item, dropped))
-        elif isinstance(item, Reasoning):
-            dropped["reasoning"] += 1
+        elif isinstance(item, Reasoning | Compaction):
+            dropped[item.__class__.__name__.lower()] += 1
+        elif isinstance(item, OpaqueItem):
+            dropped[item.type] += 1
         # item_reference never reaches a backend: the pipeline resolves it first.
     return out
 
@@ -137,12 +146,13 @@ def _file(part: InputFile) -> dict[str, str]:
     return {k: v for k, v in fields.items() if v is not None}
 
 
-def _attach_call(out: list[ChatMessage], item: FunctionCall) -> None:
+def _attach_call(out: list[ChatMessage], item: FunctionCall | CustomToolCall) -> None:
     """Consecutive calls (and the text just before them) form one assistant message."""
+    arguments = item.arguments if isinstance(item, FunctionCall) else item.input
     call = {
         "id": item.call_id,
         "type": "function",
-        "function": {"name": item.name, "arguments": item.arguments},
+        "function": {"name": item.name, "arguments": arguments},
     }
     last = out[-1] if out else None
     if last is not None and last["role"] == "assistant":
@@ -153,7 +163,7 @@ def _attach_call(out: list[ChatMessage], item: FunctionCall) -> None:
     out.append({"role": "assistant", "content": "", "tool_calls": [call]})
 
 
-def _tool_result(item: FunctionCallOutput, dropped: Counter[str]) -> ChatMessage:
+def _tool_result(item: ToolOutput, dropped: Counter[str]) -> ChatMessage:
     if not isinstance(item.output, str):
         skipped = sum(1 for p in item.output if isinstance(p, InputImage | InputFile))
         if skipped:
@@ -161,7 +171,18 @@ def _tool_result(item: FunctionCallOutput, dropped: Counter[str]) -> ChatMessage
     return {"role": "tool", "tool_call_id": item.call_id, "content": text_of(item.output)}
 
 
-def tool_for(tool: Tool) -> dict[str, Any]:
+def functions_for(tools: Toolset, dropped: Counter[str]) -> list[dict[str, Any]]:
+    """The function tools a chat server can call; custom and hosted tools are counted."""
+    out = [tool_for(t.spec) for t in tools.callables if isinstance(t.spec, FunctionTool)]
+    dropped.update(f"tool.{t.spec.__struct_config__.tag}" for t in tools.callables if t.custom)
+    dropped.update(f"tool.{kind}" for kind in tools.specs if isinstance(kind, str))
+    return out
+
+
+def tool_for(tool: FunctionTool | CallableTool) -> dict[str, Any]:
+    if isinstance(tool, CallableTool):
+        assert isinstance(tool.spec, FunctionTool)
+        tool = tool.spec
     function: dict[str, Any] = {"name": tool.name}
     if tool.description:
         function["description"] = tool.description

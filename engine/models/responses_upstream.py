@@ -20,7 +20,7 @@ from typing import Any
 import msgspec
 
 from engine.context import Context
-from engine.models.base import Delta, SampleRequest
+from engine.models.base import HOSTED_TOOLS, Delta, SampleRequest
 from engine.models.http_pool import HttpPool
 from engine.models.responses_wire import (
     RESERVED,
@@ -29,7 +29,6 @@ from engine.models.responses_wire import (
     ResponsesOptions,
     input_items,
     tool_choice_for,
-    tool_for,
 )
 from engine.models.upstream import (
     Endpoint,
@@ -62,7 +61,7 @@ class ResponsesBackend:
         self.endpoint = endpoint
         self.pool = pool
         self.options = options or ResponsesOptions()
-        self.supports = supports
+        self.supports = supports | {HOSTED_TOOLS}  # the upstream runs hosted tools (TOOL-4)
         self.stats: Counter[str] = Counter()
         self._links: dict[int, _Link] = {}  # id(Context) -> link; dropped when it is collected
 
@@ -91,7 +90,7 @@ class ResponsesBackend:
         if header is not None and header[0]:
             body["instructions"] = header[0]
         if request.tools:
-            body["tools"] = [tool_for(t) for t in request.tools]
+            body["tools"] = list(request.tools.raw)  # forwarded exactly as sent (TOOL-1)
             body["tool_choice"] = tool_choice_for(request.tool_choice)
             body["parallel_tool_calls"] = request.parallel_tool_calls
         _set_optional(body, request)

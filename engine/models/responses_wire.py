@@ -4,9 +4,11 @@ Request: our items are already Responses items, so they pass through as they are
 our own item ``id``/``status`` are stripped (the upstream never saw those ids and rejects unknown
 ones when it does not store) and ``reasoning`` items are dropped unless the route says the
 upstream produced them (``pass_reasoning``): reasoning from another model is opaque to it.
+Opaque items (ITEM-7) and tools (TOOL-1) are forwarded exactly as the client sent them.
 
-Response events: message text and function calls are relayed as deltas; reasoning output items
-are not produced by this engine and are skipped (counted).
+Response events: message text, function calls (with their ``namespace``) and custom tool calls
+are relayed as deltas; other output items (reasoning, hosted tool calls) are not produced by this
+engine and are skipped (counted).
 """
 
 from __future__ import annotations
@@ -21,8 +23,20 @@ import msgspec
 from engine.models.base import ArgsDelta, CallEnd, CallStart, Delta, Finish, TextDelta
 from engine.models.upstream import UpstreamError, safe_message
 from engine.tokens import count
-from protocol.items import FunctionCall, FunctionCallOutput, InputItem, Message, Reasoning
-from protocol.response import Tool, ToolChoice
+from protocol.items import (
+    Compaction,
+    CustomToolCall,
+    CustomToolCallOutput,
+    FunctionCall,
+    FunctionCallOutput,
+    InputItem,
+    Message,
+    OpaqueItem,
+    Reasoning,
+)
+from protocol.tools import ToolChoice
+
+_PLAIN = (Message, FunctionCall, FunctionCallOutput, CustomToolCall, CustomToolCallOutput)
 
 RESERVED = frozenset({"model", "input", "stream", "previous_response_id", "store", "tools"})
 
@@ -38,18 +52,17 @@ class ResponsesOptions:
 def input_items(items: list[InputItem], pass_reasoning: bool, dropped: Counter[str]) -> list[Any]:
     out: list[Any] = []
     for item in items:
-        if isinstance(item, Message | FunctionCall | FunctionCallOutput):
+        if isinstance(item, _PLAIN):
             out.append(msgspec.to_builtins(msgspec.structs.replace(item, id=None, status=None)))
+        elif isinstance(item, Compaction):
+            out.append(msgspec.to_builtins(msgspec.structs.replace(item, id=None)))
+        elif isinstance(item, OpaqueItem):
+            out.append(item.data)
         elif isinstance(item, Reasoning) and pass_reasoning:
             out.append(msgspec.to_builtins(item))
         elif isinstance(item, Reasoning):
             dropped["reasoning"] += 1
     return out
-
-
-def tool_for(tool: Tool) -> dict[str, Any]:
-    raw: dict[str, Any] = msgspec.to_builtins(tool)
-    return {k: v for k, v in raw.items() if v is not None}
 
 
 def tool_choice_for(choice: ToolChoice) -> Any:
@@ -64,6 +77,8 @@ class Item(msgspec.Struct):
     call_id: str | None = None
     name: str | None = None
     arguments: str | None = None
+    input: str | None = None  # custom tool calls
+    namespace: str | None = None
 
 
 class InDetails(msgspec.Struct):
@@ -118,7 +133,7 @@ class EventMapper:
 
     def _added(self, event: Event) -> list[Delta]:
         item = event.item or Item()
-        if item.type != "function_call":
+        if item.type not in _CALL_TYPES:
             if item.type not in ("message", ""):
                 self.skipped[item.type] += 1
             return []
@@ -126,7 +141,8 @@ class EventMapper:
         self.items += 1
         self.calls += 1
         call_id = item.call_id or "call_" + secrets.token_hex(12)
-        return [CallStart(call_id, item.name or "")]
+        custom = item.type == "custom_tool_call"
+        return [CallStart(call_id, item.name or "", item.namespace, custom)]
 
     def _text(self, event: Event) -> list[Delta]:
         if not isinstance(event.delta, str) or not event.delta or self.call_open:
@@ -146,12 +162,13 @@ class EventMapper:
 
     def _done(self, event: Event) -> list[Delta]:
         item = event.item or Item()
-        if item.type != "function_call" or not self.call_open:
+        if item.type not in _CALL_TYPES or not self.call_open:
             return []
         out: list[Delta] = []
-        if not self.args_seen and item.arguments:  # servers that only send the final arguments
-            self.emitted.append(item.arguments)
-            out.append(ArgsDelta(item.arguments))
+        final = item.input if item.type == "custom_tool_call" else item.arguments
+        if not self.args_seen and final:  # servers that only send the final arguments
+            self.emitted.append(final)
+            out.append(ArgsDelta(final))
         self.call_open = False
         out.append(CallEnd())
         return out
@@ -190,11 +207,14 @@ class EventMapper:
         raise UpstreamError(f"The model server reported an error: {detail}")
 
 
+_CALL_TYPES = ("function_call", "custom_tool_call")
+
 _HANDLERS = {
     "response.output_item.added": EventMapper._added,
     "response.output_text.delta": EventMapper._text,
     "response.refusal.delta": EventMapper._text,
     "response.function_call_arguments.delta": EventMapper._args,
+    "response.custom_tool_call_input.delta": EventMapper._args,
     "response.output_item.done": EventMapper._done,
     "response.completed": EventMapper._terminal,
     "response.incomplete": EventMapper._terminal,

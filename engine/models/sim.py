@@ -4,9 +4,11 @@
   from the real cl100k tokenizer. The pacing is the only simulated time in the system.
 * Policy: no usable tools -> a text answer. Tools defined, ``tool_choice`` not ``none`` and the last
   item a user message -> a call of each tool named in the user text (only the first unless
-  ``parallel_tool_calls``), else of the first tool, with arguments valid for its JSON schema.
-  Last item a tool output -> a text answer, unless ``tool_choice`` is ``required`` or names a
-  function (then that call again).
+  ``parallel_tool_calls``), else of the first tool, with arguments valid for its JSON schema and
+  plausible by parameter name (``schema_args``). Last item a tool output -> a text answer, unless
+  ``tool_choice`` is ``required`` or names a tool (then that call again).
+* Usable tools are the callable ones: functions, custom tools and the functions inside
+  namespaces (a call carries its ``namespace``). Hosted tools are never called (TOOL-4).
 * Steering shows (SIM-6): a steered successor's context ends with the steering message, so the
   answer quotes it (or calls the tools it names); steering queued behind tool calls sits right
   before their outputs, and the answer to those outputs adds ``(steered: <its words>)``.
@@ -22,7 +24,6 @@ import json
 import re
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
-from typing import Any
 
 from engine.models.base import (
     ArgsDelta,
@@ -34,9 +35,10 @@ from engine.models.base import (
     TextDelta,
 )
 from engine.models.scenarios import SCENARIOS
+from engine.models.schema_args import arguments_for, command_like
 from engine.tokens import encode, encoding
-from protocol.items import FunctionCallOutput, InputItem, Message, text_of
-from protocol.response import Tool, ToolChoiceFunction
+from protocol.items import InputItem, Message, ToolOutput, text_of
+from protocol.tools import CallableTool, ToolChoice, ToolChoiceAllowed, forced_callable
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9_\-]*")
 
@@ -44,7 +46,9 @@ _WORD = re.compile(r"[A-Za-z][A-Za-z0-9_\-]*")
 @dataclass(frozen=True, slots=True)
 class PlannedCall:
     name: str
-    arguments: str
+    arguments: str  # JSON for a function; free text for a custom tool
+    namespace: str | None = None
+    custom: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,33 +72,6 @@ def token_pieces(text: str) -> list[str]:
     if pending:
         pieces.append(pending.decode("utf-8", errors="replace"))
     return pieces
-
-
-def _value_for(schema: dict[str, Any], hint: str) -> Any:
-    kind = schema.get("type")
-    if isinstance(kind, list):
-        kind = next((k for k in kind if k != "null"), "string")
-    if schema.get("enum"):
-        return schema["enum"][0]
-    if kind == "integer":
-        return 1
-    if kind == "number":
-        return 1.0
-    if kind == "boolean":
-        return True
-    if kind == "array":
-        return []
-    if kind == "object":
-        return arguments_for(schema, hint)
-    return hint
-
-
-def arguments_for(schema: dict[str, Any] | None, hint: str) -> dict[str, Any]:
-    """Arguments valid for a function's JSON schema: every declared property gets a value."""
-    props: dict[str, Any] = (schema or {}).get("properties") or {}
-    return {
-        name: _value_for(sub if isinstance(sub, dict) else {}, hint) for name, sub in props.items()
-    }
 
 
 def _hint(text: str) -> str:
@@ -121,40 +98,35 @@ class SimulatedModel:
     def plan(self, request: SampleRequest) -> Plan:
         items = request.context.items
         choice = request.tool_choice
-        tools = [] if choice == "none" else request.tools
-        if isinstance(choice, ToolChoiceFunction):
-            tools = [t for t in tools if t.name == choice.name] or tools
+        tools = _usable(list(request.tools.callables), choice)
         if self.scenario is not None:
             return self._scripted(items, tools)
         last = items[-1] if items else None
         if not tools or last is None:
             return Plan(self._answer(items), [])
-        forced = choice == "required" or isinstance(choice, ToolChoiceFunction)
+        forced = choice == "required" or forced_callable(choice) is not None
+        if isinstance(choice, ToolChoiceAllowed) and choice.mode == "required":
+            forced = True
         if isinstance(last, Message) and last.role in ("user", "developer", "system"):
             return Plan(None, self._calls_for_user(text_of(last.content), tools, request))
-        if isinstance(last, FunctionCallOutput) and forced:
+        if isinstance(last, ToolOutput) and forced:
             return Plan(None, self._calls_for_user("", tools[:1], request))
         return Plan(self._answer(items), [])
 
     def _calls_for_user(
-        self, text: str, tools: list[Tool], request: SampleRequest
+        self, text: str, tools: list[CallableTool], request: SampleRequest
     ) -> list[PlannedCall]:
         lowered = text.lower()
         named = [t for t in tools if t.name.lower() in lowered] or tools[:1]
         if not request.parallel_tool_calls:
             named = named[:1]
         hint = _hint(text)
-        return [
-            PlannedCall(
-                t.name, json.dumps(arguments_for(t.parameters, hint), separators=(",", ":"))
-            )
-            for t in named
-        ]
+        return [_planned(t, hint) for t in named]
 
-    def _scripted(self, items: list[InputItem], tools: list[Tool]) -> Plan:
+    def _scripted(self, items: list[InputItem], tools: list[CallableTool]) -> Plan:
         assert self.scenario is not None
         steps, final = SCENARIOS[self.scenario]
-        step = sum(1 for item in items if isinstance(item, FunctionCallOutput))
+        step = sum(1 for item in items if isinstance(item, ToolOutput))
         names = {t.name for t in tools}
         if step < len(steps) and steps[step].name in names:
             call = steps[step]
@@ -163,10 +135,10 @@ class SimulatedModel:
 
     @staticmethod
     def _answer(items: list[InputItem]) -> str:
-        outputs: list[FunctionCallOutput] = []
+        outputs: list[ToolOutput] = []
         steering: list[str] = []  # user messages right before the outputs (SIM-6)
         for item in reversed(items):
-            if isinstance(item, FunctionCallOutput) and not steering:
+            if isinstance(item, ToolOutput) and not steering:
                 outputs.append(item)
             elif outputs and isinstance(item, Message) and item.role == "user":
                 steering.append(_excerpt(text_of(item.content), 24))
@@ -190,7 +162,8 @@ class SimulatedModel:
         for index, call in enumerate(plan.calls):
             if tokens.exhausted:
                 break
-            yield CallStart(self._call_id(request, index, call.name), call.name)
+            call_id = self._call_id(request, index, call.name)
+            yield CallStart(call_id, call.name, call.namespace, call.custom)
             async for piece in tokens.paced(token_pieces(call.arguments)):
                 yield ArgsDelta(piece)
             if not tokens.exhausted:
@@ -204,6 +177,29 @@ class SimulatedModel:
     def _call_id(request: SampleRequest, index: int, name: str) -> str:
         seed = f"{len(request.context.items)}:{request.context.prompt_tokens}:{index}:{name}"
         return "call_" + hashlib.sha256(seed.encode()).hexdigest()[:24]
+
+
+def _usable(tools: list[CallableTool], choice: ToolChoice) -> list[CallableTool]:
+    """The tools the simulator may call under ``tool_choice`` (hosted tools never are)."""
+    if choice == "none":
+        return []
+    name = forced_callable(choice)
+    if name is not None:
+        return [t for t in tools if t.name == name] or tools
+    if isinstance(choice, ToolChoiceAllowed):
+        allowed = {str(t.get("name")) for t in choice.tools}
+        return [t for t in tools if t.name in allowed]
+    return tools
+
+
+def _planned(tool: CallableTool, hint: str) -> PlannedCall:
+    """A call with plausible input: schema-valid JSON arguments (SIM-6), or for a custom tool a
+    short free-form text (a read-only command for command-like tools, else the hint)."""
+    if tool.custom:
+        text = "ls" if command_like(tool.name) or "shell" in tool.name.lower() else hint
+        return PlannedCall(tool.name, text, tool.namespace, custom=True)
+    arguments = json.dumps(arguments_for(tool.parameters, hint), separators=(",", ":"))
+    return PlannedCall(tool.name, arguments, tool.namespace)
 
 
 def _excerpt(text: str, words: int) -> str:

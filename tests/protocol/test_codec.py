@@ -40,7 +40,7 @@ def _error(frame: bytes | str) -> InvalidRequest:
             "max_output_tokens",
         ),
         (
-            b'{"type": "response.create", "tools": [{"type": "web_search"}]}',
+            b'{"type": "response.create", "tools": [{"type": "no_such_tool"}]}',
             "invalid_value",
             "tools[0].type",
         ),
@@ -140,8 +140,11 @@ def test_parse_input_error_path() -> None:
         )
     assert info.value.param == "input[1].call_id"
     with pytest.raises(InvalidRequest) as info:
-        parse_input([{"type": "computer_call"}])
+        parse_input([{"type": "no_such_item"}])
     assert info.value.param == "input[0].type"
+    with pytest.raises(InvalidRequest) as info:  # an opaque item still needs its fields (ITEM-7)
+        parse_input([{"type": "computer_call", "id": "cu_1"}])
+    assert info.value.param == "input[0].call_id"
     with pytest.raises(InvalidRequest) as info:
         parse_input([{"role": "robot", "content": "x"}])
     assert info.value.param == "input[0].role"

@@ -8,6 +8,7 @@ from engine.context import Context
 from engine.models.base import SampleRequest
 from protocol.codec import parse_input
 from protocol.response import FunctionTool, ToolChoice
+from protocol.tools import toolset_from
 
 TOOL = FunctionTool(name="get_weather", parameters={"type": "object"}, description="Weather")
 
@@ -20,12 +21,12 @@ def request(
     tool_choice: ToolChoice = "auto",
     **settings: Any,
 ) -> SampleRequest:
-    tools = [TOOL] if tools is None else tools
-    ctx = Context(items=parse_input(items), header_key=(instructions, tuple(tools)))
+    toolset = toolset_from([TOOL] if tools is None else list(tools))
+    ctx = Context(items=parse_input(items), header_key=(instructions, toolset))
     return SampleRequest(
         model="client-model",
         context=ctx,
-        tools=tools,
+        tools=toolset,
         tool_choice=tool_choice,
         parallel_tool_calls=settings.pop("parallel_tool_calls", True),
         max_output_tokens=settings.pop("max_output_tokens", None),

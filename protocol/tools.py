@@ -1,0 +1,241 @@
+"""Tool definitions and ``tool_choice`` (SPEC: TOOL-1..TOOL-6).
+
+Every tool type of the openai SDK's ``Tool`` union is accepted. A request's tools are kept twice:
+as the raw JSON the client sent (``msgspec.Raw``), which is echoed on the Response and forwarded
+to upstreams byte for byte (TOOL-1), and as typed views of the parts the engine reads: the
+callable tools (``function``, ``custom``, and the functions inside a ``namespace``) and the
+*types* of the hosted tools, whose insides the engine never needs (TOOL-4).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import msgspec
+
+# --------------------------------------------------------------------------- tool definitions
+
+
+class FunctionTool(msgspec.Struct, tag="function", tag_field="type", kw_only=True):
+    name: str
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+    description: str | None = None
+
+
+class CustomTool(msgspec.Struct, tag="custom", tag_field="type", kw_only=True):
+    """Free-form text input (e.g. Codex's ``apply_patch``); ``format`` is text or a grammar."""
+
+    name: str
+    description: str | None = None
+    format: dict[str, Any] | None = None
+
+
+class NamespaceTool(msgspec.Struct, tag="namespace", tag_field="type", kw_only=True):
+    """A named group of function/custom tools; a call to one carries ``namespace`` (TOOL-2)."""
+
+    name: str
+    description: str
+    tools: list[FunctionTool | CustomTool]
+
+
+CallableSpec = FunctionTool | CustomTool | NamespaceTool
+
+# The SDK's hosted (built-in) tool types, with the fields its models require. The engine never
+# calls them; only an upstream Responses server can (TOOL-4).
+HOSTED_TOOL_REQUIRED: dict[str, tuple[str, ...]] = {
+    "file_search": ("vector_store_ids",),
+    "computer": (),
+    "computer_use_preview": ("display_height", "display_width", "environment"),
+    "web_search": (),
+    "web_search_2025_08_26": (),
+    "web_search_preview": (),
+    "web_search_preview_2025_03_11": (),
+    "mcp": ("server_label",),
+    "code_interpreter": ("container",),
+    "programmatic_tool_calling": (),
+    "image_generation": (),
+    "local_shell": (),
+    "shell": (),
+    "tool_search": (),
+    "apply_patch": (),
+}
+CALLABLE_TOOL_TYPES = ("function", "custom", "namespace")
+TOOL_TYPES = CALLABLE_TOOL_TYPES + tuple(HOSTED_TOOL_REQUIRED)
+
+
+@dataclass(frozen=True, slots=True)
+class CallableTool:
+    """One tool the model can call and the client runs: a function or a custom tool, possibly
+    inside a namespace."""
+
+    spec: FunctionTool | CustomTool
+    namespace: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def custom(self) -> bool:
+        return isinstance(self.spec, CustomTool)
+
+    @property
+    def parameters(self) -> dict[str, Any] | None:
+        return self.spec.parameters if isinstance(self.spec, FunctionTool) else None
+
+    @property
+    def description(self) -> str | None:
+        return self.spec.description
+
+
+@dataclass(frozen=True, slots=True)
+class Toolset:
+    """A request's tools: raw (echo, forwarding), callable views, hosted types; built once per
+    create by ``protocol.codec.parse_tools``."""
+
+    raw: tuple[msgspec.Raw, ...] = field(default=(), compare=False)
+    # per tool: its typed view, or a hosted tool's type
+    specs: tuple[CallableSpec | str, ...] = field(default=(), compare=False)
+    callables: tuple[CallableTool, ...] = field(default=(), compare=False)
+    hosted: frozenset[str] = field(default=frozenset(), compare=False)
+    key: tuple[bytes, ...] = ()  # the tools' bytes: equal keys, equal toolsets
+
+    def __bool__(self) -> bool:
+        return bool(self.raw)
+
+    def find(self, name: str, namespace: str | None = None) -> CallableTool | None:
+        for tool in self.callables:
+            if tool.name == name and (namespace is None or tool.namespace == namespace):
+                return tool
+        return None
+
+
+def toolset_of(raw: list[msgspec.Raw], specs: list[CallableSpec | str]) -> Toolset:
+    callables: list[CallableTool] = []
+    hosted: set[str] = set()
+    for spec in specs:
+        if isinstance(spec, str):
+            hosted.add(spec)
+        elif isinstance(spec, NamespaceTool):
+            callables.extend(CallableTool(inner, spec.name) for inner in spec.tools)
+        else:
+            callables.append(CallableTool(spec))
+    return Toolset(
+        raw=tuple(raw),
+        specs=tuple(specs),
+        callables=tuple(callables),
+        hosted=frozenset(hosted),
+        key=tuple(bytes(r) for r in raw),
+    )
+
+
+def toolset_from(specs: list[CallableSpec]) -> Toolset:
+    """A toolset from typed definitions (in-process callers and tests)."""
+    return toolset_of([msgspec.Raw(msgspec.json.encode(s)) for s in specs], list(specs))
+
+
+EMPTY_TOOLSET = Toolset()
+
+# --------------------------------------------------------------------------- tool_choice
+
+
+class ToolChoiceFunction(msgspec.Struct, tag="function", tag_field="type"):
+    name: str
+
+
+class ToolChoiceCustom(msgspec.Struct, tag="custom", tag_field="type"):
+    name: str
+
+
+class ToolChoiceAllowed(msgspec.Struct, tag="allowed_tools", tag_field="type"):
+    mode: Literal["auto", "required"]
+    tools: list[dict[str, Any]]
+
+
+class ToolChoiceMcp(msgspec.Struct, tag="mcp", tag_field="type", omit_defaults=True):
+    server_label: str
+    name: str | None = None
+
+
+class _HostedChoice(msgspec.Struct, tag_field="type"):
+    """Forces a hosted tool; only a backend that runs hosted tools can honour it (TOOL-5)."""
+
+
+class ChoiceFileSearch(_HostedChoice, tag="file_search"):
+    pass
+
+
+class ChoiceWebSearchPreview(_HostedChoice, tag="web_search_preview"):
+    pass
+
+
+class ChoiceWebSearchPreview20250311(_HostedChoice, tag="web_search_preview_2025_03_11"):
+    pass
+
+
+class ChoiceComputer(_HostedChoice, tag="computer"):
+    pass
+
+
+class ChoiceComputerUse(_HostedChoice, tag="computer_use"):
+    pass
+
+
+class ChoiceComputerUsePreview(_HostedChoice, tag="computer_use_preview"):
+    pass
+
+
+class ChoiceImageGeneration(_HostedChoice, tag="image_generation"):
+    pass
+
+
+class ChoiceCodeInterpreter(_HostedChoice, tag="code_interpreter"):
+    pass
+
+
+class ChoiceApplyPatch(_HostedChoice, tag="apply_patch"):
+    pass
+
+
+class ChoiceShell(_HostedChoice, tag="shell"):
+    pass
+
+
+HostedChoice = (
+    ChoiceFileSearch
+    | ChoiceWebSearchPreview
+    | ChoiceWebSearchPreview20250311
+    | ChoiceComputer
+    | ChoiceComputerUse
+    | ChoiceComputerUsePreview
+    | ChoiceImageGeneration
+    | ChoiceCodeInterpreter
+    | ChoiceApplyPatch
+    | ChoiceShell
+)
+ToolChoice = (
+    Literal["auto", "none", "required"]
+    | ToolChoiceFunction
+    | ToolChoiceCustom
+    | ToolChoiceAllowed
+    | ToolChoiceMcp
+    | HostedChoice
+)
+
+
+def forced_hosted(choice: ToolChoice) -> str | None:
+    """The hosted tool type a ``tool_choice`` forces, if any (TOOL-5)."""
+    if isinstance(choice, ToolChoiceMcp):
+        return "mcp"
+    if isinstance(choice, _HostedChoice):
+        return str(type(choice).__struct_config__.tag)
+    return None
+
+
+def forced_callable(choice: ToolChoice) -> str | None:
+    """The name of the function or custom tool a ``tool_choice`` forces, if any."""
+    if isinstance(choice, ToolChoiceFunction | ToolChoiceCustom):
+        return choice.name
+    return None

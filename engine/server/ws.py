@@ -160,6 +160,7 @@ async def serve_socket(
     sink = WsSink(ws, config.send_timeout_s, request.app[INSPECTOR].errors)
     session = Session(engine, sink, transport="ws", default_mode=default_mode(request))
     sessions.add(session)
+    engine.counters["ws.connections"] += 1  # accepted sockets (OBS-4)
     try:
         async for msg in ws:
             sink.frames_in += 1

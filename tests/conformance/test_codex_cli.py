@@ -1,0 +1,263 @@
+"""The Codex CLI (``@openai/codex``, pinned by ``.ci/sysdeps``) as a real client (CODEX-1..CODEX-3).
+
+``codex exec`` runs a two-tool task against a live server with the simulated model, once over
+WebSocket and once over HTTP: the simulator calls Codex's ``exec_command`` (with ``ls``) and
+``get_goal`` in parallel, Codex runs both, and the simulator answers from their outputs. The
+work directory holds a file only ``ls`` can reveal, so the final answer proves the round trip.
+A recording proxy in the environment catches any attempt of Codex to reach the internet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import subprocess
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from engine.server import http as http_routes
+from engine.server import ws as ws_driver
+from tests.conftest import RECORDED, LiveServer
+
+ROOT = Path(__file__).resolve().parents[2]
+CODEX = ROOT / ".tools" / "codex" / "node_modules" / ".bin" / "codex"
+CODEX_VERSION = "0.169.0"
+MARKER = "marker-7f3a.txt"  # a file in the work dir that only `ls` can reveal
+PROMPT = "Use exec_command to list the files, and get_goal to see the current goal."
+KEY_ENV = "ROLLOUT_CODEX_TEST_KEY"
+
+
+def codex_binary() -> Path:
+    """The pinned Codex CLI, or a test failure that says how to get it (no skip)."""
+    if not CODEX.exists():
+        pytest.fail(
+            f"Codex CLI not found at {CODEX}: `make test` installs @openai/codex@{CODEX_VERSION}"
+            " there with .ci/sysdeps (npm); run `bash .ci/sysdeps`."
+        )
+    version = subprocess.run(
+        [str(CODEX), "--version"], capture_output=True, text=True, timeout=60, check=False
+    )
+    if CODEX_VERSION not in version.stdout:
+        pytest.fail(f"Codex CLI {CODEX_VERSION} expected, found {version.stdout!r}")
+    return CODEX
+
+
+def write_config(home: Path, base_url: str, websockets: bool) -> None:
+    """A model provider pointing at the server. The update check, analytics, feedback and the
+    plugin/app/model-catalog syncs are off: each would otherwise reach the internet."""
+    home.mkdir()
+    (home / "config.toml").write_text(
+        f"""model = "sim"
+model_provider = "rollout"
+approval_policy = "never"
+sandbox_mode = "read-only"
+check_for_update_on_startup = false
+
+[analytics]
+enabled = false
+
+[feedback]
+enabled = false
+
+[features]
+plugins = false
+remote_plugin = false
+remote_models = false
+apps = false
+
+[model_providers.rollout]
+name = "rollout engine"
+base_url = "{base_url}"
+env_key = "{KEY_ENV}"
+wire_api = "responses"
+supports_websockets = {str(websockets).lower()}
+"""
+    )
+
+
+class ProxyTrap:
+    """A TCP listener set as every proxy Codex could use: any outbound attempt lands here."""
+
+    def __init__(self) -> None:
+        self.attempts: list[bytes] = []
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        return int(self.server.sockets[0].getsockname()[1])
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.attempts.append(await reader.read(200))
+        writer.close()
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()
+
+
+class RequestLog:
+    """Records each request body the server decodes (observation only: decoding is unchanged),
+    so a test can check what Codex sent."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.bodies: list[dict[str, Any]] = []
+        for module, name in ((ws_driver, "decode_client_event"), (http_routes, "decode_create_body")):
+            monkeypatch.setattr(module, name, self._recording(getattr(module, name)))
+
+    def _recording(self, decode: Any) -> Any:
+        def recorded(data: bytes | str) -> Any:
+            self.bodies.append(msgspec.json.decode(data))
+            return decode(data)
+
+        return recorded
+
+
+@dataclass
+class CodexRun:
+    returncode: int
+    answer: str
+    stderr: str
+    frames: list[dict[str, Any]]
+    counters: Counter[str]
+    stage_items: Counter[str]
+    proxy_attempts: list[bytes]
+    requests: list[dict[str, Any]]
+
+
+async def run_codex(
+    server: LiveServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, websockets: bool
+) -> CodexRun:
+    binary = codex_binary()
+    home, work = tmp_path / "codex-home", tmp_path / "work"
+    write_config(home, server.base_url, websockets)
+    work.mkdir()
+    (work / MARKER).write_text("hello\n")
+    trap = ProxyTrap()
+    proxy = f"http://127.0.0.1:{await trap.start()}"
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(tmp_path),
+        "CODEX_HOME": str(home),
+        KEY_ENV: "dummy-key",
+        **{name: proxy for name in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY")},
+        **{name.lower(): proxy for name in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY")},
+        "NO_PROXY": "127.0.0.1,localhost",
+        "no_proxy": "127.0.0.1,localhost",
+    }
+    requests = RequestLog(monkeypatch)
+    counters_before = Counter(server.engine.counters)
+    items_before = Counter(server.engine.stats.items)
+    start = len(RECORDED)
+    last = tmp_path / "answer.txt"
+    args = ["exec", "--skip-git-repo-check", "--color", "never", "-o", str(last), PROMPT]
+    proc = await asyncio.create_subprocess_exec(
+        str(binary),
+        *args,
+        cwd=work,
+        env=env,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        _, stderr = await asyncio.wait_for(proc.communicate(), timeout=150)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+        await trap.stop()
+    await asyncio.sleep(0.05)  # let the server finish its bookkeeping for the last response
+    return CodexRun(
+        returncode=proc.returncode or 0,
+        answer=last.read_text() if last.exists() else "",
+        stderr=stderr.decode(errors="replace"),
+        frames=[msgspec.json.decode(raw) for raw in RECORDED[start:]],
+        counters=Counter(server.engine.counters) - counters_before,
+        stage_items=Counter(server.engine.stats.items) - items_before,
+        proxy_attempts=trap.attempts,
+        requests=requests.bodies,
+    )
+
+
+def assert_clean(run: CodexRun, caplog: pytest.LogCaptureFixture) -> None:
+    """Exit 0, a final answer built from both tools' outputs, no error anywhere, no internet."""
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert MARKER in run.answer, run.answer  # exec_command ran `ls` in the work dir
+    assert '"goal":null' in run.answer, run.answer  # get_goal ran too
+    assert not [f for f in run.frames if f["type"] == "error"]
+    assert not [f for f in run.frames if f["type"] == "response.failed"]
+    noisy = [r for r in caplog.records if r.name.startswith("rollout") and r.levelno >= 30]
+    assert not noisy, [r.getMessage() for r in noisy]
+    assert run.proxy_attempts == []  # Codex never tried to reach the internet
+
+
+def responses(run: CodexRun) -> list[dict[str, Any]]:
+    return [f["response"] for f in run.frames if f["type"] == "response.completed"]
+
+
+@pytest.mark.timeout(240)
+async def test_codex_exec_over_websocket(
+    server: LiveServer,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """CODEX-1, CODEX-2, TOOL-1, TOOL-2, TOOL-4, SIM-6: one socket for the whole task; a
+    prewarm (`generate: false`), then creates chained by `previous_response_id` whose new
+    items go through the incremental path; the tool outputs resume the suspended rollout."""
+    caplog.set_level(logging.INFO)
+    run = await run_codex(server, tmp_path, monkeypatch, websockets=True)
+    assert_clean(run, caplog)
+    assert run.counters["ws.connections"] == 1
+    done = responses(run)
+    prewarm, turns = done[0], done[1:]
+    assert prewarm["output"] == [] and prewarm["usage"]["output_tokens"] == 0
+    assert {t["type"] for t in prewarm["tools"]} >= {"function", "namespace", "web_search"}
+    # The prewarm came first; each later create names the previous response and carries only
+    # items the server has not seen: together they are the whole conversation, sent once.
+    first, *chained = run.requests
+    assert first["generate"] is False and "previous_response_id" not in first
+    assert [r["previous_response_id"] for r in chained] == [r["id"] for r in done[:-1]]
+    sent = [json_of(i) for r in run.requests for i in r["input"]]
+    assert len(sent) == len(set(sent))
+    # Only the prewarm ran the full pipeline; the rest went through the incremental paths.
+    assert run.counters["create.stateless"] == 1
+    assert run.stage_items["validate.full"] == len(first["input"])
+    assert run.stage_items["validate.incremental"] == sum(len(r["input"]) for r in chained)
+    assert run.counters["create.cache_hit"] == 1  # the turn, chained on the prewarm
+    assert run.counters["create.fast_path"] >= 1  # tool outputs resumed the suspended coroutine
+    calls = [i for t in turns for i in t["output"] if i["type"] == "function_call"]
+    assert {c["name"] for c in calls} == {"exec_command", "get_goal"}
+    exec_call = next(c for c in calls if c["name"] == "exec_command")
+    assert msgspec.json.decode(exec_call["arguments"]) == {"cmd": "ls"}
+    outputs = [i for r in chained for i in r["input"] if i["type"] == "function_call_output"]
+    assert {o["call_id"] for o in outputs} == {c["call_id"] for c in calls}
+
+
+def json_of(item: dict[str, Any]) -> bytes:
+    return msgspec.json.encode(item, order="sorted")
+
+
+@pytest.mark.timeout(240)
+async def test_codex_exec_over_http(
+    server: LiveServer,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """CODEX-1, CODEX-3: the same task over HTTP/SSE (`supports_websockets = false`): Codex
+    resends the history (`store: false`), the server runs it statelessly, no socket opens."""
+    caplog.set_level(logging.INFO)
+    run = await run_codex(server, tmp_path, monkeypatch, websockets=False)
+    assert_clean(run, caplog)
+    assert run.counters["ws.connections"] == 0
+    assert run.counters["create.stateless"] == len(responses(run)) == len(run.requests) == 2
+    assert all("previous_response_id" not in r for r in run.requests)
+    calls = [i for r in responses(run) for i in r["output"] if i["type"] == "function_call"]
+    assert {c["name"] for c in calls} == {"exec_command", "get_goal"}

@@ -56,6 +56,24 @@ REQUIRED |= {"tool_choice", "tools"}
 REQUIRED_NULLABLE = {"error", "incomplete_details", "instructions", "metadata"}
 NEVER_NULL = {"temperature", "top_p", "top_logprobs", "status"}
 
+PATCH: dict[str, Any] = {
+    "type": "custom",
+    "name": "apply_patch",
+    "description": "Apply a patch to files.",
+    "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"},
+}
+NAMESPACE: dict[str, Any] = {
+    "type": "namespace",
+    "name": "docs",
+    "description": "Documentation tools.",
+    "tools": [
+        {
+            "type": "function",
+            "name": "lookup",
+            "parameters": {"type": "object", "properties": {"query": {"type": "string"}}},
+        }
+    ],
+}
 WEATHER: dict[str, Any] = {
     "type": "function",
     "name": "get_weather",
@@ -317,6 +335,35 @@ async def test_oracle_ws_forced_tool_choice(client: AsyncOpenAI) -> None:
     assert final.tool_choice.name == "get_time"
 
 
+async def test_oracle_ws_custom_and_namespaced_calls(client: AsyncOpenAI) -> None:
+    """CONF-1, TOOL-2, TOOL-3: a custom tool call streams ``custom_tool_call_input`` events and
+    is answered by ``custom_tool_call_output``; a namespaced call carries ``namespace``."""
+    async with client.responses.connect() as conn:
+        raws = await ws_turn(
+            conn, input="Use apply_patch and lookup", tools=[PATCH, NAMESPACE], store=False
+        )
+        events = check_events(raws, WS_EVENTS)
+        final = events[-1].response
+        patch, lookup = final.output
+        assert patch.type == "custom_tool_call" and patch.name == "apply_patch"
+        assert patch.input and lookup.type == "function_call"
+        assert (lookup.name, lookup.namespace) == ("lookup", "docs")
+        kinds = types_of(raws)
+        assert "response.custom_tool_call_input.delta" in kinds
+        done = next(e for e in events if e.type == "response.custom_tool_call_input.done")
+        assert done.input == patch.input and done.item_id == patch.id
+        outputs = [
+            {"type": "custom_tool_call_output", "call_id": patch.call_id, "output": "patched"},
+            {"type": "function_call_output", "call_id": lookup.call_id, "output": "found"},
+        ]
+        follow = await ws_turn(
+            conn, previous_response_id=final.id, input=outputs, tools=[PATCH, NAMESPACE]
+        )
+    answer = check_events(follow, WS_EVENTS)[-1].response
+    assert answer.output_text == "Based on the tool results: patched; found"
+    assert [t.type for t in answer.tools] == ["custom", "namespace"]
+
+
 async def test_oracle_ws_incomplete(client: AsyncOpenAI) -> None:
     """CONF-1, ORD-8, RESP-3 for ``response.incomplete``."""
     async with client.responses.connect() as conn:
@@ -555,6 +602,7 @@ async def test_oracle_every_server_event_type_is_exercised_and_parses(
         )  # fmt: skip
         await conn.response.steer(previous_response_id="resp_unknown", input="hm")
         await conn.recv_bytes()  # response.steer.failed
+        await ws_turn(conn, input="Patch the README", tools=[PATCH])
         await ws_turn(conn, input="Long story", max_output_tokens=1)
         await ws_turn(conn, model="broken-message", input="x")
         await ws_turn(conn, previous_response_id="resp_missing", input="x")

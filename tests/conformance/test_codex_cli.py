@@ -108,7 +108,10 @@ class RequestLog:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.bodies: list[dict[str, Any]] = []
-        for module, name in ((ws_driver, "decode_client_event"), (http_routes, "decode_create_body")):
+        for module, name in (
+            (ws_driver, "decode_client_event"),
+            (http_routes, "decode_create_body"),
+        ):
             monkeypatch.setattr(module, name, self._recording(getattr(module, name)))
 
     def _recording(self, decode: Any) -> Any:
@@ -146,7 +149,7 @@ async def run_codex(
         "HOME": str(tmp_path),
         "CODEX_HOME": str(home),
         KEY_ENV: "dummy-key",
-        **{name: proxy for name in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY")},
+        **dict.fromkeys(("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY"), proxy),
         **{name.lower(): proxy for name in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY")},
         "NO_PROXY": "127.0.0.1,localhost",
         "no_proxy": "127.0.0.1,localhost",

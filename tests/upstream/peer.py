@@ -23,8 +23,10 @@ SECRET = "sk-test-SECRET-0123456789abcdef"  # the upstream key the tests put in 
 @dataclass
 class Call:
     name: str
-    arguments: str
+    arguments: str  # a custom tool call's input when ``custom``
     call_id: str
+    namespace: str | None = None  # Responses peer only
+    custom: bool = False  # Responses peer only: a custom_tool_call
 
 
 @dataclass
@@ -253,13 +255,20 @@ def responses_frames(reply: Reply, model: str, response_id: str) -> list[bytes]:
         frames.append(event("response.output_item.done", output_index=0, item=done))
         output.append(done)
     for call in reply.calls:
-        item = {"type": "function_call", "id": f"fc_{call.call_id}"}
-        item |= {"call_id": call.call_id, "name": call.name, "arguments": ""}
+        kind, field_, delta = (
+            ("custom_tool_call", "input", "response.custom_tool_call_input.delta")
+            if call.custom
+            else ("function_call", "arguments", "response.function_call_arguments.delta")
+        )
+        item = {"type": kind, "id": f"fc_{call.call_id}"}
+        item |= {"call_id": call.call_id, "name": call.name, field_: ""}
         item |= {"status": "in_progress"}
+        if call.namespace:
+            item["namespace"] = call.namespace
         frames.append(event("response.output_item.added", output_index=len(output), item=item))
         for piece in split(call.arguments, 5):
-            frames.append(event("response.function_call_arguments.delta", delta=piece))
-        done = item | {"arguments": call.arguments, "status": "completed"}
+            frames.append(event(delta, delta=piece))
+        done = item | {field_: call.arguments, "status": "completed"}
         frames.append(event("response.output_item.done", output_index=len(output), item=done))
         output.append(done)
     final = snapshot | {"output": output}

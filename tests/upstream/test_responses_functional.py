@@ -142,3 +142,59 @@ async def test_reasoning_items_are_dropped_and_counted(
     async with aiohttp.ClientSession() as http, http.get(stats_url) as r:
         stats = await r.json()
     assert stats["backends"]["gpt-up"]["dropped.reasoning"] == 1
+
+
+async def test_hosted_tools_opaque_items_and_forced_hosted_choice_are_forwarded(
+    responses_server: LiveServer, responses_peer: ResponsesPeer
+) -> None:
+    """TOOL-1, TOOL-4, TOOL-5, ITEM-7: a Responses upstream runs hosted tools, so every tool is
+    forwarded exactly as sent, a forced hosted ``tool_choice`` is accepted and forwarded, and
+    opaque input items go up unchanged."""
+    from tests.conformance.samples import ALL_TOOLS
+
+    shell_call = {"type": "shell_call", "call_id": "sh_1", "action": {"commands": ["ls"]}}
+    shell_out = {"type": "shell_call_output", "call_id": "sh_1", "output": [{"stdout": "a"}]}
+    user = {"type": "message", "role": "user", "content": "Search for it"}
+    choice = {"type": "web_search_preview"}
+    responses_peer.queue(Reply(text="Searched."))
+    status, body = await post(
+        responses_server,
+        model="model-a",
+        input=[shell_call, shell_out, user],
+        tools=ALL_TOOLS,
+        tool_choice=choice,
+        store=False,
+    )
+    assert status == 200, body
+    assert body["tools"] == ALL_TOOLS and body["tool_choice"] == choice
+    sent = responses_peer.last
+    assert sent["tools"] == ALL_TOOLS and sent["tool_choice"] == choice
+    assert sent["input"] == [shell_call, shell_out, user]
+
+
+async def test_namespaced_and_custom_calls_from_the_upstream_are_relayed(
+    responses_server: LiveServer, responses_peer: ResponsesPeer
+) -> None:
+    """TOOL-2, TOOL-3: the upstream's ``namespace`` on a function call and its custom tool calls
+    (input streamed as ``custom_tool_call_input`` deltas) reach the client as such."""
+    from tests.conformance.samples import CUSTOM, NAMESPACE
+
+    responses_peer.queue(
+        Reply(
+            calls=[
+                Call("lookup", '{"q":"x"}', "call_ns", namespace="docs"),
+                Call("apply_patch", "*** Begin Patch", "call_cu", custom=True),
+            ]
+        )
+    )
+    status, body = await post(
+        responses_server, model="model-a", input="hi", tools=[NAMESPACE, CUSTOM], store=False
+    )
+    assert status == 200, body
+    lookup, patch = body["output"]
+    assert (lookup["type"], lookup["name"], lookup["namespace"]) == (
+        "function_call",
+        "lookup",
+        "docs",
+    )
+    assert (patch["type"], patch["input"]) == ("custom_tool_call", "*** Begin Patch")

@@ -8,13 +8,14 @@ the answer back as deltas. Mapping lives in ``chat_wire`` (request) and ``chat_s
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections import Counter
 from collections.abc import AsyncGenerator
 
 import msgspec
 
-from engine.models.base import Delta, SampleRequest
+from engine.models.base import CallStart, Delta, SampleRequest
 from engine.models.chat_stream import Chunk, ChunkMapper
 from engine.models.chat_wire import ChatOptions, build_body
 from engine.models.http_pool import HttpPool
@@ -27,6 +28,7 @@ from engine.models.upstream import (
     retry_before_first,
     safe_message,
 )
+from protocol.tools import Toolset
 
 log = logging.getLogger("rollout.upstream.chat")
 _DONE = "[DONE]"
@@ -56,14 +58,16 @@ class ChatBackend:
         self.stats.update({f"dropped.{k}": v for k, v in payload.dropped.items()})
         self.stats["requests"] += 1
         body = msgspec.json.encode(payload.body)
-        return relay(self.pool, self.endpoint, "/chat/completions", body, _ChatAnswer(self))
+        answer = _ChatAnswer(self, request.tools)
+        return relay(self.pool, self.endpoint, "/chat/completions", body, answer)
 
 
 class _ChatAnswer:
     """A chat-completions stream: chunks until ``[DONE]``."""
 
-    def __init__(self, backend: ChatBackend) -> None:
+    def __init__(self, backend: ChatBackend, tools: Toolset) -> None:
         self._backend = backend
+        self._tools = tools
         self._chunks = ChunkMapper()
         self.ended = False
 
@@ -71,7 +75,7 @@ class _ChatAnswer:
         if data.strip() == _DONE:
             self.ended = True
             return []
-        return self._chunks.feed(self._chunk(data))
+        return [_with_namespace(d, self._tools) for d in self._chunks.feed(self._chunk(data))]
 
     def close(self) -> list[Delta]:
         mapper = self._chunks
@@ -96,3 +100,13 @@ class _ChatAnswer:
             log.warning("upstream %s stream error: %s", endpoint.display, message)
             raise UpstreamError("The model server reported an error mid-stream.")
         return chunk
+
+
+def _with_namespace(delta: Delta, tools: Toolset) -> Delta:
+    """Chat servers see namespaced functions by their plain name (UP-CHAT-4); a call of one
+    gets its ``namespace`` back here (TOOL-2)."""
+    if isinstance(delta, CallStart) and delta.namespace is None:
+        tool = tools.find(delta.name)
+        if tool is not None and tool.namespace is not None:
+            return dataclasses.replace(delta, namespace=tool.namespace)
+    return delta

@@ -148,3 +148,22 @@ def test_images_become_image_url_parts_and_unmappable_media_is_counted() -> None
     ]
     assert tool == {"role": "tool", "tool_call_id": "c1", "content": "chart:"}
     assert payload.dropped == {"image_file_id": 1, "tool_output_media": 1}
+
+
+def test_only_function_tools_reach_a_chat_server() -> None:
+    """TOOL-4, UP-CHAT-1: functions (also those inside a namespace) are sent; custom and hosted
+    tools cannot be called by a chat server and are counted as dropped."""
+    from dataclasses import replace
+
+    import msgspec
+
+    from protocol.codec import parse_tools
+    from tests.conformance.samples import ALL_TOOLS
+
+    tools = parse_tools([msgspec.Raw(msgspec.json.encode(t)) for t in ALL_TOOLS])
+    base = request([{"role": "user", "content": "hi"}])
+    payload = build_body(replace(base, tools=tools), ChatOptions())
+    names = [t["function"]["name"] for t in payload.body["tools"]]
+    assert names == ["get_weather", "lookup"]
+    assert payload.dropped["tool.custom"] == 2  # apply_patch and docs.grep_docs
+    assert payload.dropped["tool.web_search"] == 1 and payload.dropped["tool.mcp"] == 1

@@ -6,12 +6,11 @@ field (``input[2].call_id``), never a Python exception text.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import msgspec
 
-from protocol.errors import InvalidRequest, ProtocolError
+from protocol.errors import InvalidRequest, ProtocolError, require_fields, validation_error
 from protocol.events import CLIENT_EVENT_TYPES, ClientEvent, ErrorBody, ErrorEvent
 from protocol.items import (
     OPAQUE_ITEMS,
@@ -21,13 +20,6 @@ from protocol.items import (
     TypedItem,
 )
 from protocol.response import CreateParams
-from protocol.tools import (
-    CALLABLE_TOOL_TYPES,
-    HOSTED_TOOL_REQUIRED,
-    CallableSpec,
-    Toolset,
-    toolset_of,
-)
 
 
 def _enc_hook(obj: Any) -> Any:
@@ -40,45 +32,11 @@ def _enc_hook(obj: Any) -> Any:
 _ENCODER = msgspec.json.Encoder(enc_hook=_enc_hook)
 _CLIENT_EVENT_DECODER = msgspec.json.Decoder(ClientEvent)
 _CREATE_BODY_DECODER = msgspec.json.Decoder(CreateParams)
-_PATH = re.compile(r" - at `\$(?P<path>[^`]*)`$")
-_VALUE = re.compile(r"Invalid (?:enum )?value ('.*')$")
-_MISSING = re.compile(r"missing required field `(?P<field>[^`]+)`")
 
 
 def encode(obj: Any) -> bytes:
     """Encode any protocol struct (or plain JSON value) to compact JSON bytes."""
     return _ENCODER.encode(obj)
-
-
-def _join_path(prefix: str, path: str) -> str | None:
-    path = path.lstrip(".")
-    if not prefix:
-        return path or None
-    if not path:
-        return prefix
-    return f"{prefix}{path}" if path.startswith("[") else f"{prefix}.{path}"
-
-
-def validation_error(exc: msgspec.ValidationError, prefix: str = "") -> InvalidRequest:
-    """Translate a msgspec validation error into a client error with a JSON-path ``param``."""
-    text = str(exc)
-    match = _PATH.search(text)
-    raw_path = match.group("path") if match else ""
-    detail = text[: match.start()] if match else text
-    missing = _MISSING.search(detail)
-    if missing:
-        param = _join_path(prefix, f"{raw_path}.{missing.group('field')}")
-        return InvalidRequest(
-            "missing_required_parameter", f"Missing required parameter: '{param}'.", param
-        )
-    param = _join_path(prefix, raw_path)
-    where = f" for '{param}'" if param else ""
-    if detail.startswith("Expected"):
-        wanted = detail[len("Expected ") :].replace("`", "")
-        return InvalidRequest("invalid_type", f"Invalid type{where}: expected {wanted}.", param)
-    value = _VALUE.search(detail)
-    shown = f": {value.group(1)[:64]}" if value else ""
-    return InvalidRequest("invalid_value", f"Invalid value{where}{shown}.", param)
 
 
 _NOT_JSON = InvalidRequest("invalid_json", "The message is not valid JSON.", None)
@@ -149,54 +107,6 @@ def decode_create_body(body: bytes) -> CreateParams:
     return params
 
 
-_CALLABLE_SPEC = msgspec.json.Decoder(CallableSpec)
-
-
-def parse_tools(raw: list[msgspec.Raw]) -> Toolset:
-    """Typed views of a request's tools (TOOL-1): every type of the SDK's ``Tool`` union is
-    accepted; callable tools are decoded, hosted ones checked for the fields the SDK requires.
-    Errors name the JSON path (``tools[2].type``) as CODEC-3 does."""
-    specs: list[CallableSpec | str] = []
-    for index, tool in enumerate(raw):
-        where = f"tools[{index}]"
-        head = _plain_json(tool)
-        if not isinstance(head, dict):
-            raise InvalidRequest(
-                "invalid_type", f"Invalid type for '{where}': expected object.", where
-            )
-        kind = head.get("type")
-        if kind is None:
-            raise _missing(f"{where}.type")
-        if kind in CALLABLE_TOOL_TYPES:
-            try:
-                specs.append(_CALLABLE_SPEC.decode(tool))
-            except msgspec.ValidationError as exc:
-                raise validation_error(exc, where) from None
-        elif isinstance(kind, str) and kind in HOSTED_TOOL_REQUIRED:
-            _require(head, HOSTED_TOOL_REQUIRED[kind], where)
-            specs.append(kind)
-        else:
-            raise _bad_type(kind, f"{where}.type")
-    return toolset_of(raw, specs)
-
-
-def _missing(param: str) -> InvalidRequest:
-    return InvalidRequest(
-        "missing_required_parameter", f"Missing required parameter: '{param}'.", param
-    )
-
-
-def _bad_type(kind: object, param: str) -> InvalidRequest:
-    shown = repr(kind)[:64] if isinstance(kind, str) else str(kind)[:64]
-    return InvalidRequest("invalid_value", f"Invalid value for '{param}': {shown}.", param)
-
-
-def _require(obj: dict[str, Any], fields: tuple[str, ...], where: str) -> None:
-    for name in fields:
-        if name not in obj:
-            raise _missing(f"{where}.{name}")
-
-
 def parse_input(raw: str | list[Any], param: str = "input") -> list[InputItem]:
     """Normalize ``input`` (a string or a list of items) to typed items (ITEM-1, ITEM-2).
 
@@ -224,7 +134,7 @@ def parse_input(raw: str | list[Any], param: str = "input") -> list[InputItem]:
 
 def _opaque(entry: dict[str, Any], where: str) -> OpaqueItem:
     """An item carried as sent (ITEM-7), once the fields the SDK requires are known present."""
-    _require(entry, OPAQUE_ITEMS[entry["type"]], where)
+    require_fields(entry, OPAQUE_ITEMS[entry["type"]], where)
     ident = entry.get("id")
     if ident is not None and not isinstance(ident, str):
         raise InvalidRequest(

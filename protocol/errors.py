@@ -8,7 +8,10 @@ in one.
 
 from __future__ import annotations
 
-from typing import ClassVar
+import re
+from typing import Any, ClassVar
+
+import msgspec
 
 
 class ProtocolError(Exception):
@@ -81,3 +84,61 @@ def previous_response_not_found(response_id: str) -> InvalidRequest:
 
 def response_not_found(response_id: str, param: str | None = None) -> NotFound:
     return NotFound("response_not_found", f"Response with id '{response_id}' not found.", param)
+
+
+# --------------------------------------------------------------------------- schema errors
+# msgspec's validation messages, translated into client errors whose ``param`` is the JSON path
+# of the bad field (CODEC-3). Here, not in the codec, so that every protocol module can use it.
+
+_PATH = re.compile(r" - at `\$(?P<path>[^`]*)`$")
+_VALUE = re.compile(r"Invalid (?:enum )?value ('.*')$")
+_MISSING = re.compile(r"missing required field `(?P<field>[^`]+)`")
+
+
+def _join_path(prefix: str, path: str) -> str | None:
+    path = path.lstrip(".")
+    if not prefix:
+        return path or None
+    if not path:
+        return prefix
+    return f"{prefix}{path}" if path.startswith("[") else f"{prefix}.{path}"
+
+
+def validation_error(exc: msgspec.ValidationError, prefix: str = "") -> InvalidRequest:
+    """Translate a msgspec validation error into a client error with a JSON-path ``param``."""
+    text = str(exc)
+    match = _PATH.search(text)
+    raw_path = match.group("path") if match else ""
+    detail = text[: match.start()] if match else text
+    missing = _MISSING.search(detail)
+    if missing:
+        param = _join_path(prefix, f"{raw_path}.{missing.group('field')}")
+        return InvalidRequest(
+            "missing_required_parameter", f"Missing required parameter: '{param}'.", param
+        )
+    param = _join_path(prefix, raw_path)
+    where = f" for '{param}'" if param else ""
+    if detail.startswith("Expected"):
+        wanted = detail[len("Expected ") :].replace("`", "")
+        return InvalidRequest("invalid_type", f"Invalid type{where}: expected {wanted}.", param)
+    value = _VALUE.search(detail)
+    shown = f": {value.group(1)[:64]}" if value else ""
+    return InvalidRequest("invalid_value", f"Invalid value{where}{shown}.", param)
+
+
+def missing_parameter(param: str) -> InvalidRequest:
+    return InvalidRequest(
+        "missing_required_parameter", f"Missing required parameter: '{param}'.", param
+    )
+
+
+def invalid_value(value: object, param: str) -> InvalidRequest:
+    shown = repr(value)[:64] if isinstance(value, str) else str(value)[:64]
+    return InvalidRequest("invalid_value", f"Invalid value for '{param}': {shown}.", param)
+
+
+def require_fields(obj: dict[str, Any], fields: tuple[str, ...], where: str) -> None:
+    """The fields an SDK model requires are present (else ``missing_required_parameter``)."""
+    for name in fields:
+        if name not in obj:
+            raise missing_parameter(f"{where}.{name}")

@@ -13,7 +13,7 @@ from typing import Any, Literal
 import msgspec
 
 from protocol.items import OutputItem
-from protocol.tools import FunctionTool, ToolChoice, ToolChoiceFunction, Toolset
+from protocol.tools import FunctionTool, ToolChoice, ToolChoiceFunction, Toolset, parse_tools
 
 ResponseStatus = Literal["completed", "failed", "in_progress", "cancelled", "queued", "incomplete"]
 
@@ -141,8 +141,6 @@ class CreateParams(msgspec.Struct, kw_only=True, dict=True):
 
     @cached_property
     def toolset(self) -> Toolset:
-        from protocol.codec import parse_tools  # the codec imports this module
-
         return parse_tools(self.tools)
 
 

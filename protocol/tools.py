@@ -1,4 +1,4 @@
-"""Tool definitions and ``tool_choice`` (SPEC: TOOL-1..TOOL-6).
+"""Tool definitions and ``tool_choice`` (SPEC: TOOL-1..TOOL-5).
 
 Every tool type of the openai SDK's ``Tool`` union is accepted. A request's tools are kept twice:
 as the raw JSON the client sent (``msgspec.Raw``), which is echoed on the Response and forwarded
@@ -13,6 +13,14 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import msgspec
+
+from protocol.errors import (
+    InvalidRequest,
+    invalid_value,
+    missing_parameter,
+    require_fields,
+    validation_error,
+)
 
 # --------------------------------------------------------------------------- tool definitions
 
@@ -137,6 +145,55 @@ def toolset_from(specs: list[CallableSpec]) -> Toolset:
 
 
 EMPTY_TOOLSET = Toolset()
+
+# --------------------------------------------------------------------------- parsing
+
+_CALLABLE_SPEC = msgspec.json.Decoder(CallableSpec)
+
+
+def parse_tools(raw: list[msgspec.Raw]) -> Toolset:
+    """Typed views of a request's tools (TOOL-1): every type of the SDK's ``Tool`` union is
+    accepted; callable tools are decoded, hosted ones checked for the fields the SDK requires.
+    Errors name the JSON path (``tools[2].type``) as CODEC-3 does."""
+    specs: list[CallableSpec | str] = []
+    for index, tool in enumerate(raw):
+        where = f"tools[{index}]"
+        kind = _tool_kind(tool, where)
+        if kind in CALLABLE_TOOL_TYPES:
+            try:
+                specs.append(_CALLABLE_SPEC.decode(tool))
+            except msgspec.ValidationError as exc:
+                raise validation_error(exc, where) from None
+        elif kind in HOSTED_TOOL_REQUIRED:
+            require_fields(msgspec.json.decode(tool), HOSTED_TOOL_REQUIRED[kind], where)
+            specs.append(kind)
+        else:
+            raise invalid_value(kind, f"{where}.type")
+    return toolset_of(raw, specs)
+
+
+class _Kind(msgspec.Struct):
+    type: Any = None
+
+
+_KIND = msgspec.json.Decoder(_Kind)
+
+
+def _tool_kind(tool: msgspec.Raw, where: str) -> str:
+    """A tool's ``type``, read without decoding the rest (Codex resends ~15 KB of tools on
+    every create)."""
+    try:
+        kind = _KIND.decode(tool).type
+    except msgspec.ValidationError:
+        raise InvalidRequest(
+            "invalid_type", f"Invalid type for '{where}': expected object.", where
+        ) from None
+    if kind is None:
+        raise missing_parameter(f"{where}.type")
+    if not isinstance(kind, str):
+        raise invalid_value(kind, f"{where}.type")
+    return kind
+
 
 # --------------------------------------------------------------------------- tool_choice
 

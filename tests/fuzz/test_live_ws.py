@@ -120,7 +120,7 @@ WRONG_FIELDS: list[tuple[str, Any, str, str | None]] = [
     ("store", "yes", "invalid_type", "store"),
     ("temperature", "hot", "invalid_type", "temperature"),
     ("tools", "x", "invalid_type", "tools"),
-    ("tools", [{"type": "web_search"}], "invalid_value", "tools[0].type"),
+    ("tools", [{"type": "no_such_tool"}], "invalid_value", "tools[0].type"),
     ("tools", [{"type": "function"}], "missing_required_parameter", "tools[0].name"),
     ("tool_choice", "sometimes", "invalid_value", "tool_choice"),
     ("tool_choice", {"type": "function"}, "missing_required_parameter", "tool_choice.name"),

@@ -157,7 +157,7 @@ def test_only_function_tools_reach_a_chat_server() -> None:
 
     import msgspec
 
-    from protocol.codec import parse_tools
+    from protocol.tools import parse_tools
     from tests.conformance.samples import ALL_TOOLS
 
     tools = parse_tools([msgspec.Raw(msgspec.json.encode(t)) for t in ALL_TOOLS])

@@ -30,7 +30,7 @@ from engine.models.base import Finish, SampleRequest, TextDelta
 from engine.models.bench_models import BenchModels, LongTextModel, LoopingCodingAgent, bench_router
 from engine.models.scenarios import CODING_AGENT_STEPS
 from protocol.codec import parse_input
-from protocol.response import Tool
+from protocol.tools import FunctionTool, toolset_from
 
 
 def _request(outputs: int, model: str = "m") -> SampleRequest:
@@ -100,9 +100,9 @@ async def test_client_token_count_matches_the_server_template() -> None:
     history = [*body["input"], call, result.item(), answer]
     for item in parse_input(history):
         assert tokens.item_text(item) == render.item_text(item)
-    tool_defs = msgspec.convert(body["tools"], list[Tool])
+    tool_defs = msgspec.convert(body["tools"], list[FunctionTool])
     assert tokens.header_text(body["instructions"], tool_defs) == render.header_text(
-        body["instructions"], tool_defs
+        body["instructions"], toolset_from(list(tool_defs))
     )
 
 

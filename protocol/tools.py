@@ -9,6 +9,7 @@ callable tools (``function``, ``custom``, and the functions inside a ``namespace
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -139,7 +140,7 @@ def toolset_of(raw: list[msgspec.Raw], specs: list[CallableSpec | str]) -> Tools
     )
 
 
-def toolset_from(specs: list[CallableSpec]) -> Toolset:
+def toolset_from(specs: Sequence[CallableSpec]) -> Toolset:
     """A toolset from typed definitions (in-process callers and tests)."""
     return toolset_of([msgspec.Raw(msgspec.json.encode(s)) for s in specs], list(specs))
 

@@ -102,7 +102,7 @@ async def test_client_token_count_matches_the_server_template() -> None:
         assert tokens.item_text(item) == render.item_text(item)
     tool_defs = msgspec.convert(body["tools"], list[FunctionTool])
     assert tokens.header_text(body["instructions"], tool_defs) == render.header_text(
-        body["instructions"], toolset_from(list(tool_defs))
+        body["instructions"], toolset_from(tool_defs)
     )
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -33,6 +34,7 @@ from protocol.items import (
     InputItem,
     InputText,
     Message,
+    OpaqueItem,
     OutputText,
     Reasoning,
     Refusal,
@@ -108,7 +110,21 @@ def redact_item(item: InputItem) -> InputItem:
     if isinstance(item, Reasoning):
         summary = [msgspec.structs.replace(s, text=redact(s.text)) for s in item.summary]
         return msgspec.structs.replace(item, summary=summary)
+    if isinstance(item, OpaqueItem):  # every string the model reads of it (ITEM-7)
+        return OpaqueItem(
+            {k: v if k in ("type", "id") else _redact_json(v) for k, v in item.data.items()}
+        )
     return item
+
+
+def _redact_json(value: Any) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {k: _redact_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redact_json(v) for v in value]
+    return value
 
 
 def _redact_content(content: str | list[ContentPart]) -> str | list[ContentPart]:

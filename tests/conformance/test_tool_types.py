@@ -17,8 +17,10 @@ from openai.types.responses import ToolChoiceTypes
 from openai.types.responses.response_input_item import ResponseInputItem
 from openai.types.responses.tool import Tool
 
+from engine.pipeline import redact_item
 from engine.render import item_text
 from protocol.codec import parse_input
+from protocol.items import OpaqueItem
 from tests.conformance.samples import (
     ALL_TOOLS,
     CUSTOM,
@@ -211,3 +213,28 @@ def _leaf_strings(value: Any) -> list[str]:
     if isinstance(value, list):
         return [s for v in value for s in _leaf_strings(v)]
     return []
+
+
+SECRET = "AKIA" + "ABCDEFGHIJKLMNOP"  # an AWS access key id shape (SAFE-1)
+
+
+async def test_secrets_in_opaque_and_custom_items_are_found_and_redacted(
+    server: LiveServer,
+) -> None:
+    """PIPE-2, SAFE-3, ITEM-7: the scan reads opaque items and custom tool inputs; the redact
+    policy masks every string of them the model reads, but not `type` and `id`."""
+    shell = {"type": "shell_call", "call_id": "sh_1", "action": {"commands": [f"echo {SECRET}"]}}
+    custom = {"type": "custom_tool_call", "call_id": "c1", "name": "apply_patch", "input": SECRET}
+    answer = {"type": "custom_tool_call_output", "call_id": "c1", "output": "ok"}
+    status, text = await post(server, {"input": [shell, custom, answer]})
+    assert status == 200, text
+    findings = json.loads(text)["safety"]["findings"]
+    assert [(f["kind"], f["item_index"]) for f in findings] == [
+        ("aws_access_key_id", 0),
+        ("aws_access_key_id", 1),
+    ]
+    (opaque, call, _) = parse_input([shell, custom, answer])
+    masked = redact_item(opaque)
+    assert SECRET not in item_text(masked) and "[REDACTED:aws_access_key_id]" in item_text(masked)
+    assert isinstance(masked, OpaqueItem) and masked.type == "shell_call"
+    assert SECRET not in item_text(redact_item(call))

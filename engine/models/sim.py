@@ -194,12 +194,22 @@ def _usable(tools: list[CallableTool], choice: ToolChoice) -> list[CallableTool]
 
 def _planned(tool: CallableTool, hint: str) -> PlannedCall:
     """A call with plausible input: schema-valid JSON arguments (SIM-6), or for a custom tool a
-    short free-form text (a read-only command for command-like tools, else the hint)."""
+    short free-form text (``_free_text``)."""
     if tool.custom:
-        text = "ls" if command_like(tool.name) or "shell" in tool.name.lower() else hint
-        return PlannedCall(tool.name, text, tool.namespace, custom=True)
+        return PlannedCall(tool.name, _free_text(tool.name, hint), tool.namespace, custom=True)
     arguments = json.dumps(arguments_for(tool.parameters, hint), separators=(",", ":"))
     return PlannedCall(tool.name, arguments, tool.namespace)
+
+
+def _free_text(name: str, hint: str) -> str:
+    """A custom tool's input: a patch that adds one small file for a patch tool (the format of
+    Codex's ``apply_patch``), a read-only command for a command-like tool, else the hint."""
+    lowered = name.lower()
+    if "patch" in lowered:
+        return f"*** Begin Patch\n*** Add File: notes.txt\n+{hint}\n*** End Patch\n"
+    if command_like(name) or "shell" in lowered:
+        return "ls"
+    return hint
 
 
 def _excerpt(text: str, words: int) -> str:

@@ -25,7 +25,14 @@ from engine.server import http as http_routes
 from engine.server import ws as ws_driver
 from engine.server.app import create_app
 from protocol.codec import encode
-from tests.conformance.test_codex_cli import KEY_ENV, MARKER, PROMPT, codex_binary, write_config
+from tests.conformance.test_codex_cli import (
+    KEY_ENV,
+    MARKER,
+    PROMPT,
+    CodexTask,
+    codex_binary,
+    write_config,
+)
 
 SENT: Counter[str] = Counter()
 
@@ -46,7 +53,7 @@ def count_frames() -> None:
 async def one_run(base_url: str, websockets: bool) -> tuple[float, dict[str, int]]:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        write_config(root / "home", base_url, websockets)
+        write_config(root / "home", base_url, websockets, CodexTask())
         (root / "work").mkdir()
         (root / "work" / MARKER).write_text("hello\n")
         env = {"PATH": os.environ["PATH"], "HOME": tmp, "CODEX_HOME": str(root / "home")}

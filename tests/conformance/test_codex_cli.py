@@ -10,6 +10,7 @@ A recording proxy in the environment catches any attempt of Codex to reach the i
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import subprocess
@@ -48,15 +49,55 @@ def codex_binary() -> Path:
     return CODEX
 
 
-def write_config(home: Path, base_url: str, websockets: bool) -> None:
+# A model catalog entry for `sim` (Codex 0.169's schema) whose `apply_patch` is the freeform
+# (custom) tool. Without it Codex falls back to generic metadata, which offers no apply_patch.
+CATALOG_ENTRY: dict[str, Any] = {
+    "slug": "sim",
+    "display_name": "sim",
+    "description": "rollout engine simulator",
+    "supports_reasoning_summaries": False,
+    "support_verbosity": False,
+    "default_verbosity": None,
+    "apply_patch_tool_type": "freeform",
+    "input_modalities": ["text"],
+    "truncation_policy": {"mode": "tokens", "limit": 10000},
+    "supports_parallel_tool_calls": True,
+    "context_window": 128000,
+    "reasoning_summary_format": "none",
+    "default_reasoning_level": None,
+    "supported_reasoning_levels": [],
+    "shell_type": "unified_exec",
+    "visibility": "list",
+    "minimal_client_version": "0.0.1",
+    "supported_in_api": True,
+    "upgrade": None,
+    "priority": 0,
+    "base_instructions": "You are a coding agent.",
+    "experimental_supported_tools": [],
+}
+
+
+@dataclass
+class CodexTask:
+    prompt: str = PROMPT
+    sandbox: str = "read-only"
+    freeform_patch: bool = False  # a model catalog that offers apply_patch as a custom tool
+
+
+def write_config(home: Path, base_url: str, websockets: bool, task: CodexTask) -> None:
     """A model provider pointing at the server. The update check, analytics, feedback and the
     plugin/app/model-catalog syncs are off: each would otherwise reach the internet."""
     home.mkdir()
+    catalog = ""
+    if task.freeform_patch:
+        (home / "models.json").write_text(json.dumps({"models": [CATALOG_ENTRY]}))
+        catalog = f'model_catalog_json = "{home / "models.json"}"\n'
     (home / "config.toml").write_text(
-        f"""model = "sim"
+        catalog
+        + f"""model = "sim"
 model_provider = "rollout"
 approval_policy = "never"
-sandbox_mode = "read-only"
+sandbox_mode = "{task.sandbox}"
 check_for_update_on_startup = false
 
 [analytics]
@@ -135,11 +176,16 @@ class CodexRun:
 
 
 async def run_codex(
-    server: LiveServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, websockets: bool
+    server: LiveServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    websockets: bool,
+    task: CodexTask | None = None,
 ) -> CodexRun:
+    task = task or CodexTask()
     binary = codex_binary()
     home, work = tmp_path / "codex-home", tmp_path / "work"
-    write_config(home, server.base_url, websockets)
+    write_config(home, server.base_url, websockets, task)
     work.mkdir()
     (work / MARKER).write_text("hello\n")
     trap = ProxyTrap()
@@ -159,7 +205,7 @@ async def run_codex(
     items_before = Counter(server.engine.stats.items)
     start = len(RECORDED)
     last = tmp_path / "answer.txt"
-    args = ["exec", "--skip-git-repo-check", "--color", "never", "-o", str(last), PROMPT]
+    args = ["exec", "--skip-git-repo-check", "--color", "never", "-o", str(last), task.prompt]
     proc = await asyncio.create_subprocess_exec(
         str(binary),
         *args,
@@ -190,9 +236,13 @@ async def run_codex(
 
 def assert_clean(run: CodexRun, caplog: pytest.LogCaptureFixture) -> None:
     """Exit 0, a final answer built from both tools' outputs, no error anywhere, no internet."""
-    assert run.returncode == 0, run.stderr[-3000:]
     assert MARKER in run.answer, run.answer  # exec_command ran `ls` in the work dir
     assert '"goal":null' in run.answer, run.answer  # get_goal ran too
+    assert_no_error(run, caplog)
+
+
+def assert_no_error(run: CodexRun, caplog: pytest.LogCaptureFixture) -> None:
+    assert run.returncode == 0, run.stderr[-3000:]
     assert not [f for f in run.frames if f["type"] == "error"]
     assert not [f for f in run.frames if f["type"] == "response.failed"]
     noisy = [r for r in caplog.records if r.name.startswith("rollout") and r.levelno >= 30]
@@ -264,3 +314,35 @@ async def test_codex_exec_over_http(
     assert all("previous_response_id" not in r for r in run.requests)
     calls = [i for r in responses(run) for i in r["output"] if i["type"] == "function_call"]
     assert {c["name"] for c in calls} == {"exec_command", "get_goal"}
+
+
+@pytest.mark.timeout(240)
+async def test_codex_apply_patch_is_a_custom_tool_call(
+    server: LiveServer,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """CODEX-4, TOOL-3, ITEM-9: with a model catalog that gives `sim` the freeform `apply_patch`
+    (a `custom` tool), the simulator calls it with a patch; Codex applies the patch in the
+    (workspace-write) work dir and answers with a `custom_tool_call_output`, which resumes the
+    suspended rollout."""
+    caplog.set_level(logging.INFO)
+    task = CodexTask("Use apply_patch to add a note about Paris", "workspace-write", True)
+    run = await run_codex(server, tmp_path, monkeypatch, websockets=True, task=task)
+    assert_no_error(run, caplog)
+    assert (tmp_path / "work" / "notes.txt").read_text() == "Paris\n"
+    offered = [t for t in run.requests[0]["tools"] if t.get("name") == "apply_patch"]
+    assert [t["type"] for t in offered] == ["custom"]
+    calls = [i for r in responses(run) for i in r["output"] if i["type"] == "custom_tool_call"]
+    assert [c["name"] for c in calls] == ["apply_patch"]
+    assert calls[0]["input"].startswith("*** Begin Patch")
+    kinds = [f["type"] for f in run.frames]
+    assert "response.custom_tool_call_input.delta" in kinds
+    assert "response.custom_tool_call_input.done" in kinds
+    outputs = [
+        i for r in run.requests for i in r["input"] if i["type"] == "custom_tool_call_output"
+    ]
+    assert [o["call_id"] for o in outputs] == [calls[0]["call_id"]]
+    assert run.counters["create.fast_path"] == 1 and run.counters["ws.connections"] == 1
+    assert "notes.txt" in run.answer

@@ -1,4 +1,4 @@
-"""Arguments the simulator sends: valid for the tool's JSON Schema, plausible by name (SIM-6).
+"""Arguments the simulator sends: valid for the tool's JSON Schema, plausible by name (SIM-7).
 
 Validity: every ``required`` property gets a value (every declared property when the schema has
 no ``required`` list, and optional ones up to ``minProperties``); ``integer`` and ``number``

@@ -193,7 +193,7 @@ def _usable(tools: list[CallableTool], choice: ToolChoice) -> list[CallableTool]
 
 
 def _planned(tool: CallableTool, hint: str) -> PlannedCall:
-    """A call with plausible input: schema-valid JSON arguments (SIM-6), or for a custom tool a
+    """A call with plausible input: schema-valid JSON arguments (SIM-7), or for a custom tool a
     short free-form text (``_free_text``)."""
     if tool.custom:
         return PlannedCall(tool.name, _free_text(tool.name, hint), tool.namespace, custom=True)

@@ -261,7 +261,7 @@ async def test_codex_exec_over_websocket(
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """CODEX-1, CODEX-2, TOOL-1, TOOL-2, TOOL-4, SIM-6: one socket for the whole task; a
+    """CODEX-1, CODEX-2, TOOL-1, TOOL-2, TOOL-4, SIM-7: one socket for the whole task; a
     prewarm (`generate: false`), then creates chained by `previous_response_id` whose new
     items go through the incremental path; the tool outputs resume the suspended rollout."""
     caplog.set_level(logging.INFO)

@@ -1,4 +1,4 @@
-"""The simulator's tool arguments are valid for the tool's JSON Schema (SIM-6).
+"""The simulator's tool arguments are valid for the tool's JSON Schema (SIM-7).
 
 A hypothesis property draws random satisfiable schemas (nested objects and arrays, bounds,
 ``multipleOf``, enums, ``const``, nullable types, ``anyOf``, ``$ref`` into ``$defs``,
@@ -129,7 +129,7 @@ def tool_parameters(draw: st.DrawFn) -> dict[str, Any]:
 def test_generated_arguments_validate_against_random_schemas(
     schema: dict[str, Any], hint: str
 ) -> None:
-    """SIM-6: every generated argument object is valid for its schema."""
+    """SIM-7: every generated argument object is valid for its schema."""
     arguments = arguments_for(schema, hint)
     jsonschema.Draft202012Validator(schema).validate(arguments)
     # What goes on the wire parses back to the same, valid value.
@@ -140,7 +140,7 @@ def test_generated_arguments_validate_against_random_schemas(
 def test_numbers_are_whole_without_a_fraction_when_the_bounds_allow(
     low: int, width: int, kind: str
 ) -> None:
-    """SIM-6: a ``number`` a client may parse as an unsigned integer is written ``1``, not
+    """SIM-7: a ``number`` a client may parse as an unsigned integer is written ``1``, not
     ``1.0``."""
     schema = {"type": "object", "properties": {"n": {"type": kind, "minimum": low}}}
     schema["properties"]["n"]["maximum"] = low + width
@@ -149,7 +149,7 @@ def test_numbers_are_whole_without_a_fraction_when_the_bounds_allow(
 
 
 def test_values_are_plausible_by_parameter_name() -> None:
-    """SIM-6: command-like → ``ls``; path-like → ``.``; milliseconds and budgets → 1000;
+    """SIM-7: command-like → ``ls``; path-like → ``.``; milliseconds and budgets → 1000;
     only required properties are filled when ``required`` is given (Codex's exec_command)."""
     exec_command = {
         "type": "object",

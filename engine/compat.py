@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from engine.compaction import compaction_threshold
 from engine.context import Context
 from engine.core import Engine
 from engine.lane import CacheEntry, Lane
@@ -64,6 +65,7 @@ def settings_from(params: CreateParams, model: str) -> Settings:
         store=params.store,
         temperature=params.temperature,
         top_p=params.top_p,
+        compact_threshold=compaction_threshold(params.context_management),
     )
 
 
@@ -83,6 +85,8 @@ def new_response(params: CreateParams, model: str) -> Response:
         temperature=1.0 if params.temperature is None else params.temperature,
         top_p=1.0 if params.top_p is None else params.top_p,
         top_logprobs=params.top_logprobs or 0,
+        presence_penalty=params.presence_penalty or 0.0,
+        frequency_penalty=params.frequency_penalty or 0.0,
         truncation=params.truncation or "disabled",
         text=params.text or {"format": {"type": "text"}},
         tool_choice=params.tool_choice,

@@ -47,6 +47,7 @@ from protocol.tools import ToolChoice, Toolset
 FULL = "full"
 INCREMENTAL = "incremental"
 OUTPUT = "output"  # the model's own output joining the context
+COMPACT = "compact"  # a compacted window replacing the context (COMPACT-3, COMPACT-4)
 
 
 @dataclass
@@ -189,7 +190,8 @@ class Pipeline:
         validate(ctx, items, supports, param)
         t = self._count("validate", path, len(items), t)
         # The model's own output is not scanned: the scan guards what enters from outside.
-        findings = scan(ctx, texts_of(given, items, texts)) if path != OUTPUT else []
+        # Nor is a compacted window: its items were scanned when they entered.
+        findings = scan(ctx, texts_of(given, items, texts)) if path not in (OUTPUT, COMPACT) else []
         if findings and self.policy == "redact":
             items = self._redacted(ctx, items, findings)
         t = self._count("scan", path, len(items), t)

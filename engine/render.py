@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 
+from engine.compaction_seal import summary_text
 from engine.tokens import encode
 from protocol.items import (
     Compaction,
@@ -58,8 +59,8 @@ def item_text(item: InputItem) -> str:
     if isinstance(item, Reasoning):
         summary = "\n".join(s.text for s in item.summary)
         return f"<|im_start|>reasoning\n{summary}<|im_end|>\n"
-    if isinstance(item, Compaction):  # opaque to us: the model sees that context was compacted
-        return f"<|im_start|>compaction\n{len(item.encrypted_content)} bytes<|im_end|>\n"
+    if isinstance(item, Compaction):
+        return f"<|im_start|>compaction\n{summary_text(item)}<|im_end|>\n"
     if isinstance(item, OpaqueItem):
         return f"<|im_start|>{item.type}\n{opaque_text(item)}<|im_end|>\n"
     # Item references are resolved before rendering (ITEM-4), so none reaches this point.

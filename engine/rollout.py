@@ -26,6 +26,7 @@ from typing import Literal, Protocol
 import msgspec
 
 from engine.accounting import RolloutFacts, UsageTally, safety_report, usage_record
+from engine.compaction import CompactRequest, compact, prune, rebuilt, worth_compacting
 from engine.context import Context
 from engine.core import Engine
 from engine.history import TurnHistory, TurnRecord
@@ -91,6 +92,7 @@ class Settings:
     store: bool
     temperature: float | None = None
     top_p: float | None = None
+    compact_threshold: int | None = None  # context_management (COMPACT-3)
 
 
 def _future() -> asyncio.Future[str]:
@@ -171,6 +173,8 @@ class Rollout:
         self._fresh_tokens += self.pipeline.apply(
             self.ctx, items, path=path, supports=self.backend.supports, texts=texts
         )
+        if path == FULL:
+            self._prune_compacted()
         missing = self.ctx.pending_calls()
         if missing:
             raise _missing_output(missing[0].call_id)
@@ -181,6 +185,37 @@ class Rollout:
         return self.pipeline.render_header(
             self.ctx, s.instructions, s.tools, s.tool_choice, runs_hosted
         )
+
+    def _prune_compacted(self) -> None:
+        """A compaction item stands for what came before it (COMPACT-4): re-render without it.
+        Runs after validation, so error paths still index the request's own input."""
+        pruned = prune(self.ctx.items)
+        if pruned is not None:
+            self._replace_context(pruned)
+
+    def _replace_context(self, items: list[InputItem]) -> None:
+        """A fresh context holding ``items`` (a compacted window); nothing in it is cached."""
+        self.ctx = rebuilt(self.pipeline, self.ctx, items, self.backend.supports)
+        self._fresh_tokens = self.ctx.prompt_tokens
+
+    async def _compact_if_needed(self, turn: Turn) -> None:
+        """``context_management``: past the threshold, compact before sampling (COMPACT-3). The
+        compaction item is the response's next output item; its cost joins the usage."""
+        threshold = self.settings.compact_threshold
+        if threshold is None or self.ctx.prompt_tokens <= threshold:
+            return
+        if not worth_compacting(self.ctx.items):
+            return
+        async with asyncio.timeout(self._model_timeout):  # an upstream compaction is a model call
+            result = await compact(self.backend, CompactRequest(self.settings.model, self.ctx))
+        self._replace_context(result.items)
+        self.engine.counters["compaction.auto"] += 1
+        for tally in (turn.tally, self._totals):
+            tally.input_tokens += result.input_tokens
+            tally.output_tokens += result.output_tokens
+        await self._open_turn(turn)
+        for event in turn.stream.add_compaction(result.item):
+            await turn.sink.send(event)
 
     async def warm(self) -> None:
         """``generate: false``: state is prepared and the response completes with no output."""
@@ -258,6 +293,7 @@ class Rollout:
 
     # ================================================================== sampling
     async def _sample(self, turn: Turn) -> tuple[list[ToolCall], SampleEnd]:
+        await self._compact_if_needed(turn)
         started, output_before = time.time(), turn.tally.output_tokens
         prompt, cached = self._count_prompt(turn)
         turn.tally.samples += 1

@@ -13,6 +13,7 @@ from typing import Protocol
 import msgspec
 
 from protocol.items import (
+    Compaction,
     CustomToolCall,
     CustomToolCallOutput,
     FunctionCall,
@@ -85,4 +86,6 @@ def listing_form(item: InputItem) -> InputItem:
         return msgspec.structs.replace(item, id=item.id or new_id("ctc"))
     if isinstance(item, CustomToolCallOutput):
         return msgspec.structs.replace(item, id=item.id or new_id("ctco"))
+    if isinstance(item, Compaction):
+        return msgspec.structs.replace(item, id=item.id or new_id("cmp"))
     return item

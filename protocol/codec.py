@@ -19,7 +19,7 @@ from protocol.items import (
     OpaqueItem,
     TypedItem,
 )
-from protocol.response import CreateParams
+from protocol.response import CompactParams, CreateParams
 
 
 def _enc_hook(obj: Any) -> Any:
@@ -32,6 +32,7 @@ def _enc_hook(obj: Any) -> Any:
 _ENCODER = msgspec.json.Encoder(enc_hook=_enc_hook)
 _CLIENT_EVENT_DECODER = msgspec.json.Decoder(ClientEvent)
 _CREATE_BODY_DECODER = msgspec.json.Decoder(CreateParams)
+_COMPACT_BODY_DECODER = msgspec.json.Decoder(CompactParams)
 
 
 def encode(obj: Any) -> bytes:
@@ -93,9 +94,21 @@ def decode_client_event(frame: bytes | str) -> ClientEvent:
 
 
 def decode_create_body(body: bytes) -> CreateParams:
-    """Decode an HTTP ``POST /v1/responses`` body."""
+    """Decode an HTTP ``POST /v1/responses`` (or ``/input_tokens``) body."""
+    params: CreateParams = _decode_body(_CREATE_BODY_DECODER, body)
+    _ = params.toolset  # a bad tool is an error of the request's decoding (TOOL-1)
+    return params
+
+
+def decode_compact_body(body: bytes) -> CompactParams:
+    """Decode an HTTP ``POST /v1/responses/compact`` body (COMPACT-1)."""
+    params: CompactParams = _decode_body(_COMPACT_BODY_DECODER, body)
+    return params
+
+
+def _decode_body(decoder: msgspec.json.Decoder[Any], body: bytes) -> Any:
     try:
-        params = _CREATE_BODY_DECODER.decode(body)
+        return decoder.decode(body)
     except msgspec.ValidationError as exc:
         _plain_json(body)
         raise validation_error(exc) from None
@@ -103,8 +116,6 @@ def decode_create_body(body: bytes) -> CreateParams:
         raise _NOT_JSON from None
     except RecursionError:
         raise _TOO_DEEP from None
-    _ = params.toolset
-    return params
 
 
 def parse_input(raw: str | list[Any], param: str = "input") -> list[InputItem]:

@@ -108,10 +108,13 @@ class CustomToolCallOutput(
 class Compaction(
     msgspec.Struct, tag="compaction", tag_field="type", omit_defaults=True, kw_only=True
 ):
-    """A compacted stretch of conversation; ``encrypted_content`` is opaque and kept (ITEM-8)."""
+    """The summary of an earlier context (ITEM-8, COMPACT-1..COMPACT-5). ``encrypted_content`` is
+    opaque to clients: this server's own summaries are sealed by ``engine.compaction_seal``; an
+    upstream's are kept byte for byte and forwarded to it."""
 
     encrypted_content: str
     id: str | None = None
+    created_by: str | None = None
 
 
 class ItemReference(msgspec.Struct, tag="item_reference", tag_field="type"):
@@ -201,7 +204,7 @@ TypedItem = (
 InputItem = TypedItem | OpaqueItem
 ToolCall = FunctionCall | CustomToolCall
 ToolOutput = FunctionCallOutput | CustomToolCallOutput
-OutputItem = Message | FunctionCall | CustomToolCall
+OutputItem = Message | FunctionCall | CustomToolCall | Compaction
 
 
 def part_text(part: ContentPart) -> str | None:

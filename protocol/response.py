@@ -1,8 +1,10 @@
 """The Response object, usage, tools and create parameters (SPEC: RESP-1..RESP-4).
 
-Field types follow the openai SDK's ``Response`` model: numbers the SDK requires are never null
-(``temperature``, ``top_p``, ``top_logprobs`` default to their documented values), and fields the
-OpenAPI schema requires-but-allows-null (``error``, ``instructions`` …) are always present.
+Field types follow the openai SDK's ``Response`` model and the Open Responses document's
+``ResponseResource`` (CONF-3): every field the document requires is always written; numbers are
+never null (``temperature``, ``top_p``, ``presence_penalty``, ``frequency_penalty``,
+``top_logprobs`` default to their documented values), and required-but-nullable fields
+(``error``, ``instructions`` …) are written as null.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from protocol.items import OutputItem
+from protocol.items import InputItem, OutputItem
 from protocol.tools import FunctionTool, ToolChoice, ToolChoiceFunction, Toolset, parse_tools
 
 ResponseStatus = Literal["completed", "failed", "in_progress", "cancelled", "queued", "incomplete"]
@@ -90,6 +92,9 @@ class Response(msgspec.Struct, kw_only=True):
     tools: list[msgspec.Raw] = msgspec.field(default_factory=list)  # as sent (TOOL-1)
     top_logprobs: int = 0
     top_p: float = 1.0
+    # Required numbers of the Open Responses Response (CONF-3); echoed, default 0.
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
     truncation: str = "disabled"
     usage: Usage | None = None
     user: str | None = None
@@ -120,6 +125,8 @@ class CreateParams(msgspec.Struct, kw_only=True, dict=True):
     temperature: float | None = None
     top_p: float | None = None
     top_logprobs: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
     truncation: str | None = None
     text: dict[str, Any] | None = None
     reasoning: Reasoning | None = None
@@ -133,6 +140,8 @@ class CreateParams(msgspec.Struct, kw_only=True, dict=True):
     service_tier: str | None = None
     prompt_cache_key: str | None = None
     conversation: Any = None
+    # Compaction past a token threshold (COMPACT-3); checked in the engine.
+    context_management: Any = None
     # WebSocket fields (WS-2): stream_id is ignored over HTTP; generate=false works on both.
     generate: bool = True
     stream_id: str | None = None
@@ -142,6 +151,34 @@ class CreateParams(msgspec.Struct, kw_only=True, dict=True):
     @cached_property
     def toolset(self) -> Toolset:
         return parse_tools(self.tools)
+
+
+class CompactParams(msgspec.Struct, kw_only=True):
+    """The body of ``POST /v1/responses/compact`` (COMPACT-1). ``model`` is required; unknown
+    fields are accepted and ignored (LEN-1)."""
+
+    model: str
+    input: str | list[Any] | None = None
+    previous_response_id: str | None = None
+    instructions: str | None = None
+    prompt_cache_key: str | None = None
+
+
+class CompactedResponse(msgspec.Struct, kw_only=True):
+    """The compacted window: the kept client messages and one ``compaction`` item."""
+
+    id: str
+    object: Literal["response.compaction"] = "response.compaction"
+    created_at: int
+    output: list[InputItem]
+    usage: Usage
+
+
+class InputTokenCount(msgspec.Struct, kw_only=True):
+    """The answer of ``POST /v1/responses/input_tokens`` (TOKENS-1)."""
+
+    object: Literal["response.input_tokens"] = "response.input_tokens"
+    input_tokens: int
 
 
 __all__ = ["CreateParams", "FunctionTool", "Response", "ToolChoice", "ToolChoiceFunction"]

@@ -14,7 +14,15 @@ from typing import Any
 import msgspec
 
 from protocol import events as ev
-from protocol.items import CustomToolCall, FunctionCall, Message, OutputItem, OutputText, ToolCall
+from protocol.items import (
+    Compaction,
+    CustomToolCall,
+    FunctionCall,
+    Message,
+    OutputItem,
+    OutputText,
+    ToolCall,
+)
 from protocol.response import IncompleteDetails, Response, ResponseErrorInfo, Usage
 from protocol.states import IllegalTransition, ResponseState, Step, next_state
 
@@ -358,6 +366,26 @@ class ResponseStream:
                 stream_id=self.stream_id,
                 output_index=call.output_index,
                 item=done,
+            ),
+        ]
+
+    # ------------------------------------------------------------------ compaction
+    def add_compaction(self, item: Compaction) -> list[ev.ServerEvent]:
+        """A compaction item made before sampling (COMPACT-3): it is complete when it appears,
+        so ``output_item.added`` and ``output_item.done`` carry the same item."""
+        self._require_closed()
+        first = self._step(Step.OUTPUT)
+        index = len(self.response.output)
+        self.response.output.append(item)
+        return [
+            ev.OutputItemAdded(
+                sequence_number=first, stream_id=self.stream_id, output_index=index, item=item
+            ),
+            ev.OutputItemDone(
+                sequence_number=self._step(Step.OUTPUT),
+                stream_id=self.stream_id,
+                output_index=index,
+                item=item,
             ),
         ]
 

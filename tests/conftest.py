@@ -2,7 +2,9 @@
 
 Every event the server writes during a test (WebSocket frames and SSE events) is recorded and,
 at teardown, parsed with the official ``openai`` SDK's event models (CONF-1). Our experimental
-extension events (``response.done``) are checked against our own schema instead.
+extension events (``response.done``) are checked against our own schema instead. Every event and
+every HTTP JSON body is also checked against the Open Responses required-field tables
+(``tests/conformance/open_responses.py``, CONF-3).
 """
 
 from __future__ import annotations
@@ -24,8 +26,10 @@ from engine.models.router import Router
 from engine.server import http as http_routes
 from engine.server import ws as ws_driver
 from engine.server.app import create_app
-from protocol.codec import encode
+from protocol.codec import encode, http_error_body
+from protocol.errors import ProtocolError
 from protocol.events import ServerEvent
+from tests.conformance.open_responses import check_body, check_event
 
 settings.register_profile(
     "ci", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
@@ -41,6 +45,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 # ----------------------------------------------------------------------------- event recorder
 
 RECORDED: list[bytes] = []
+BODIES: list[bytes] = []  # HTTP JSON bodies (Response, compaction, errors), checked by CONF-3
 EXTENSION_REASONS = {"idle_timeout"}  # incomplete_details.reason values only append mode emits
 
 
@@ -59,8 +64,22 @@ def _install_recorder() -> None:
         RECORDED.append(encode(event))
         await original_http(self, event)
 
+    original_json = http_routes.json_response
+
+    def json_response(body: Any, status: int = 200) -> web.Response:
+        BODIES.append(encode(body))
+        return original_json(body, status)
+
+    original_error = http_routes.error_response
+
+    def error_response(err: ProtocolError) -> web.Response:
+        BODIES.append(http_error_body(err))
+        return original_error(err)
+
     ws_driver.WsSink.send = ws_send  # type: ignore[method-assign]
     http_routes.HttpSink.send = http_send  # type: ignore[method-assign]
+    http_routes.json_response = json_response
+    http_routes.error_response = error_response
     ws_driver.WsSink._recorded = True
 
 
@@ -95,10 +114,24 @@ def sdk_parse(raw: bytes | dict[str, Any]) -> Any:
     return standard.validate_python(data)
 
 
+def open_responses_faults(events: list[bytes], bodies: list[bytes]) -> list[str]:
+    """Every fault of these frames against the Open Responses tables (CONF-3)."""
+    faults: list[str] = []
+    for raw in events:
+        data = msgspec.json.decode(raw)
+        faults += [f"{data.get('type')} {fault}" for fault in check_event(data)]
+    for raw in bodies:
+        data = msgspec.json.decode(raw)
+        if isinstance(data, dict):
+            faults += [f"HTTP body {fault}" for fault in check_body(data)]
+    return faults
+
+
 @pytest.fixture(autouse=True)
 def sdk_oracle() -> Iterator[list[bytes]]:
-    """Teardown check: everything this test made the server emit parses with the SDK."""
-    start = len(RECORDED)
+    """Teardown check: everything this test made the server emit parses with the SDK and
+    satisfies the Open Responses required fields."""
+    start, body_start = len(RECORDED), len(BODIES)
     yield RECORDED
     from openai.types.responses import Response
 
@@ -106,7 +139,10 @@ def sdk_oracle() -> Iterator[list[bytes]]:
         parsed = sdk_parse(raw)
         if isinstance(parsed, dict):  # response.done: validate the snapshot it carries
             Response.model_validate(parsed["response"])
+    faults = open_responses_faults(RECORDED[start:], BODIES[body_start:])
     del RECORDED[start:]
+    del BODIES[body_start:]
+    assert not faults, f"{len(faults)} Open Responses faults, first: {faults[:5]}"
 
 
 # ----------------------------------------------------------------------------- live server

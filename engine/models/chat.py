@@ -15,6 +15,7 @@ from collections.abc import AsyncGenerator
 
 import msgspec
 
+from engine.compaction import Compacted, CompactRequest, summarise_with_model
 from engine.models.base import CallStart, Delta, SampleRequest
 from engine.models.chat_stream import Chunk, ChunkMapper
 from engine.models.chat_wire import ChatOptions, build_body
@@ -52,6 +53,11 @@ class ChatBackend:
 
     def stream(self, request: SampleRequest) -> AsyncGenerator[Delta, None]:
         return retry_before_first(lambda _attempt: self._attempt(request), self.endpoint)
+
+    async def compact(self, request: CompactRequest) -> Compacted:
+        """COMPACT-5: a chat server has no compaction of its own; its model writes the summary."""
+        self.stats["compactions"] += 1
+        return await summarise_with_model(self, request)
 
     def _attempt(self, request: SampleRequest) -> AsyncGenerator[Delta, None]:
         payload = build_body(request, self.options)

@@ -23,6 +23,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from engine.compaction_seal import summary_text
 from engine.models.base import SampleRequest
 from protocol.items import (
     Compaction,
@@ -105,8 +106,11 @@ def messages_for(
             _attach_call(out, item)
         elif isinstance(item, ToolOutput):
             out.append(_tool_result(item, dropped))
-        elif isinstance(item, Reasoning | Compaction):
-            dropped[item.__class__.__name__.lower()] += 1
+        elif isinstance(item, Reasoning):
+            dropped["reasoning"] += 1
+        elif isinstance(item, Compaction):  # COMPACT-5: the model reads the summary
+            summary = f"Summary of the earlier conversation:\n{summary_text(item)}"
+            out.append({"role": "user", "content": summary})
         elif isinstance(item, OpaqueItem):
             dropped[item.type] += 1
         # item_reference never reaches a backend: the pipeline resolves it first.

@@ -19,14 +19,17 @@ from typing import Any
 
 import msgspec
 
+from engine.compaction import Compacted, CompactRequest
 from engine.context import Context
 from engine.models.base import HOSTED_TOOLS, Delta, SampleRequest
 from engine.models.http_pool import HttpPool
 from engine.models.responses_wire import (
     RESERVED,
+    CompactedBody,
     Event,
     EventMapper,
     ResponsesOptions,
+    compacted_from,
     input_items,
     tool_choice_for,
 )
@@ -35,9 +38,12 @@ from engine.models.upstream import (
     UpstreamError,
     closed_early,
     decode_json,
+    post_stream,
     relay,
     retry_before_first,
 )
+
+MAX_COMPACTED_BYTES = 32 * 1024 * 1024  # an upstream's compacted window, read at most
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +81,21 @@ class ResponsesBackend:
         body = msgspec.json.encode(self._body(request, link))
         answer = _ResponsesAnswer(self, request.context, link)
         return relay(self.pool, self.endpoint, "/responses", body, answer)
+
+    async def compact(self, request: CompactRequest) -> Compacted:
+        """COMPACT-5: forwarded to the upstream's ``/responses/compact``; its window (its own
+        ``compaction`` item included) replaces ours as it is."""
+        ctx = request.context
+        dropped: Counter[str] = Counter()
+        body: dict[str, Any] = {"model": self.options.model or request.model}
+        body["input"] = input_items(ctx.items, self.options.pass_reasoning, dropped)
+        if ctx.header_key is not None and ctx.header_key[0]:
+            body["instructions"] = ctx.header_key[0]
+        self.stats["compactions"] += 1
+        payload = msgspec.json.encode(body)
+        async with post_stream(self.pool, self.endpoint, "/responses/compact", payload) as resp:
+            raw = await resp.content.read(MAX_COMPACTED_BYTES)
+        return compacted_from(decode_json(raw.decode(errors="replace"), CompactedBody), ctx)
 
     def _body(self, request: SampleRequest, link: _Link | None) -> dict[str, Any]:
         dropped: Counter[str] = Counter()

@@ -9,6 +9,9 @@ Opaque items (ITEM-7) and tools (TOOL-1) are forwarded exactly as the client sen
 Response events: message text, function calls (with their ``namespace``) and custom tool calls
 are relayed as deltas; other output items (reasoning, hosted tool calls) are not produced by this
 engine and are skipped (counted).
+
+Compaction items made by the upstream (its ``/responses/compact``) go back to it unchanged;
+this server's own summaries go as a user message (COMPACT-5).
 """
 
 from __future__ import annotations
@@ -20,9 +23,14 @@ from typing import Any
 
 import msgspec
 
+from engine.compaction import Compacted
+from engine.compaction_seal import unseal
+from engine.context import Context
 from engine.models.base import ArgsDelta, CallEnd, CallStart, Delta, Finish, TextDelta
 from engine.models.upstream import UpstreamError, safe_message
 from engine.tokens import count
+from protocol.codec import parse_input
+from protocol.errors import InvalidRequest
 from protocol.items import (
     Compaction,
     CustomToolCall,
@@ -55,7 +63,7 @@ def input_items(items: list[InputItem], pass_reasoning: bool, dropped: Counter[s
         if isinstance(item, _PLAIN):
             out.append(msgspec.to_builtins(msgspec.structs.replace(item, id=None, status=None)))
         elif isinstance(item, Compaction):
-            out.append(msgspec.to_builtins(msgspec.structs.replace(item, id=None)))
+            out.append(compaction_input(item))
         elif isinstance(item, OpaqueItem):
             out.append(item.data)
         elif isinstance(item, Reasoning) and pass_reasoning:
@@ -63,6 +71,19 @@ def input_items(items: list[InputItem], pass_reasoning: bool, dropped: Counter[s
         elif isinstance(item, Reasoning):
             dropped["reasoning"] += 1
     return out
+
+
+SUMMARY_HEADER = "Summary of the earlier conversation:\n"
+
+
+def compaction_input(item: Compaction) -> dict[str, Any]:
+    """COMPACT-5: an upstream's own compaction goes back to it unchanged (without our ``id``, as
+    every item, UP-RESP-1); ours (which it cannot read) goes as a user message with the
+    summary."""
+    summary = unseal(item.encrypted_content)
+    if summary is None:
+        return {"type": "compaction", "encrypted_content": item.encrypted_content}
+    return {"type": "message", "role": "user", "content": SUMMARY_HEADER + summary}
 
 
 def tool_choice_for(choice: ToolChoice) -> Any:
@@ -221,3 +242,28 @@ _HANDLERS = {
     "response.failed": EventMapper._terminal,
     "error": EventMapper._error,
 }
+
+
+# --------------------------------------------------------------------------- compaction
+
+
+class CompactedBody(msgspec.Struct):
+    """The upstream's ``/responses/compact`` answer (the fields we use)."""
+
+    output: list[Any]
+    usage: Usage | None = None
+
+
+def compacted_from(body: CompactedBody, ctx: Context) -> Compacted:
+    """Its window becomes ours: the items decode as input items, one of them the compaction."""
+    try:
+        items = parse_input(body.output, "output")
+    except InvalidRequest as exc:
+        raise UpstreamError("The model server sent a malformed compaction.") from exc
+    item = next((i for i in items if isinstance(i, Compaction)), None)
+    if item is None:
+        raise UpstreamError("The model server's compaction has no compaction item.")
+    usage = body.usage or Usage()
+    input_tokens = ctx.prompt_tokens if usage.input_tokens is None else usage.input_tokens
+    output_tokens = usage.output_tokens or 0
+    return Compacted(items, item, input_tokens, output_tokens)

@@ -168,6 +168,8 @@ def create_app(
     app[BACKGROUND] = BackgroundRuns(app[ENGINE])
     app.router.add_get("/v1/responses", responses_get)
     app.router.add_post("/v1/responses", http.create_response)
+    app.router.add_post("/v1/responses/compact", http.compact_response)
+    app.router.add_post("/v1/responses/input_tokens", http.input_tokens)
     app.router.add_get("/v1/responses/{response_id}", background.retrieve)
     app.router.add_delete("/v1/responses/{response_id}", http.delete_response)
     app.router.add_post("/v1/responses/{response_id}/cancel", background.cancel)

@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
+from engine.context_api import compact_context, count_input_tokens
 from engine.core import Engine
 from engine.inspect import note_event
 from engine.metrics import CONTENT_TYPE
@@ -19,7 +20,7 @@ from engine.rollout import ClientGone
 from engine.server import background
 from engine.server.keys import BACKGROUND, ENGINE, INSPECTOR, REQUESTS, SESSIONS
 from engine.session import Session
-from protocol.codec import decode_create_body, encode, http_error_body
+from protocol.codec import decode_compact_body, decode_create_body, encode, http_error_body
 from protocol.errors import InvalidRequest, ProtocolError, ServerError, response_not_found
 from protocol.events import (
     ErrorEvent,
@@ -115,6 +116,18 @@ def note_error(request: web.Request, response: web.StreamResponse) -> None:
         except msgspec.DecodeError:
             pass
     request.app[INSPECTOR].errors.note("http", response.status, code, message)
+
+
+async def compact_response(request: web.Request) -> web.Response:
+    """``POST /v1/responses/compact`` (COMPACT-1)."""
+    params = decode_compact_body(await request.read())
+    return json_response(await compact_context(request.app[ENGINE], params))
+
+
+async def input_tokens(request: web.Request) -> web.Response:
+    """``POST /v1/responses/input_tokens`` (TOKENS-1)."""
+    params = decode_create_body(await request.read())
+    return json_response(count_input_tokens(request.app[ENGINE], params))
 
 
 def _finish(sink: HttpSink) -> web.StreamResponse:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from protocol import events as ev
 from protocol.codec import encode, error_event
 from protocol.errors import InvalidRequest
-from protocol.items import FunctionCall
+from protocol.items import Compaction, FunctionCall
 from protocol.response import Response, Usage
 from protocol.states import IllegalTransition
 from protocol.stream import ResponseStream
@@ -133,3 +133,27 @@ def test_error_envelope_shape() -> None:
         "error": {"type": "invalid_request_error", "code": "c", "message": "m", "param": "p"},
         "stream_id": "s",
     }
+
+
+def test_compaction_item_is_added_and_done_at_once() -> None:
+    """COMPACT-3, ORD-3: a compaction item is complete when it appears; the message after it
+    takes the next output index; every event round-trips and parses with the SDK."""
+    stream = ResponseStream(Response(id="resp_x", created_at=1, model="m"))
+    item = Compaction(id="cmp_1", encrypted_content="rcmp1.eA==")
+    events: list[Any] = [stream.created(), stream.in_progress()]
+    events += stream.add_compaction(item)
+    events += stream.add_message()
+    events += stream.finish_message()
+    events.append(stream.completed(Usage(input_tokens=1, output_tokens=1, total_tokens=2), 2))
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    added, done = events[2], events[3]
+    assert isinstance(added, ev.OutputItemAdded) and isinstance(done, ev.OutputItemDone)
+    assert added.item == done.item == item and added.output_index == done.output_index == 0
+    assert events[4].output_index == 1
+    assert [o.type for o in sdk_parse(encode(events[-1])).response.output] == [
+        "compaction",
+        "message",
+    ]
+    for event in events:
+        assert DECODER.decode(encode(event)) == event
+        sdk_parse(encode(event))

@@ -209,6 +209,25 @@ class ResponsesPeer(Peer):
 
     def routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/responses", self.handle)
+        app.router.add_post("/v1/responses/compact", self.compact)
+
+    async def compact(self, request: web.Request) -> web.Response:
+        """Like OpenAI's: the user messages stay, the rest becomes one opaque blob of its own."""
+        body = await request.json()
+        self.requests.append(Recorded(request.path, dict(request.headers), body))
+        if self.script and self.script[0].status >= 400:
+            return error_response(self.script.popleft())
+        self.counter += 1
+        kept = [i for i in body["input"] if i.get("role") == "user"]
+        blob = {"type": "compaction", "id": f"cmp_up_{self.counter}"}
+        blob["encrypted_content"] = f"upstream-blob-{self.counter}"
+        usage: dict[str, Any] = {"input_tokens": 321, "output_tokens": 45, "total_tokens": 366}
+        usage |= {"input_tokens_details": {"cached_tokens": 0}}
+        usage |= {"output_tokens_details": {"reasoning_tokens": 0}}
+        return web.json_response(
+            {"id": "resp_c", "object": "response.compaction", "created_at": 1}
+            | {"output": [*kept, blob], "usage": usage}
+        )
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         body, reply = await self._record(request)

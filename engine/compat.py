@@ -31,6 +31,7 @@ from protocol.errors import InvalidRequest, previous_response_not_found
 from protocol.items import InputItem, item_texts
 from protocol.response import CreateParams, Reasoning, Response
 from protocol.stream import ResponseStream, new_id
+from protocol.tools import echoed_tools
 
 
 class Connection(Protocol):
@@ -90,7 +91,7 @@ def new_response(params: CreateParams, model: str) -> Response:
         truncation=params.truncation or "disabled",
         text=params.text or {"format": {"type": "text"}},
         tool_choice=params.tool_choice,
-        tools=params.tools,
+        tools=echoed_tools(params.toolset),
         metadata={str(k): str(v) for k, v in (params.metadata or {}).items()},
         user=params.user,
         safety_identifier=params.safety_identifier,

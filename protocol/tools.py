@@ -297,3 +297,27 @@ def forced_callable(choice: ToolChoice) -> str | None:
     if isinstance(choice, ToolChoiceFunction | ToolChoiceCustom):
         return choice.name
     return None
+
+
+# --------------------------------------------------------------------------- the echo
+
+# Keys of a function tool that the Open Responses document requires on the Response (nullable).
+FUNCTION_ECHO_KEYS = ("description", "parameters", "strict")
+
+
+def echoed_tools(toolset: Toolset) -> list[msgspec.Raw]:
+    """The Response's ``tools`` (TOOL-1, CONF-3): each tool as the client sent it, except that a
+    top-level function tool lacking ``description``, ``parameters`` or ``strict`` gets the
+    missing keys as null, which both the SDK and the Open Responses document accept."""
+    return [
+        _complete_function(raw) if isinstance(spec, FunctionTool) else raw
+        for raw, spec in zip(toolset.raw, toolset.specs, strict=True)
+    ]
+
+
+def _complete_function(raw: msgspec.Raw) -> msgspec.Raw:
+    data: dict[str, Any] = msgspec.json.decode(raw)
+    missing = [key for key in FUNCTION_ECHO_KEYS if key not in data]
+    if not missing:
+        return raw
+    return msgspec.Raw(msgspec.json.encode(data | dict.fromkeys(missing)))

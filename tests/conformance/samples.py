@@ -52,6 +52,17 @@ HOSTED_TOOLS: list[dict[str, Any]] = [
 ]
 ALL_TOOLS: list[dict[str, Any]] = [FUNCTION, CUSTOM, NAMESPACE, *HOSTED_TOOLS]
 
+
+def echoed(tool: dict[str, Any]) -> dict[str, Any]:
+    """A tool as the Response echoes it (TOOL-1): as sent, plus the keys the Open Responses
+    document requires of a function tool, null when the client left them out (CONF-3)."""
+    if tool.get("type") != "function":
+        return tool
+    return {"description": None, "parameters": None, "strict": None} | tool
+
+
+ECHOED_TOOLS: list[dict[str, Any]] = [echoed(t) for t in ALL_TOOLS]
+
 # Every hosted tool a ``tool_choice`` can force (SDK ToolChoiceTypes, -Mcp, -Shell, -ApplyPatch).
 HOSTED_CHOICES: list[dict[str, Any]] = [
     {"type": kind}

@@ -150,7 +150,7 @@ async def test_hosted_tools_opaque_items_and_forced_hosted_choice_are_forwarded(
     """TOOL-1, TOOL-4, TOOL-5, ITEM-7: a Responses upstream runs hosted tools, so every tool is
     forwarded exactly as sent, a forced hosted ``tool_choice`` is accepted and forwarded, and
     opaque input items go up unchanged."""
-    from tests.conformance.samples import ALL_TOOLS
+    from tests.conformance.samples import ALL_TOOLS, ECHOED_TOOLS
 
     shell_call = {"type": "shell_call", "call_id": "sh_1", "action": {"commands": ["ls"]}}
     shell_out = {"type": "shell_call_output", "call_id": "sh_1", "output": [{"stdout": "a"}]}
@@ -166,7 +166,7 @@ async def test_hosted_tools_opaque_items_and_forced_hosted_choice_are_forwarded(
         store=False,
     )
     assert status == 200, body
-    assert body["tools"] == ALL_TOOLS and body["tool_choice"] == choice
+    assert body["tools"] == ECHOED_TOOLS and body["tool_choice"] == choice
     sent = responses_peer.last
     assert sent["tools"] == ALL_TOOLS and sent["tool_choice"] == choice
     assert sent["input"] == [shell_call, shell_out, user]

@@ -22,7 +22,8 @@ from typing import Any
 
 from clients.bench.modes import make_transport
 from clients.bench.proc import sched_ns
-from clients.bench.scenario import ScenarioTools, first_request
+from clients.bench.codex import CodexTools
+from clients.bench.scenario import ScenarioTools
 from clients.bench.tokens import items_tokens, prompt_tokens
 from clients.bench.wire import BenchError, TurnResult, now
 
@@ -43,6 +44,14 @@ class RunSettings:
     history_scale: int = 1
     tool_latency_s: float = 0.0
     max_turns: int = 1000
+    scenario: str = "coding"  # or "codex" (clients/bench/codex.py)
+
+
+def scenario_tools(settings: RunSettings) -> ScenarioTools | CodexTools:
+    """The client-side tools of the scenario (a fresh sandbox / output schedule per run)."""
+    if settings.scenario == "codex":
+        return CodexTools(settings.history_scale, settings.tool_latency_s)
+    return ScenarioTools(settings.history_scale, settings.tool_latency_s)
 
 
 @dataclass
@@ -132,8 +141,8 @@ async def run_mode(
     server_pid: int | None = None,
 ) -> RunResult:
     """One full rollout of the scenario in ``mode``; tools run for real between turns."""
-    async with ScenarioTools(settings.history_scale, settings.tool_latency_s) as tools:
-        body = first_request(settings.model, tools.definitions())
+    async with scenario_tools(settings) as tools:
+        body = tools.first_request(settings.model)
         history: list[Any] = list(body["input"])
         new_items: list[list[Any]] = [list(body["input"])]  # what each turn's request added
         transport = make_transport(mode, base_url)

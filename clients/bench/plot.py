@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from clients.bench.modes import MODES
+from clients.bench.modes import ALL_MODES
 
 FLOOR_MS = 0.01  # log axis: values at or below zero (timer granularity) are drawn here
 COLORS = {
@@ -18,6 +18,7 @@ COLORS = {
     "http_previous_id": "#ff7f0e",
     "ws_compat": "#1f77b4",
     "ws_append": "#2ca02c",
+    "http_stateless_cold": "#9467bd",
 }
 
 
@@ -30,7 +31,7 @@ def write_png(path: Path, runs: list[dict[str, Any]]) -> None:
     speeds = sorted({r["tps"] for r in runs})
     fig, axes = plt.subplots(1, len(speeds), figsize=(5.5 * len(speeds), 4.2), squeeze=False)
     for ax, tps in zip(axes[0], speeds, strict=True):
-        for mode in MODES:
+        for mode in ALL_MODES:
             for run in (r for r in runs if r["tps"] == tps and r["mode"] == mode):
                 values = [
                     max(v, FLOOR_MS) if v is not None else None for v in run["per_turn_overhead_ms"]

@@ -150,7 +150,10 @@ _TOOL_SCHEMAS: dict[str, tuple[str, dict[str, Any]]] = {
         "Runs a read-only git subcommand (status, diff, log, show, blame).",
         _obj(
             {
-                "subcommand": {"type": "string", "enum": ["status", "diff", "log", "show", "blame"]},
+                "subcommand": {
+                    "type": "string",
+                    "enum": ["status", "diff", "log", "show", "blame"],
+                },
                 "args": {"type": "array", "items": _s("argument")},
                 "options": _OPTS,
             },
@@ -162,7 +165,10 @@ _TOOL_SCHEMAS: dict[str, tuple[str, dict[str, Any]]] = {
         _obj(
             {
                 "query": _s("symbol name or prefix"),
-                "kinds": {"type": "array", "items": {"type": "string", "enum": ["struct", "impl", "fn", "trait"]}},
+                "kinds": {
+                    "type": "array",
+                    "items": {"type": "string", "enum": ["struct", "impl", "fn", "trait"]},
+                },
                 "limit": _i("maximum results", 1),
             },
             ["query"],

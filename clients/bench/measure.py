@@ -20,13 +20,20 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
+
+from clients.bench.codex import CodexTools
 from clients.bench.modes import make_transport
 from clients.bench.proc import sched_ns
-from clients.bench.codex import CodexTools
 from clients.bench.scenario import ScenarioTools
 from clients.bench.tokens import items_tokens, prompt_tokens
 from clients.bench.wire import BenchError, TurnResult, now
 
+# The server's stages reported per turn (``--bench-timings`` records, SPEC OBS-4).
+SERVER_STAGES = (
+    "pre_inference", "decode", "queue", "validate", "scan", "render", "header", "dispatch",
+    "send", "post",
+)  # fmt: skip
 PACER_MIN_SLEEP_S = 0.0005  # _Pacer sleeps only when at least this far ahead of schedule
 
 
@@ -92,8 +99,18 @@ class RunResult:
     def server_wait_ms(self) -> list[float | None]:
         return [_ns_ms(t.server_wait_ns) for t in self.turns]
 
+    def stage_ms(self, stage: str) -> list[float | None]:
+        """One server stage per turn, from the server's own clocks (OBS-4), in ms."""
+        return [
+            None if t.server is None else round(t.server["stages"].get(stage, 0.0) * 1e3, 4)
+            for t in self.turns
+        ]
+
     def as_json(self) -> dict[str, Any]:
+        stages = {f"server_{name}_ms": self.stage_ms(name) for name in SERVER_STAGES}
         return {
+            **stages,
+            "prompt_tokens": [t.server["prompt_tokens"] if t.server else None for t in self.turns],
             "mode": self.mode,
             "tps": self.tps,
             "e2e_s": round(self.e2e_s, 6),
@@ -167,13 +184,46 @@ async def run_mode(
             e2e = now() - start
         finally:
             await transport.close()
+    if await attach_timings(base_url, turns):  # the server's own counts: one chat template
+        history_tokens = turns[-1].server["prompt_tokens"]  # type: ignore[index]
+        new_tokens = [t.server["rendered_tokens"] for t in turns]  # type: ignore[index]
+    else:  # a server without --bench-timings: counted here (clients/bench/tokens.py)
+        history_tokens = prompt_tokens(body, history)
+        new_tokens = [items_tokens(items) for items in new_items]
     return RunResult(
         mode=mode,
         tps=tps,
         e2e_s=e2e,
         tool_s=tool_s,
         turns=turns,
-        history_tokens=prompt_tokens(body, history),
-        new_tokens=[items_tokens(items) for items in new_items],
+        history_tokens=history_tokens,
+        new_tokens=new_tokens,
         server_input_tokens=turns[-1].input_tokens,
     )
+
+
+async def fetch_timings(base_url: str) -> list[dict[str, Any]] | None:
+    """The server's per-turn timing records since the last fetch, or None when it keeps none
+    (it was not started with ``--bench-timings``)."""
+    url = base_url.rstrip("/") + "/bench/timings"
+    async with aiohttp.ClientSession() as session, session.get(url) as resp:
+        if resp.status != 200:
+            return None
+        body = await resp.json()
+    records: list[dict[str, Any]] = body["data"]
+    return records
+
+
+async def attach_timings(base_url: str, turns: list[TurnResult]) -> bool:
+    """Give each turn its server record (matched by response id, in order: an append-mode
+    response has one record per turn). True when every turn got one."""
+    records = await fetch_timings(base_url)
+    if records is None:
+        return False
+    by_id: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        by_id.setdefault(record["response_id"], []).append(record)
+    for turn in turns:
+        queue = by_id.get(turn.response_id)
+        turn.server = queue.pop(0) if queue else None
+    return all(t.server is not None for t in turns)

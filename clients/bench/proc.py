@@ -45,7 +45,7 @@ class ServerProcess:
         set in the environment must not lock the bench out), a backlog for 200 connects."""
         return [
             sys.executable, "-m", "cli", "serve",
-            "--bench-models", "--port", "0", "--announce-port",
+            "--bench-models", "--port", "0", "--announce-port", "--bench-timings",
             "--tps", repr(self.tokens_per_second),
             "--idle-timeout", repr(self.idle_timeout_s),
             "--api-keys-env", "", "--backlog", "2048", "--log-level", "WARNING",

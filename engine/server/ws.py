@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable
 
 from aiohttp import WSCloseCode, WSMsgType, web
@@ -144,6 +145,49 @@ class WsSink:
             await asyncio.wait_for(self.ws.close(code=code, message=message), 1)
 
 
+class TimedWsSink(WsSink):
+    """--bench-timings only (OBS-4): a ``WsSink`` that times its own sends and deferred flushes
+    (the write system call) and the request frames' decoding, for the turn's timing record.
+    Being a ``WsSink`` itself, everything that looks for one (shutdown, the inspector's frame
+    counts) sees it unchanged; without the switch it is never constructed."""
+
+    __slots__ = ("_decode_s", "_send_s")
+
+    def __init__(
+        self, ws: web.WebSocketResponse, send_timeout: float, errors: ErrorRing | None = None
+    ) -> None:
+        super().__init__(ws, send_timeout, errors)
+        self._send_s = self._decode_s = 0.0
+
+    async def send(self, event: ServerEvent) -> None:
+        start = time.perf_counter()
+        try:
+            await super().send(event)
+        finally:
+            self._send_s += time.perf_counter() - start
+
+    def flush(self) -> None:
+        start = time.perf_counter()
+        super().flush()
+        self._send_s += time.perf_counter() - start
+
+    def add_decode(self, seconds: float) -> None:
+        self._decode_s += seconds
+
+    def take(self) -> tuple[float, float]:
+        """(send, decode) seconds since the previous call (``benchclock.SelfTiming``)."""
+        taken = self._send_s, self._decode_s
+        self._send_s = self._decode_s = 0.0
+        return taken
+
+
+def _make_sink(
+    ws: web.WebSocketResponse, engine: Engine, config: ServerConfig, errors: ErrorRing
+) -> WsSink:
+    timed = engine.bench_clock is not None
+    return (TimedWsSink if timed else WsSink)(ws, config.send_timeout_s, errors)
+
+
 def default_mode(request: web.Request) -> Mode:
     beta = request.headers.get("OpenAI-Beta", "")
     return Mode.APPEND if APPEND_BETA in beta else Mode.STANDARD
@@ -157,7 +201,7 @@ async def serve_socket(
     )
     await ws.prepare(request)
     sessions: set[Session] = request.app[SESSIONS]
-    sink = WsSink(ws, config.send_timeout_s, request.app[INSPECTOR].errors)
+    sink = _make_sink(ws, engine, config, request.app[INSPECTOR].errors)
     session = Session(engine, sink, transport="ws", default_mode=default_mode(request))
     sessions.add(session)
     engine.counters["ws.connections"] += 1  # accepted sockets (OBS-4)
@@ -187,11 +231,15 @@ async def serve_socket(
 
 
 async def _dispatch(session: Session, data: bytes) -> None:
+    timer = session.sink if isinstance(session.sink, TimedWsSink) else None
+    start = time.perf_counter() if timer is not None else 0.0
     try:
         event = decode_client_event(data)
     except ProtocolError as err:
         await session.send_error(err)
         return
+    if timer is not None:
+        timer.add_decode(time.perf_counter() - start)
     await session.handle(event)
 
 

@@ -123,6 +123,7 @@ class RunResult:
             "per_turn_overhead_ms": _rounded(self.overhead_ms),
             "ttft_ms": _rounded(self.ttft_ms),
             "first_item_ms": _rounded(self.first_item_ms),
+            "turn_ms": _rounded(self._ms(lambda t: t.t_end)),  # request sent -> turn's last event
             "server_cpu_ms": self.server_cpu_ms,
             "server_wait_ms": self.server_wait_ms,
             "events": sum(t.events for t in self.turns),

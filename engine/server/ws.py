@@ -28,14 +28,22 @@ log = logging.getLogger("rollout.ws")
 APPEND_BETA = "rollout-append=v1"  # OpenAI-Beta value that makes append mode the default
 
 
-def text_frame(data: bytes) -> bytes:
-    """An unmasked, final, uncompressed text frame (RFC 6455 §5.2): the server's frame shape."""
-    n = len(data)
+def frame_header(n: int) -> bytes:
+    """The header of an unmasked, final, uncompressed text frame of ``n`` payload bytes
+    (RFC 6455 §5.2): the server's frame shape."""
     if n < 126:
-        return bytes((0x81, n)) + data
+        return bytes((0x81, n))
     if n < 65536:
-        return b"\x81\x7e" + n.to_bytes(2, "big") + data
-    return b"\x81\x7f" + n.to_bytes(8, "big") + data
+        return b"\x81\x7e" + n.to_bytes(2, "big")
+    return b"\x81\x7f" + n.to_bytes(8, "big")
+
+
+def text_frame(data: bytes) -> bytes:
+    """A whole text frame: header and payload."""
+    return frame_header(len(data)) + data
+
+
+COPY_LIMIT = 4096  # larger payloads go out as their own buffer: no copy to prepend the header
 
 
 class WsSink:
@@ -97,9 +105,11 @@ class WsSink:
                 return
             if not self._frames:
                 self._loop.call_soon(self.flush)
-            frame = text_frame(data)
-            self._frames.append(frame)
-            self._pending += len(frame)
+            if len(data) < COPY_LIMIT:
+                self._frames.append(text_frame(data))
+            else:  # a Response snapshot: header and payload as two buffers of one writelines
+                self._frames += (frame_header(len(data)), data)
+            self._pending += len(data)
             transport = self._writer.transport
             if transport is None or transport.is_closing():
                 raise ClientGone

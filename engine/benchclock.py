@@ -17,9 +17,10 @@ response (same ``response_id``, ``turn`` counting up). Stages, in seconds:
 * ``send``: encoding and writing the turn's events (the timed sink's own time);
 * ``post``: post-inference of the turn's ledger record (standard mode; 0 until it ran).
 
-``prompt_tokens`` is the prompt the model read at this turn (header + history) and
-``rendered_tokens`` what pre-inference rendered fresh for it: the bench reports the history's
-size from these, so the chat template exists only in ``engine/render.py``.
+``prompt_tokens`` is the prompt the model read at this turn (header + history),
+``rendered_tokens`` what pre-inference rendered fresh for it, and ``context_tokens`` what the
+rollout holds once the turn's output joined it: the bench reports the history's size from
+these, so the chat template exists only in ``engine/render.py``.
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ class BenchClock:
         turn: int,
         stages: dict[str, float],
         sink: object,
-        tokens: tuple[int, int],
+        tokens: tuple[int, int, int],
     ) -> None:
         send, decode = sink.take() if isinstance(sink, SelfTiming) else (0.0, 0.0)
         stages = {**stages, "send": send, "decode": decode, "post": 0.0}
@@ -96,6 +97,7 @@ class BenchClock:
             "turn": turn,
             "prompt_tokens": tokens[0],
             "rendered_tokens": tokens[1],
+            "context_tokens": tokens[2],
             "stages": stages,
         }
         self.records.append(record)

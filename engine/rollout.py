@@ -605,7 +605,8 @@ class Rollout:
         stages = stage_delta(seconds, self._logged) if self.mode is Mode.APPEND else seconds
         self._logged = dict(seconds)
         samples = self._totals.samples if self.mode is Mode.APPEND else 1
-        self._clock.turn(turn.stream.id, samples, dict(stages), turn.sink, self._prompt)
+        tokens = (*self._prompt, self.ctx.prompt_tokens)
+        self._clock.turn(turn.stream.id, samples, dict(stages), turn.sink, tokens)
         self._ready_at = 0.0
 
     def _store(self, turn: Turn) -> None:

@@ -26,7 +26,6 @@ from clients.bench.codex import CodexTools
 from clients.bench.modes import make_transport
 from clients.bench.proc import sched_ns
 from clients.bench.scenario import ScenarioTools
-from clients.bench.tokens import items_tokens, prompt_tokens
 from clients.bench.wire import BenchError, TurnResult, now
 
 # The server's stages reported per turn (``--bench-timings`` records, SPEC OBS-4).
@@ -68,7 +67,7 @@ class RunResult:
     e2e_s: float
     tool_s: float
     turns: list[TurnResult]
-    history_tokens: int
+    history_tokens: int | None  # the server's count at the last turn (None: not reported)
     server_input_tokens: int | None = None
     new_tokens: list[int] = field(default_factory=list)  # tokens of the items each turn added
 
@@ -161,8 +160,6 @@ async def run_mode(
     """One full rollout of the scenario in ``mode``; tools run for real between turns."""
     async with scenario_tools(settings) as tools:
         body = tools.first_request(settings.model)
-        history: list[Any] = list(body["input"])
-        new_items: list[list[Any]] = [list(body["input"])]  # what each turn's request added
         transport = make_transport(mode, base_url)
         start = now()
         tool_s = 0.0
@@ -177,20 +174,19 @@ async def run_mode(
                     on_turn(len(turns))
                 results = await tools.run(turn.calls)
                 tool_s += max(r.seconds for r in results)
-                history.extend(turn.output)
-                history.extend(r.item() for r in results)
-                new_items.append([r.item() for r in results])
                 turn = await _probed(server_pid, transport.answer(turn, results))
                 turns.append(turn)
             e2e = now() - start
         finally:
             await transport.close()
-    if await attach_timings(base_url, turns):  # the server's own counts: one chat template
-        history_tokens = turns[-1].server["prompt_tokens"]  # type: ignore[index]
+    # The history's size is the server's own count (one chat template: engine/render.py). A
+    # server without --bench-timings (--url) reports it only in a standard mode's usage.
+    if await attach_timings(base_url, turns):
+        history_tokens: int | None = turns[-1].server["prompt_tokens"]  # type: ignore[index]
         new_tokens = [t.server["rendered_tokens"] for t in turns]  # type: ignore[index]
-    else:  # a server without --bench-timings: counted here (clients/bench/tokens.py)
-        history_tokens = prompt_tokens(body, history)
-        new_tokens = [items_tokens(items) for items in new_items]
+    else:
+        history_tokens = None if mode == "ws_append" else turns[-1].input_tokens
+        new_tokens = []
     return RunResult(
         mode=mode,
         tps=tps,

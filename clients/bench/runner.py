@@ -98,5 +98,5 @@ def _one_line(result: RunResult) -> str:
     overhead = [v for v in result.overhead_ms if v == v]
     return (
         f"e2e {result.e2e_s:.3f} s, overhead median {statistics.median(overhead):.2f} ms, "
-        f"last {overhead[-1]:.2f} ms, {result.history_tokens:,} tokens"
+        f"last {overhead[-1]:.2f} ms, {result.history_tokens or 0:,} tokens"
     )

@@ -61,6 +61,8 @@ async def test_each_turn_gets_a_record_with_stages_and_token_counts(
     assert second["prompt_tokens"] == responses[1]["usage"]["input_tokens"]
     assert 0 < second["rendered_tokens"] < second["prompt_tokens"]
     assert first["rendered_tokens"] == first["prompt_tokens"]  # everything was new
+    # What the rollout holds after the turn: the prompt plus the model's own output.
+    assert first["prompt_tokens"] < first["context_tokens"] < second["prompt_tokens"]
 
 
 async def test_without_the_switch_there_is_no_endpoint_and_no_clock(server: LiveServer) -> None:

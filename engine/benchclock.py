@@ -77,7 +77,7 @@ class TimedSink:
 class BenchClock:
     """The records of the last ``limit`` turns, in completion order."""
 
-    def __init__(self, limit: int = 200_000) -> None:
+    def __init__(self, limit: int = 20_000) -> None:  # ~1 KB each: a bounded 20 MB at most
         self.records: deque[dict[str, Any]] = deque(maxlen=limit)
         self._open: dict[str, dict[str, Any]] = {}  # response id -> its latest record (post)
 

@@ -139,7 +139,10 @@ async def run_memory(settings: MemorySettings, url: str | None = None) -> dict[s
     connections = -(-settings.rollouts // lanes)
     _raise_fd_limit(connections * 2 + 256)  # inherited by the server subprocess
     connector = aiohttp.TCPConnector(limit=0)  # the default pool caps sockets at 100
-    async with ServerProcess(0.0) as server, aiohttp.ClientSession(connector=connector) as session:
+    async with (
+        ServerProcess(0.0, bench_timings=True) as server,
+        aiohttp.ClientSession(connector=connector) as session,
+    ):
         body, history = await build_history(server.url, settings.history_tokens)
         warm, _, _ = await _open_batch(session, server.url, [_create(body, history, -1, "warm")])
         await warm.close()

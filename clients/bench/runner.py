@@ -53,7 +53,7 @@ async def _server(config: ScenarioConfig, tps: float) -> AsyncIterator[tuple[str
     if config.url is not None:
         yield config.url, None
         return
-    async with ServerProcess(tps) as server:
+    async with ServerProcess(tps, bench_timings=True) as server:
         yield server.url, server.pid
 
 

@@ -27,7 +27,7 @@ from protocol.items import (
     Message,
     Reasoning,
 )
-from protocol.response import Response, Tool
+from protocol.response import Response
 
 
 def _error(frame: bytes | str) -> InvalidRequest:
@@ -227,8 +227,8 @@ def test_snapshot_events_encode_as_one_whole(
 ) -> None:
     """CODEC-6: splicing the once-encoded instructions and tools gives the very bytes of
     encoding the whole event, whatever the other fields hold (even look-alike strings)."""
-    tools = [
-        Tool(name=f"t{i}", description=name, parameters={"type": "object", "x": [name, note]})
+    tools = [  # as sent, raw (TOOL-1)
+        msgspec.Raw(msgspec.json.encode({"type": "function", "name": f"t{i}", "x": [name, note]}))
         for i, name in enumerate(names)
     ]
     response = Response(

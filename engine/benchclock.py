@@ -1,4 +1,4 @@
-"""Per-turn stage timings from the server's own clocks, for the benchmark (SPEC: OBS-4).
+"""Per-turn stage timings from the server's own clocks, for the benchmark (SPEC: OBS-5).
 
 Off unless ``rollout serve --bench-timings``: then the engine holds a ``BenchClock``, transports
 wrap their sinks in timed ones, and ``GET /v1/bench/timings`` hands the records over (and

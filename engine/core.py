@@ -39,7 +39,7 @@ class EngineConfig:
     background_log_bytes: int = 8 * 1024 * 1024
     background_orphan_after_s: float = 900.0
     safety_policy: str = "flag"  # "flag" records findings; "redact" also masks secrets (SAFE-3)
-    bench_timings: bool = False  # per-turn stage timings for the benchmark (OBS-4)
+    bench_timings: bool = False  # per-turn stage timings for the benchmark (OBS-5)
 
 
 class Engine:

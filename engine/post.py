@@ -61,7 +61,7 @@ class PostInference:
         self.recent: deque[UsageRecord] = deque(maxlen=2048)  # a window for tests and debugging
         self.runs = 0
         self._stage_children: dict[str, Any] = {}
-        # --bench-timings: told each record's accounting time (OBS-4); None otherwise.
+        # --bench-timings: told each record's accounting time (OBS-5); None otherwise.
         self.on_accounted: Callable[[list[str], float], None] | None = None
         self._token_children = tuple(
             metrics.tokens.labels(k) for k in ("input", "cached", "output")

@@ -150,7 +150,7 @@ class Rollout:
         self.started_at = time.time()  # for the inspector (INSP-4)
         self.history = TurnHistory()  # the newest sampling steps, for the inspector (INSP-5)
         self.steers: list[Steer] = []  # accepted steering input, in submission order (STEER-2)
-        # --bench-timings only (OBS-4); None otherwise, and then nothing below reads a clock.
+        # --bench-timings only (OBS-5); None otherwise, and then nothing below reads a clock.
         self._clock = engine.bench_clock
         self._ready_at = 0.0  # pre-inference's end: the rollout spawned or resumed
         self._prompt = (0, 0)  # the last sample's (prompt, freshly rendered) tokens
@@ -598,7 +598,7 @@ class Rollout:
             await self.engine.post.submit(self._record([stream.id], turn.tally, turn.log))
 
     def _time_turn(self, turn: Turn) -> None:
-        """Under --bench-timings: this turn's stage timings from the server's clocks (OBS-4)."""
+        """Under --bench-timings: this turn's stage timings from the server's clocks (OBS-5)."""
         if self._clock is None:
             return
         seconds = turn.log.seconds

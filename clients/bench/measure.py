@@ -28,7 +28,7 @@ from clients.bench.proc import sched_ns
 from clients.bench.scenario import ScenarioTools
 from clients.bench.wire import BenchError, TurnResult, now
 
-# The server's stages reported per turn (``--bench-timings`` records, SPEC OBS-4).
+# The server's stages reported per turn (``--bench-timings`` records, SPEC OBS-5).
 SERVER_STAGES = (
     "pre_inference", "decode", "queue", "validate", "scan", "render", "header", "dispatch",
     "send", "post",
@@ -99,7 +99,7 @@ class RunResult:
         return [_ns_ms(t.server_wait_ns) for t in self.turns]
 
     def stage_ms(self, stage: str) -> list[float | None]:
-        """One server stage per turn, from the server's own clocks (OBS-4), in ms."""
+        """One server stage per turn, from the server's own clocks (OBS-5), in ms."""
         return [
             None if t.server is None else round(t.server["stages"].get(stage, 0.0) * 1e3, 4)
             for t in self.turns

@@ -114,7 +114,7 @@ async def _open_batch(
 
 async def _context_tokens(url: str, response_ids: list[str]) -> int:
     """Tokens the server holds for these rollouts (prompt + the absorbed tool call), by its own
-    count (SPEC OBS-4; the bench's server runs with ``--bench-timings``)."""
+    count (SPEC OBS-5; the bench's server runs with ``--bench-timings``)."""
     records = await fetch_timings(url)
     if records is None:
         raise BenchError("--memory needs a server started with --bench-timings")

@@ -27,7 +27,7 @@ class ServerProcess:
 
     tokens_per_second: float
     idle_timeout_s: float = 600.0
-    # Per-turn stage records (SPEC OBS-4): the scenario and --memory read them; load, stream
+    # Per-turn stage records (SPEC OBS-5): the scenario and --memory read them; load, stream
     # and the inspector's cost measure run without, so no record sits in the RSS they measure.
     bench_timings: bool = False
     port: int = 0

@@ -80,7 +80,7 @@ def _mode_summary(run: Doc, base: Doc | None) -> Doc:
         "server_cpu_median_ms": median(run.get("server_cpu_ms", [])),
         "server_cpu_last_ms": _edge(run.get("server_cpu_ms", []), last=True),
         "server_wait_median_ms": median(run.get("server_wait_ms", [])),
-        # The server's own clocks (OBS-4): its stages beside the client-side overhead.
+        # The server's own clocks (OBS-5): its stages beside the client-side overhead.
         **{
             f"server_{stage}_median_ms": median(run.get(f"server_{stage}_ms", []))
             for stage in SERVER_STAGES

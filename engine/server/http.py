@@ -90,7 +90,7 @@ async def create_response(request: web.Request) -> web.StreamResponse:
         return await background.create(request, params)
     http_sink = HttpSink(request, params.stream)
     sink: HttpSink | TimedSink = http_sink
-    if engine.bench_clock is not None:  # --bench-timings (OBS-4)
+    if engine.bench_clock is not None:  # --bench-timings (OBS-5)
         sink = TimedSink(http_sink)
         sink.add_decode(time.perf_counter() - start)
     session = Session(engine, sink, transport="http")
@@ -147,7 +147,7 @@ def _stored(request: web.Request) -> tuple[Engine, str]:
 
 
 async def bench_timings(request: web.Request) -> web.Response:
-    """``GET /v1/bench/timings`` (``--bench-timings`` only, OBS-4): the per-turn records so
+    """``GET /v1/bench/timings`` (``--bench-timings`` only, OBS-5): the per-turn records so
     far, oldest first; they are handed over once (the list is cleared)."""
     engine: Engine = request.app[ENGINE]
     if engine.bench_clock is None:

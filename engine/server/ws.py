@@ -156,7 +156,7 @@ class WsSink:
 
 
 class TimedWsSink(WsSink):
-    """--bench-timings only (OBS-4): a ``WsSink`` that times its own sends and deferred flushes
+    """--bench-timings only (OBS-5): a ``WsSink`` that times its own sends and deferred flushes
     (the write system call) and the request frames' decoding, for the turn's timing record.
     Being a ``WsSink`` itself, everything that looks for one (shutdown, the inspector's frame
     counts) sees it unchanged; without the switch it is never constructed."""

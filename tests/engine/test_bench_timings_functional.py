@@ -1,4 +1,4 @@
-"""The server's own per-turn stage timings for the benchmark (OBS-4), on a real server."""
+"""The server's own per-turn stage timings for the benchmark (OBS-5), on a real server."""
 
 from __future__ import annotations
 

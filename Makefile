@@ -46,6 +46,7 @@ bench: $(STAMP)
 bench-all: $(STAMP)
 	$(BIN)/rollout bench --json bench.json --png bench.png
 	$(BIN)/rollout bench --turns 100 --json bench100.json --png bench100.png
+	$(BIN)/rollout bench --scenario codex --json bench-codex.json --png bench-codex.png
 	$(BIN)/rollout bench --stream --memory --json bench-extras.json
 
 # 200 WebSocket agents x 20 tool-call turns plus HTTP traffic, every event checked.

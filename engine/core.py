@@ -7,6 +7,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.benchclock import BenchClock
 from engine.metrics import Metrics
 from engine.models.router import Router, simulator_router
 from engine.pipeline import StageStats
@@ -38,6 +39,7 @@ class EngineConfig:
     background_log_bytes: int = 8 * 1024 * 1024
     background_orphan_after_s: float = 900.0
     safety_policy: str = "flag"  # "flag" records findings; "redact" also masks secrets (SAFE-3)
+    bench_timings: bool = False  # per-turn stage timings for the benchmark (OBS-5)
 
 
 class Engine:
@@ -61,6 +63,9 @@ class Engine:
         self.post = PostInference(
             self.metrics, self.config.post_queue_size, self.config.ledger_path
         )
+        self.bench_clock = BenchClock() if self.config.bench_timings else None
+        if self.bench_clock is not None:
+            self.post.on_accounted = self.bench_clock.post
 
     async def start(self) -> None:
         # Load the BPE vocabulary now, not inside the first request (it takes ~0.3 s).

@@ -21,6 +21,7 @@ import numpy as np
 from engine.context import Context
 from engine.render import render_header, render_item
 from engine.safety import Finding, redact, scan_text
+from engine.tokens import TokenArray
 from engine.validation import (
     resolve_references,
     validate,
@@ -240,7 +241,7 @@ class Pipeline:
         self,
         ctx: Context,
         items: list[InputItem],
-        rendered: list[list[int]],
+        rendered: list[TokenArray],
         findings: list[Finding],
     ) -> int:
         total = 0

@@ -11,17 +11,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections import deque
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
+
+import msgspec
 
 from engine.metrics import Metrics
 
 log = logging.getLogger("rollout.post")
+_LEDGER = msgspec.json.Encoder()
 
 
 @dataclass(slots=True)
@@ -57,6 +60,12 @@ class PostInference:
         self._ledger: IO[str] | None = None
         self.recent: deque[UsageRecord] = deque(maxlen=2048)  # a window for tests and debugging
         self.runs = 0
+        self._stage_children: dict[str, Any] = {}
+        # --bench-timings: told each record's accounting time (OBS-5); None otherwise.
+        self.on_accounted: Callable[[list[str], float], None] | None = None
+        self._token_children = tuple(
+            metrics.tokens.labels(k) for k in ("input", "cached", "output")
+        )
 
     async def start(self) -> None:
         if self._task is None:
@@ -104,18 +113,35 @@ class PostInference:
         self.recent.append(record)
         self._observe(record)
         if self._ledger is not None:
-            self._ledger.write(json.dumps(asdict(record), separators=(",", ":")) + "\n")
-            self._ledger.flush()
-        self.metrics.stage_seconds.labels("post").observe(time.perf_counter() - start)
+            # Encoded by msgspec (a dataclass encodes directly, no ``asdict`` copy). The buffered
+            # file is flushed when the queue is drained, so a burst of records costs one write
+            # system call on the loop's thread, not one per record; nothing waits in the buffer
+            # once the worker is idle, and ``stop`` drains and closes it.
+            self._ledger.write(_LEDGER.encode(record).decode() + "\n")
+            if self._queue.empty():  # no record is waiting behind this one
+                self._ledger.flush()
+        seconds = time.perf_counter() - start
+        self._stage("post").observe(seconds)
+        if self.on_accounted is not None:
+            self.on_accounted(record.response_ids, seconds)
+
+    def _stage(self, stage: str) -> Any:
+        """The stage histogram's child for ``stage``, looked up once (``labels`` costs ~5 us:
+        profiling showed the metric updates as most of post-inference's CPU per record)."""
+        child = self._stage_children.get(stage)
+        if child is None:
+            child = self._stage_children[stage] = self.metrics.stage_seconds.labels(stage)
+        return child
 
     def _observe(self, record: UsageRecord) -> None:
         m = self.metrics
         for stage, seconds in record.stage_seconds.items():
-            m.stage_seconds.labels(stage).observe(seconds)
+            self._stage(stage).observe(seconds)
         m.responses.labels(record.mode, record.status).inc()
-        m.tokens.labels("input").inc(record.input_tokens)
-        m.tokens.labels("cached").inc(record.cached_tokens)
-        m.tokens.labels("output").inc(record.output_tokens)
+        input_, cached, output = self._token_children
+        input_.inc(record.input_tokens)
+        cached.inc(record.cached_tokens)
+        output.inc(record.output_tokens)
         for kind, n in record.safety_findings.items():
             m.findings.labels(kind).inc(n)
 

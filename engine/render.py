@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 
 from engine.compaction_seal import summary_text
-from engine.tokens import encode
+from engine.tokens import TokenArray, encode, encode_array
 from protocol.items import (
     Compaction,
     ContentPart,
@@ -67,8 +67,8 @@ def item_text(item: InputItem) -> str:
     raise TypeError(f"unrenderable item {type(item).__name__}")
 
 
-def render_item(item: InputItem) -> list[int]:
-    return encode(item_text(item))
+def render_item(item: InputItem) -> TokenArray:
+    return encode_array(item_text(item))
 
 
 def _tool_def(tool: CallableTool) -> str:

@@ -26,6 +26,7 @@ from typing import Literal, Protocol
 import msgspec
 
 from engine.accounting import RolloutFacts, UsageTally, safety_report, usage_record
+from engine.benchclock import stage_delta
 from engine.compaction import CompactRequest, compact, prune, rebuilt, worth_compacting
 from engine.context import Context
 from engine.core import Engine
@@ -151,6 +152,11 @@ class Rollout:
         self.started_at = time.time()  # for the inspector (INSP-4)
         self.history = TurnHistory()  # the newest sampling steps, for the inspector (INSP-5)
         self.steers: list[Steer] = []  # accepted steering input, in submission order (STEER-2)
+        # --bench-timings only (OBS-5); None otherwise, and then nothing below reads a clock.
+        self._clock = engine.bench_clock
+        self._ready_at = 0.0  # pre-inference's end: the rollout spawned or resumed
+        self._prompt = (0, 0)  # the last sample's (prompt, freshly rendered) tokens
+        self._logged: dict[str, float] = {}  # stage seconds already in a timing record
 
     # ================================================================== pre-inference
     def prepare(
@@ -178,6 +184,8 @@ class Rollout:
         missing = self.ctx.pending_calls()
         if missing:
             raise _missing_output(missing[0].call_id)
+        if self._clock is not None:
+            self._ready_at = time.perf_counter()
 
     def _render_header(self, s: Settings) -> int:
         """Instructions and tools; a forced hosted tool needs a backend that runs it (TOOL-5)."""
@@ -305,6 +313,8 @@ class Rollout:
         produced = 0  # deltas of this step, billed if steering cuts it short
         request = self._sample_request()
         clock = _ModelClock(turn.log)
+        if self._clock is not None and self._ready_at:
+            turn.log.add_time("dispatch", clock.started - self._ready_at)
         deltas = self.backend.stream(request)
         # The response opens at the model's first delta, so a backend that refuses the request
         # (an upstream 4xx) yields a plain ``error`` and no response at all (MODEL-5).
@@ -394,6 +404,7 @@ class Rollout:
         cached (USE-1, USE-2). Returns (prompt, cached) tokens."""
         prompt = self.ctx.prompt_tokens
         cached = max(prompt - self._fresh_tokens, 0)
+        self._prompt = (prompt, prompt - cached)
         self._fresh_tokens = 0
         for tally in (turn.tally, self._totals):
             tally.count_prompt(prompt, cached)
@@ -431,6 +442,7 @@ class Rollout:
         self.phase = Phase.SUSPENDED
         if self.mode is Mode.APPEND:
             await turn.sink.send(turn.stream.suspend(calls))
+            self._time_turn(turn)
         else:
             await self._end_turn(turn, "completed")
         await self._notify_pending_steers(turn)
@@ -499,8 +511,11 @@ class Rollout:
             self.settings = settings
         if turn is not self.turn:
             self.response_ids.append(turn.stream.id)
+            _share_echoes(self.turn, turn)
         assert self._wake is not None
         self._wake.set_result(turn)
+        if self._clock is not None:
+            self._ready_at = time.perf_counter()
 
     def continue_standard(
         self, items: list[InputItem], texts: ItemTexts, turn: Turn, settings: Settings
@@ -614,8 +629,21 @@ class Rollout:
         finally:
             if not turn.done.done():
                 turn.done.set_result(status)
+        self._time_turn(turn)
         if self.mode is Mode.STANDARD:
             await self.engine.post.submit(self._record([stream.id], turn.tally, turn.log))
+
+    def _time_turn(self, turn: Turn) -> None:
+        """Under --bench-timings: this turn's stage timings from the server's clocks (OBS-5)."""
+        if self._clock is None:
+            return
+        seconds = turn.log.seconds
+        stages = stage_delta(seconds, self._logged) if self.mode is Mode.APPEND else seconds
+        self._logged = dict(seconds)
+        samples = self._totals.samples if self.mode is Mode.APPEND else 1
+        tokens = (*self._prompt, self.ctx.prompt_tokens)
+        self._clock.turn(turn.stream.id, samples, dict(stages), turn.sink, tokens)
+        self._ready_at = 0.0
 
     def _store(self, turn: Turn) -> None:
         if not self.settings.store:
@@ -701,6 +729,10 @@ class _ModelClock:
         self.ttft: float | None = None
         self.total = 0.0
 
+    @property
+    def started(self) -> float:
+        return self._start
+
     def first_delta(self) -> None:
         if self.ttft is None:
             self.ttft = time.perf_counter() - self._start
@@ -709,6 +741,18 @@ class _ModelClock:
     def finished(self) -> None:
         self.total = time.perf_counter() - self._start
         self._log.add_time("model", self.total)
+
+
+def _share_echoes(previous: Turn, turn: Turn) -> None:
+    """A continuation that resends the previous turn's very instructions and tools (the raw
+    bytes, TOOL-1: byte-equal, so the echo is unchanged) echoes the previous objects, whose JSON
+    is encoded once per object (CODEC-6) and reused by every snapshot of every turn instead of
+    being encoded again (~15 KB of instructions for a Codex-sized request)."""
+    old, new = previous.stream.response, turn.stream.response
+    if new.instructions == old.instructions:
+        new.instructions = old.instructions
+    if new.tools == old.tools:
+        new.tools = old.tools
 
 
 def _missing_output(call_id: str) -> InvalidRequest:

@@ -25,6 +25,19 @@ def encode(text: str) -> list[int]:
     return ids
 
 
+def encode_array(text: str) -> TokenArray:
+    """``encode``'s ids as an int32 array, straight from tiktoken's buffer. Appending a list of
+    Python ints to the token buffer converts each element (~1 us per 40 tokens): callgrind put
+    that conversion at ~4% of a Codex-sized turn. With no special token allowed or disallowed,
+    ``encode`` is ``encode_ordinary`` (special-token text stays ordinary text)."""
+    ids = encoding().encode_to_numpy(text, allowed_special=_NONE, disallowed_special=())
+    array: TokenArray = ids.view(np.int32)  # ids < 2**31: the same values, no copy
+    return array
+
+
+_NONE: frozenset[str] = frozenset()
+
+
 def count(text: str) -> int:
     return len(encode(text))
 

@@ -11,6 +11,10 @@ import enum
 
 
 class ResponseState(enum.Enum):
+    # Identity hashing (members are singletons and compare by identity): ``Enum.__hash__`` is
+    # Python code, and the transition table is consulted for every event (two hashes each).
+    __hash__ = object.__hash__
+
     NEW = "new"
     CREATED = "created"
     IN_PROGRESS = "in_progress"
@@ -21,6 +25,8 @@ class ResponseState(enum.Enum):
 
 
 class Step(enum.Enum):
+    __hash__ = object.__hash__  # as ResponseState's
+
     CREATE = "response.created"
     START = "response.in_progress"
     OUTPUT = "output"  # any item / part / delta event

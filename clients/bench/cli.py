@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from clients.bench import report, table
+from clients.bench.codex import CODEX_CALLS
 from clients.bench.load import LoadSettings, main_load
 from clients.bench.memory import MemorySettings, run_memory
-from clients.bench.modes import MODES
+from clients.bench.modes import ALL_MODES, MODES
 from clients.bench.progress import Progress
 from clients.bench.runner import ScenarioConfig, run_scenarios
 from clients.bench.scenario import SCRIPT_CALLS
@@ -36,7 +37,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--url", default=None, help="bench a running server (…/v1) instead of its own")
     p.add_argument("--speeds", default="65,1000,4000", help="model tokens/s, comma-separated")
     p.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of modes")
-    p.add_argument("--turns", type=int, default=SCRIPT_CALLS, help="tool calls per rollout")
+    p.add_argument(
+        "--turns", type=int, default=None, help="tool calls per rollout (coding 26, codex 60)"
+    )
     p.add_argument("--history-scale", type=int, default=1, help="tool output size multiplier")
     p.add_argument("--tool-latency", type=float, default=0.0, help="simulated tool time, ms")
     p.add_argument("--repeat", type=int, default=3, help="runs per mode and speed (medians)")
@@ -45,7 +48,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--stream", action="store_true", help="streaming throughput benchmark")
     p.add_argument("--memory", action="store_true", help="suspended-rollout memory benchmark")
-    p.add_argument("--scenario", action="store_true", help="with --stream/--memory: run it too")
+    p.add_argument(
+        "--scenario",
+        nargs="?",
+        const="coding",
+        default=None,
+        choices=("coding", "codex"),
+        help="coding (default) or codex (15 KB instructions, 12 tools, 60 calls, 100k+ tokens); "
+        "with --stream/--memory: run it too",
+    )
     p.add_argument("--json", type=Path, default=None, help="write results as JSON")
     p.add_argument("--png", type=Path, default=None, help="plot per-turn overhead (PNG)")
     p.add_argument("--stream-connections", type=int, default=32)
@@ -71,17 +82,18 @@ def add_bench_parser(
 def scenario_config(args: argparse.Namespace) -> ScenarioConfig:
     speeds = [1000.0] if args.quick else [float(s) for s in args.speeds.split(",") if s]
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    unknown = [m for m in modes if m not in MODES]
+    unknown = [m for m in modes if m not in ALL_MODES]
     if unknown or not modes or not speeds:
         raise ValueError(f"bad --modes/--speeds (modes are {', '.join(MODES)})")
-    if args.url is not None and args.turns != SCRIPT_CALLS:
-        raise ValueError(f"--turns other than {SCRIPT_CALLS} needs the bench's own server")
-    if args.turns < 1 or args.history_scale < 1 or args.repeat < 1:
+    scenario = args.scenario or "coding"
+    turns = args.turns or (CODEX_CALLS if scenario == "codex" else SCRIPT_CALLS)
+    if turns < 1 or args.history_scale < 1 or args.repeat < 1:
         raise ValueError("--turns, --history-scale and --repeat must be at least 1")
     return ScenarioConfig(
         speeds=speeds,
         modes=modes,
-        tool_calls=args.turns,
+        tool_calls=turns,
+        scenario=scenario,
         history_scale=args.history_scale,
         tool_latency_s=args.tool_latency / 1000.0,
         repeat=args.repeat,
@@ -95,6 +107,7 @@ def _settings(args: argparse.Namespace, config: ScenarioConfig | None) -> dict[s
         "modes": config.modes if config else [],
         "tool_calls": config.tool_calls if config else None,
         "model": config.model if config else None,
+        "scenario": config.scenario if config else None,
         "history_scale": args.history_scale,
         "tool_latency_ms": args.tool_latency,
         "repeat": config.repeat if config else None,

@@ -19,7 +19,7 @@ from typing import Any
 import aiohttp
 import msgspec
 
-from clients.bench.proc import ServerProcess, rss_bytes
+from clients.bench.proc import ServerProcess, cpu_seconds, rss_bytes
 from clients.bench.scenario import coding_model
 
 TERMINALS = frozenset({"response.completed", "response.failed", "response.incomplete"})
@@ -178,7 +178,7 @@ async def run_load(settings: LoadSettings, server: ServerProcess) -> dict[str, A
     counts, stop, peak = LoadCounts(), asyncio.Event(), [0]
     baseline = rss_bytes(server.pid)
     connector = aiohttp.TCPConnector(limit=0)
-    started = time.perf_counter()
+    started, cpu0 = time.perf_counter(), cpu_seconds(server.pid)
     async with aiohttp.ClientSession(connector=connector) as session:
         sampler = asyncio.create_task(_sample_rss(server.pid, stop, peak))
         http = [
@@ -190,9 +190,15 @@ async def run_load(settings: LoadSettings, server: ServerProcess) -> dict[str, A
         )
         stop.set()
         await asyncio.gather(sampler, *http)
-    elapsed = time.perf_counter() - started
+    elapsed, cpu = time.perf_counter() - started, cpu_seconds(server.pid) - cpu0
     await asyncio.sleep(1.0)  # let the server notice the closes and release the rollouts
-    return _report(settings, counts, elapsed, baseline, peak[0], rss_bytes(server.pid))
+    report = _report(settings, counts, elapsed, baseline, peak[0], rss_bytes(server.pid))
+    # Turns per second of wall time are bounded by this machine (the client shares its cores);
+    # per server CPU-second is what one server process can serve when it has a core to itself.
+    report["turns_per_s"] = round(counts.turns / elapsed, 1) if elapsed else None
+    report["server_cpu_s"] = round(cpu, 2)
+    report["turns_per_server_cpu_s"] = round(counts.turns / cpu, 1) if cpu else None
+    return report
 
 
 def _percentile(values: list[float], q: float) -> float | None:

@@ -20,12 +20,19 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
+
+from clients.bench.codex import CodexTools
 from clients.bench.modes import make_transport
 from clients.bench.proc import sched_ns
-from clients.bench.scenario import ScenarioTools, first_request
-from clients.bench.tokens import items_tokens, prompt_tokens
+from clients.bench.scenario import ScenarioTools
 from clients.bench.wire import BenchError, TurnResult, now
 
+# The server's stages reported per turn (``--bench-timings`` records, SPEC OBS-5).
+SERVER_STAGES = (
+    "pre_inference", "decode", "queue", "validate", "scan", "render", "header", "dispatch",
+    "send", "post",
+)  # fmt: skip
 PACER_MIN_SLEEP_S = 0.0005  # _Pacer sleeps only when at least this far ahead of schedule
 
 
@@ -43,6 +50,14 @@ class RunSettings:
     history_scale: int = 1
     tool_latency_s: float = 0.0
     max_turns: int = 1000
+    scenario: str = "coding"  # or "codex" (clients/bench/codex.py)
+
+
+def scenario_tools(settings: RunSettings) -> ScenarioTools | CodexTools:
+    """The client-side tools of the scenario (a fresh sandbox / output schedule per run)."""
+    if settings.scenario == "codex":
+        return CodexTools(settings.history_scale, settings.tool_latency_s)
+    return ScenarioTools(settings.history_scale, settings.tool_latency_s)
 
 
 @dataclass
@@ -52,7 +67,7 @@ class RunResult:
     e2e_s: float
     tool_s: float
     turns: list[TurnResult]
-    history_tokens: int
+    history_tokens: int | None  # the server's count at the last turn (None: not reported)
     server_input_tokens: int | None = None
     new_tokens: list[int] = field(default_factory=list)  # tokens of the items each turn added
 
@@ -83,8 +98,18 @@ class RunResult:
     def server_wait_ms(self) -> list[float | None]:
         return [_ns_ms(t.server_wait_ns) for t in self.turns]
 
+    def stage_ms(self, stage: str) -> list[float | None]:
+        """One server stage per turn, from the server's own clocks (OBS-5), in ms."""
+        return [
+            None if t.server is None else round(t.server["stages"].get(stage, 0.0) * 1e3, 4)
+            for t in self.turns
+        ]
+
     def as_json(self) -> dict[str, Any]:
+        stages = {f"server_{name}_ms": self.stage_ms(name) for name in SERVER_STAGES}
         return {
+            **stages,
+            "prompt_tokens": [t.server["prompt_tokens"] if t.server else None for t in self.turns],
             "mode": self.mode,
             "tps": self.tps,
             "e2e_s": round(self.e2e_s, 6),
@@ -97,6 +122,7 @@ class RunResult:
             "per_turn_overhead_ms": _rounded(self.overhead_ms),
             "ttft_ms": _rounded(self.ttft_ms),
             "first_item_ms": _rounded(self.first_item_ms),
+            "turn_ms": _rounded(self._ms(lambda t: t.t_end)),  # request sent -> turn's last event
             "server_cpu_ms": self.server_cpu_ms,
             "server_wait_ms": self.server_wait_ms,
             "events": sum(t.events for t in self.turns),
@@ -132,10 +158,8 @@ async def run_mode(
     server_pid: int | None = None,
 ) -> RunResult:
     """One full rollout of the scenario in ``mode``; tools run for real between turns."""
-    async with ScenarioTools(settings.history_scale, settings.tool_latency_s) as tools:
-        body = first_request(settings.model, tools.definitions())
-        history: list[Any] = list(body["input"])
-        new_items: list[list[Any]] = [list(body["input"])]  # what each turn's request added
+    async with scenario_tools(settings) as tools:
+        body = tools.first_request(settings.model)
         transport = make_transport(mode, base_url)
         start = now()
         tool_s = 0.0
@@ -150,21 +174,53 @@ async def run_mode(
                     on_turn(len(turns))
                 results = await tools.run(turn.calls)
                 tool_s += max(r.seconds for r in results)
-                history.extend(turn.output)
-                history.extend(r.item() for r in results)
-                new_items.append([r.item() for r in results])
                 turn = await _probed(server_pid, transport.answer(turn, results))
                 turns.append(turn)
             e2e = now() - start
         finally:
             await transport.close()
+    # The history's size is the server's own count (one chat template: engine/render.py). A
+    # server without --bench-timings (--url) reports it only in a standard mode's usage.
+    if await attach_timings(base_url, turns):
+        history_tokens: int | None = turns[-1].server["prompt_tokens"]  # type: ignore[index]
+        new_tokens = [t.server["rendered_tokens"] for t in turns]  # type: ignore[index]
+    else:
+        history_tokens = None if mode == "ws_append" else turns[-1].input_tokens
+        new_tokens = []
     return RunResult(
         mode=mode,
         tps=tps,
         e2e_s=e2e,
         tool_s=tool_s,
         turns=turns,
-        history_tokens=prompt_tokens(body, history),
-        new_tokens=[items_tokens(items) for items in new_items],
+        history_tokens=history_tokens,
+        new_tokens=new_tokens,
         server_input_tokens=turns[-1].input_tokens,
     )
+
+
+async def fetch_timings(base_url: str) -> list[dict[str, Any]] | None:
+    """The server's per-turn timing records since the last fetch, or None when it keeps none
+    (it was not started with ``--bench-timings``)."""
+    url = base_url.rstrip("/") + "/bench/timings"
+    async with aiohttp.ClientSession() as session, session.get(url) as resp:
+        if resp.status != 200:
+            return None
+        body = await resp.json()
+    records: list[dict[str, Any]] = body["data"]
+    return records
+
+
+async def attach_timings(base_url: str, turns: list[TurnResult]) -> bool:
+    """Give each turn its server record (matched by response id, in order: an append-mode
+    response has one record per turn). True when every turn got one."""
+    records = await fetch_timings(base_url)
+    if records is None:
+        return False
+    by_id: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        by_id.setdefault(record["response_id"], []).append(record)
+    for turn in turns:
+        queue = by_id.get(turn.response_id)
+        turn.server = queue.pop(0) if queue else None
+    return all(t.server is not None for t in turns)

@@ -24,10 +24,10 @@ from typing import Any
 import aiohttp
 import msgspec
 
+from clients.bench.measure import fetch_timings
 from clients.bench.modes import RawSocket, connect_ws, make_transport
 from clients.bench.proc import ServerProcess, rss_bytes
 from clients.bench.scenario import SCRIPT_CALLS, Call, ScenarioTools, first_request
-from clients.bench.tokens import items_tokens, prompt_tokens
 from clients.bench.wire import ENCODER, BenchError, TurnReader, now
 
 MODEL = "sim-coding-agent"
@@ -42,10 +42,12 @@ class MemorySettings:
 
 async def build_history(url: str, target_tokens: int) -> tuple[dict[str, Any], list[Any]]:
     """The opening body and a history of the scripted agent's calls with the sandbox's real
-    outputs, cut at the first call where the rendered prompt reaches ``target_tokens``.
+    outputs, cut at the first call after which the prompt reaches ``target_tokens``.
 
-    The calls come from the server itself (one ``ws_compat`` rollout of ``sim-coding-agent``);
-    call ids are renumbered (``call_000``, ...) so the history is the same on every run."""
+    The calls come from the server itself (one ``ws_compat`` rollout of ``sim-coding-agent``),
+    and so does the count: each turn's ``usage.input_tokens`` is the prompt the server rendered
+    for it (the chat template exists only in ``engine/render.py``). Call ids are renumbered
+    (``call_000``, ...) so the history is the same on every run."""
     async with ScenarioTools() as tools:
         body = first_request(MODEL, tools.definitions())
         history: list[Any] = list(body["input"])
@@ -57,9 +59,9 @@ async def build_history(url: str, target_tokens: int) -> tuple[dict[str, Any], l
                 results = await tools.run(turn.calls)
                 for call, result in zip(turn.calls, results, strict=True):
                     _append_step(history, call, result.output)
-                    if prompt_tokens(body, history) >= target_tokens:
-                        return body, history
                 turn = await transport.answer(turn, results)
+                if (turn.input_tokens or 0) >= target_tokens:  # the prompt with these steps
+                    return body, history
         finally:
             await transport.close()
     raise BenchError(f"the scenario has fewer than {target_tokens} tokens of history")
@@ -93,7 +95,7 @@ async def _open_batch(
     for create in creates:
         await ws.send_frame(ENCODER.encode(create), aiohttp.WSMsgType.TEXT)
     readers = {c["stream_id"]: TurnReader(now(), append=False) for c in creates}
-    token_count, open_lanes = 0, set(readers)
+    open_lanes, responses = set(readers), []
     while open_lanes:
         msg = await ws.receive()
         if msg.type is not aiohttp.WSMsgType.TEXT:
@@ -104,10 +106,20 @@ async def _open_batch(
             turn = reader.turn
             if not turn.calls:
                 raise BenchError("the model finished instead of calling a tool")
-            token_count += (turn.input_tokens or 0) + items_tokens(turn.output)
+            responses.append(turn.response_id)
             item_bytes += sum(len(ENCODER.encode(i)) for i in turn.output)
             open_lanes.discard(lane)
-    return ws, token_count * 4, item_bytes
+    return ws, 4 * await _context_tokens(url, responses), item_bytes
+
+
+async def _context_tokens(url: str, response_ids: list[str]) -> int:
+    """Tokens the server holds for these rollouts (prompt + the absorbed tool call), by its own
+    count (SPEC OBS-5; the bench's server runs with ``--bench-timings``)."""
+    records = await fetch_timings(url)
+    if records is None:
+        raise BenchError("--memory needs a server started with --bench-timings")
+    held = {r["response_id"]: r["context_tokens"] for r in records}
+    return sum(held[response_id] for response_id in response_ids)
 
 
 class _Lane(msgspec.Struct):
@@ -127,7 +139,10 @@ async def run_memory(settings: MemorySettings, url: str | None = None) -> dict[s
     connections = -(-settings.rollouts // lanes)
     _raise_fd_limit(connections * 2 + 256)  # inherited by the server subprocess
     connector = aiohttp.TCPConnector(limit=0)  # the default pool caps sockets at 100
-    async with ServerProcess(0.0) as server, aiohttp.ClientSession(connector=connector) as session:
+    async with (
+        ServerProcess(0.0, bench_timings=True) as server,
+        aiohttp.ClientSession(connector=connector) as session,
+    ):
         body, history = await build_history(server.url, settings.history_tokens)
         warm, _, _ = await _open_batch(session, server.url, [_create(body, history, -1, "warm")])
         await warm.close()

@@ -1,15 +1,18 @@
 """The four transports the bench compares, written in one style over raw aiohttp.
 
-* ``http_stateless``: the full history every turn, a new connection per request (a fresh
-  ``ClientSession`` with ``force_close``, as simple clients do), ``store: false``;
+* ``http_stateless`` (the baseline): the full history every turn over one keep-alive
+  connection pool, as the openai SDK sends it (its httpx client pools connections),
+  ``store: false``;
+* ``http_stateless_cold`` (opt-in, not the baseline): the same, but a new TCP connection and
+  HTTP session per request, as naive clients do; labelled so wherever it is reported;
 * ``http_previous_id``: ``previous_response_id`` + only the new items, ``store: true``, one
   keep-alive session (as the openai SDK pools connections);
 * ``ws_compat``: ``previous_response_id`` + only the new items on one socket, ``store: false``;
 * ``ws_append``: one response per rollout, ``response.append`` per tool result, ``store: false``.
 
 Every request body is encoded before its clock starts, so the client's JSON encoding (largest in
-the stateless mode) is not counted as server overhead. For ``http_stateless`` the clock does
-include opening the new connection, because that is the mode's inherent cost.
+the stateless mode) is not counted as server overhead. For ``http_stateless_cold`` the clock
+does include opening the new connection, because that is that variant's inherent cost.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from clients.bench.wire import ENCODER, BenchError, TurnReader, TurnResult, now
 from protocol.sse import SseDecoder
 
 MODES = ("http_stateless", "http_previous_id", "ws_compat", "ws_append")
+COLD_MODE = "http_stateless_cold"  # opt-in with --modes; never part of the default set
+ALL_MODES = (*MODES, COLD_MODE)
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 _JSON = {"Content-Type": "application/json"}
 RawSocket = aiohttp.ClientWebSocketResponse[Literal[False]]  # frames as bytes, not decoded
@@ -64,15 +69,17 @@ async def _read_sse(resp: aiohttp.ClientResponse, reader: TurnReader) -> TurnRes
 
 
 class HttpStateless:
-    """Resends the whole conversation; nothing is kept on the server or in a connection."""
+    """Resends the whole conversation; nothing is kept on the server. One keep-alive pool,
+    as the openai SDK keeps one (the honest baseline)."""
 
     def __init__(self, base_url: str) -> None:
         self.url = responses_url(base_url)
         self.base: dict[str, Any] = {}
         self.history: list[Any] = []
+        self._session: aiohttp.ClientSession | None = None
 
     async def open(self) -> None:
-        return None
+        self._session = aiohttp.ClientSession()
 
     async def first(self, body: dict[str, Any]) -> TurnResult:
         self.base = {**body, "store": False, "stream": True}
@@ -83,6 +90,25 @@ class HttpStateless:
         self.history.extend(prev.output)
         self.history.extend(r.item() for r in results)
         return await self._post()
+
+    async def _post(self) -> TurnResult:
+        assert self._session is not None
+        data = ENCODER.encode({**self.base, "input": self.history})
+        reader = TurnReader(now(), append=False)
+        async with self._session.post(self.url, data=data, headers=_JSON) as resp:
+            return await _read_sse(resp, reader)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+
+class HttpStatelessCold(HttpStateless):
+    """The stateless mode with a new connection and HTTP session per request (labelled
+    ``http_stateless_cold``; opt-in, never the baseline)."""
+
+    async def open(self) -> None:
+        return None
 
     async def _post(self) -> TurnResult:
         data = ENCODER.encode({**self.base, "input": self.history})
@@ -203,7 +229,8 @@ def make_transport(mode: str, base_url: str) -> Transport:
         "http_previous_id": HttpPreviousId,
         "ws_compat": WsCompat,
         "ws_append": WsAppend,
+        COLD_MODE: HttpStatelessCold,
     }
     if mode not in factories:
-        raise ValueError(f"unknown mode {mode!r}; choose from {', '.join(MODES)}")
+        raise ValueError(f"unknown mode {mode!r}; choose from {', '.join(ALL_MODES)}")
     return factories[mode](base_url)

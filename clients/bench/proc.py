@@ -27,6 +27,9 @@ class ServerProcess:
 
     tokens_per_second: float
     idle_timeout_s: float = 600.0
+    # Per-turn stage records (SPEC OBS-5): the scenario and --memory read them; load, stream
+    # and the inspector's cost measure run without, so no record sits in the RSS they measure.
+    bench_timings: bool = False
     port: int = 0
     _proc: asyncio.subprocess.Process | None = None
 
@@ -42,13 +45,15 @@ class ServerProcess:
     def command(self) -> list[str]:
         """``rollout serve`` (as ``python -m cli``: the same entry point, no PATH lookup) with
         the bench's switches: its models, a free port announced on stdout, no API keys (a key
-        set in the environment must not lock the bench out), a backlog for 200 connects."""
+        set in the environment must not lock the bench out), a backlog for 200 connects, and
+        the per-turn timing records when asked for."""
+        timings = ["--bench-timings"] if self.bench_timings else []
         return [
             sys.executable, "-m", "cli", "serve",
             "--bench-models", "--port", "0", "--announce-port",
             "--tps", repr(self.tokens_per_second),
             "--idle-timeout", repr(self.idle_timeout_s),
-            "--api-keys-env", "", "--backlog", "2048", "--log-level", "WARNING",
+            "--api-keys-env", "", "--backlog", "2048", "--log-level", "WARNING", *timings,
         ]  # fmt: skip
 
     async def __aenter__(self) -> Self:

@@ -11,7 +11,7 @@ import math
 import statistics
 from typing import Any
 
-from clients.bench.measure import RunResult
+from clients.bench.measure import SERVER_STAGES, RunResult
 
 BASELINE = "http_stateless"
 Doc = dict[str, Any]
@@ -29,9 +29,13 @@ def combine(results: list[RunResult]) -> Doc:
         "per_turn_overhead_ms",
         "ttft_ms",
         "first_item_ms",
+        "turn_ms",
         "server_cpu_ms",
         "server_wait_ms",
+        *(f"server_{stage}_ms" for stage in SERVER_STAGES),
     ):
+        if any(key not in d for d in docs):
+            continue
         run[key] = [_median_or_none(values) for values in zip(*(d[key] for d in docs), strict=True)]
     return run
 
@@ -76,6 +80,11 @@ def _mode_summary(run: Doc, base: Doc | None) -> Doc:
         "server_cpu_median_ms": median(run.get("server_cpu_ms", [])),
         "server_cpu_last_ms": _edge(run.get("server_cpu_ms", []), last=True),
         "server_wait_median_ms": median(run.get("server_wait_ms", [])),
+        # The server's own clocks (OBS-5): its stages beside the client-side overhead.
+        **{
+            f"server_{stage}_median_ms": median(run.get(f"server_{stage}_ms", []))
+            for stage in SERVER_STAGES
+        },
         "history_tokens": run.get("history_tokens"),
         "turns": len(overhead),
         **_by_new_size(overhead, run.get("new_tokens", [])),
@@ -130,53 +139,37 @@ def _target(name: str, value: float, limit: float, met: bool, unit: str = "") ->
 
 
 def scenario_targets(summary: list[Doc]) -> list[Doc]:
-    """The issue's scenario targets, evaluated wherever this run has the data for them."""
+    """Issue 11's scenario targets, evaluated wherever this run has the data for them. They are
+    reported, never asserted: a miss is a finding (docs/benchmark.md says what floors them)."""
     out: list[Doc] = []
     for block in summary:
         compat = block["modes"].get("ws_compat")
         if compat is None or "e2e_speedup_vs_stateless" not in compat:
             continue
         tps = block["tps"]
+        at = f"@{tps:g}"
         if tps == 1000:
-            speedup = compat["e2e_speedup_vs_stateless"]
-            out.append(
-                _target(
-                    "e2e ws_compat vs http_stateless @1000 tok/s",
-                    speedup,
-                    1.4,
-                    speedup >= 1.4,
-                    "x faster",
-                )
-            )
+            saved = compat["e2e_time_saved_pct"]
+            out.append(_target(f"e2e saved, ws_compat vs keep-alive stateless {at}", saved,
+                               50.0, saved >= 50.0, "%"))  # fmt: skip
         flat = block["ws_compat_last_over_first"]
-        out.append(_target(f"ws_compat last/first overhead @{tps:g}", flat, 1.5, flat <= 1.5, "x"))
+        out.append(_target(f"ws_compat last/first overhead {at}", flat, 1.2, flat <= 1.2, "x"))
         lower = compat["last_turn_overhead_ratio_stateless_over_mode"]
-        out.append(
-            _target(
-                f"stateless/ws_compat last-turn overhead @{tps:g}", lower, 20.0, lower >= 20.0, "x"
-            )
-        )
+        out.append(_target(f"stateless/ws_compat last-turn overhead {at}", lower, 50.0,
+                           lower >= 50.0, "x"))  # fmt: skip
         diff = block.get("ws_compat_vs_append_overhead_diff_pct", math.nan)
-        out.append(
-            _target(
-                f"ws_compat vs ws_append median overhead @{tps:g}",
-                diff,
-                10.0,
-                abs(diff) <= 10.0,
-                "%",
-            )
-        )
-        if (compat.get("history_tokens") or 0) >= 40_000:
-            med = compat["overhead_median_ms"]
-            out.append(
-                _target(
-                    f"ws_compat median overhead, {compat['history_tokens']:,} tokens @{tps:g}",
-                    med,
-                    1.0,
-                    med <= 1.0,
-                    "ms",
-                )
-            )
+        out.append(_target(f"ws_compat vs ws_append median overhead {at}", diff, 5.0,
+                           abs(diff) <= 5.0, "%"))  # fmt: skip
+        if (compat.get("history_tokens") or 0) < 40_000:
+            continue
+        size = f"{compat['history_tokens']:,} tokens {at}"
+        med = compat["overhead_median_ms"]
+        out.append(_target(f"ws_compat median overhead, {size}", med, 0.5, med <= 0.5, "ms"))
+        pre = compat["server_pre_inference_median_ms"] + compat["server_dispatch_median_ms"]
+        out.append(_target(f"ws_compat server pre-inference+dispatch, {size}", pre, 0.15,
+                           pre <= 0.15, "ms"))  # fmt: skip
+        cpu = compat["server_cpu_median_ms"]
+        out.append(_target(f"ws_compat server CPU/turn, {size}", cpu, 1.0, cpu <= 1.0, "ms"))
     return out
 
 
@@ -190,7 +183,12 @@ def stream_targets(stream: Doc) -> list[Doc]:
     many = stream.get("many")
     if many:
         rate = many["delta_events_per_s"]
-        out.append(_target("delta events/s, one server process", rate, 50_000, rate >= 50_000))
+        out.append(_target("delta events/s, one server process", rate, 100_000, rate >= 100_000))
+        # What one process delivers per second of its own CPU: its rate with a core to itself
+        # (the wall rate above is bounded by whatever else this shared machine runs).
+        per_cpu = many.get("delta_events_per_server_cpu_s") or math.nan
+        out.append(_target("delta events per server CPU-second", per_cpu, 100_000,
+                           per_cpu >= 100_000))  # fmt: skip
     return out
 
 

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from clients.bench.codex import codex_model
 from clients.bench.measure import RunResult, RunSettings, run_mode
 from clients.bench.modes import MODES
 from clients.bench.proc import ServerProcess
@@ -33,11 +34,17 @@ class ScenarioConfig:
     tool_latency_s: float = 0.0
     repeat: int = 1
     url: str | None = None
+    scenario: str = "coding"  # or "codex"
 
     @property
     def model(self) -> str:
         """The stock scripted agent for the stock 26 calls; the bench's looping one otherwise."""
-        return STOCK_MODEL if self.tool_calls == SCRIPT_CALLS else coding_model(self.tool_calls)
+        return self.model_for(self.tool_calls)
+
+    def model_for(self, calls: int) -> str:
+        if self.scenario == "codex":
+            return codex_model(calls)
+        return STOCK_MODEL if calls == SCRIPT_CALLS else coding_model(calls)
 
 
 @contextlib.asynccontextmanager
@@ -46,7 +53,7 @@ async def _server(config: ScenarioConfig, tps: float) -> AsyncIterator[tuple[str
     if config.url is not None:
         yield config.url, None
         return
-    async with ServerProcess(tps) as server:
+    async with ServerProcess(tps, bench_timings=True) as server:
         yield server.url, server.pid
 
 
@@ -54,7 +61,8 @@ async def _warm_up(config: ScenarioConfig, url: str, tps: float) -> None:
     if config.url is not None:
         return  # a foreign server may not serve the bench models
     for mode in config.modes:
-        await run_mode(mode, url, tps, RunSettings(model=coding_model(2)))
+        warm = RunSettings(model=config.model_for(2), scenario=config.scenario)
+        await run_mode(mode, url, tps, warm)
 
 
 def _rotated(modes: list[str], shift: int) -> list[str]:
@@ -69,6 +77,7 @@ async def run_scenarios(config: ScenarioConfig, progress: Progress) -> list[dict
         history_scale=config.history_scale,
         tool_latency_s=config.tool_latency_s,
         max_turns=config.tool_calls + 2,
+        scenario=config.scenario,
     )
     runs: list[dict[str, Any]] = []
     for tps in config.speeds:
@@ -89,5 +98,5 @@ def _one_line(result: RunResult) -> str:
     overhead = [v for v in result.overhead_ms if v == v]
     return (
         f"e2e {result.e2e_s:.3f} s, overhead median {statistics.median(overhead):.2f} ms, "
-        f"last {overhead[-1]:.2f} ms, {result.history_tokens:,} tokens"
+        f"last {overhead[-1]:.2f} ms, {result.history_tokens or 0:,} tokens"
     )

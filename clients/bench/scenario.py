@@ -98,6 +98,9 @@ class ScenarioTools:
         assert self._tools is not None
         return self._tools.definitions()
 
+    def first_request(self, model: str) -> dict[str, Any]:
+        return first_request(model, self.definitions())
+
     async def run(self, calls: list[Call]) -> list[ToolResult]:
         """Run one turn's calls (concurrently, results in call order)."""
         return list(await asyncio.gather(*(self._one(call) for call in calls)))

@@ -16,7 +16,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from clients.bench.modes import MODES
+from clients.bench.modes import ALL_MODES, MODES
 
 Doc = dict[str, Any]
 PLAIN_WIDTH = 200  # columns when stdout is not a terminal
@@ -61,7 +61,7 @@ def speed_table(block: Doc) -> Table:
     table.add_column("mode")
     for header, *_ in COLUMNS:
         table.add_column(header, justify="right")
-    for mode in (m for m in MODES if m in modes):
+    for mode in (m for m in ALL_MODES if m in modes):
         row = modes[mode]
         table.add_row(
             mode, *(_f(row.get(key), digits, suffix) for _, key, digits, suffix in COLUMNS)

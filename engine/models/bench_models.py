@@ -11,10 +11,14 @@ Model names (anything else goes to the plain simulator):
 * ``bench-coding-agent/N``: the coding-agent script, looped until N tool calls were made, then
   the scenario's final answer. ``N <= 26`` is the stock script cut at N calls.
 * ``bench-text/N``: a text answer of exactly N tokens (no tools).
+* ``bench-codex/N``: a Codex-shaped agent (``clients/bench/codex.py`` holds its tools and their
+  generated outputs): a fixed cycle of calls of about 30 argument tokens each over the Codex
+  tool names, until N calls were made, then a short answer.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncGenerator
 from functools import lru_cache
 
@@ -22,10 +26,10 @@ from engine.models.base import Backend, Delta, Finish, SampleRequest, TextDelta
 from engine.models.router import Router, simulator_router
 from engine.models.scenarios import CODING_AGENT_FINAL, CODING_AGENT_STEPS
 from engine.models.sim import Plan, PlannedCall, SimulatedModel, _Pacer, token_pieces
-from protocol.items import FunctionCallOutput
 
 CODING_PREFIX = "bench-coding-agent/"
 TEXT_PREFIX = "bench-text/"
+CODEX_PREFIX = "bench-codex/"
 _PROSE = (
     "The rollout engine keeps each agent's conversation inside one suspended coroutine, so "
     "every tool result it receives costs only the work needed for the new tokens. "
@@ -53,11 +57,47 @@ class LoopingCodingAgent(SimulatedModel):
         self.calls = calls
 
     def plan(self, request: SampleRequest) -> Plan:
-        done = sum(1 for item in request.context.items if isinstance(item, FunctionCallOutput))
+        done = len(request.context.answered)  # tool outputs so far, O(1) (not a history scan)
         if done >= self.calls:
             return Plan(CODING_AGENT_FINAL, [])
         step = CODING_AGENT_STEPS[done % len(CODING_AGENT_STEPS)]
         return Plan(None, [PlannedCall(step.name, step.arguments_json())])
+
+
+# The codex scenario's call cycle: (tool, arguments). The client defines these tools (nested
+# schemas) and generates their outputs; ``tests/bench`` checks both sides use the same names.
+CODEX_STEPS: tuple[tuple[str, dict[str, object]], ...] = (
+    ("list_dir", {"path": "src/engine", "depth": 2, "options": {"hidden": False}}),
+    ("read_file", {"path": "src/engine/scheduler.rs", "range": {"start": 1, "end": 400}}),
+    ("grep_files", {"pattern": "fn dispatch_", "paths": ["src"], "options": {"context": 3}}),
+    ("shell", {"command": ["bash", "-lc", "cargo check -p engine"], "timeout_ms": 120000}),
+    ("read_file", {"path": "src/engine/queue.rs", "range": {"start": 120, "end": 520}}),
+    ("update_plan", {"plan": [{"step": "fix dispatch ordering", "status": "in_progress"}]}),
+    ("apply_patch", {"patch": "*** Begin Patch\n*** Update File: src/engine/queue.rs\n"}),
+    ("run_tests", {"target": "engine", "filters": {"name": "dispatch"}, "jobs": 2}),
+    ("git", {"subcommand": "diff", "args": ["--stat"], "options": {"color": False}}),
+    ("search_symbols", {"query": "Dispatcher", "kinds": ["struct", "impl"], "limit": 20}),
+    ("view_logs", {"source": "test-run", "filter": {"level": "warn", "since_s": 60}}),
+    ("web_search", {"query": "tokio select biased ordering", "options": {"max_results": 5}}),
+)
+CODEX_FINAL = "The dispatcher now drains the queue in order; every test passes."
+
+
+class CodexAgent(SimulatedModel):
+    """Cycles ``CODEX_STEPS`` until ``calls`` calls were made; the step index is the number of
+    tool outputs in the conversation, so every transport gets the same next call."""
+
+    def __init__(self, tokens_per_second: float, calls: int) -> None:
+        super().__init__(tokens_per_second)
+        self.calls = calls
+        self._arguments = [json.dumps(args, separators=(",", ":")) for _, args in CODEX_STEPS]
+
+    def plan(self, request: SampleRequest) -> Plan:
+        done = len(request.context.answered)  # tool outputs so far, O(1) (not a history scan)
+        if done >= self.calls:
+            return Plan(CODEX_FINAL, [])
+        step = done % len(CODEX_STEPS)
+        return Plan(None, [PlannedCall(CODEX_STEPS[step][0], self._arguments[step])])
 
 
 @lru_cache(maxsize=1)
@@ -113,6 +153,8 @@ class BenchModels:
     def pick(self, model: str) -> Backend:
         if model.startswith(CODING_PREFIX):
             return _looping(self.tokens_per_second, _count(model, CODING_PREFIX))
+        if model.startswith(CODEX_PREFIX):
+            return _codex(self.tokens_per_second, _count(model, CODEX_PREFIX))
         if model.startswith(TEXT_PREFIX):
             return LongTextModel(self.tokens_per_second, _count(model, TEXT_PREFIX))
         return self.fallback
@@ -121,6 +163,11 @@ class BenchModels:
 @lru_cache(maxsize=64)
 def _looping(tokens_per_second: float, calls: int) -> LoopingCodingAgent:
     return LoopingCodingAgent(tokens_per_second, calls)
+
+
+@lru_cache(maxsize=64)
+def _codex(tokens_per_second: float, calls: int) -> CodexAgent:
+    return CodexAgent(tokens_per_second, calls)
 
 
 def _count(model: str, prefix: str) -> int:

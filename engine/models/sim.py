@@ -22,8 +22,9 @@ import asyncio
 import hashlib
 import json
 import re
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from engine.models.base import (
     ArgsDelta,
@@ -55,6 +56,13 @@ class PlannedCall:
 class Plan:
     text: str | None
     calls: list[PlannedCall]
+
+
+@lru_cache(maxsize=1024)
+def _cached_pieces(text: str) -> tuple[str, ...]:
+    """A scripted model repeats its calls' arguments: split each text once (the model's own
+    CPU is part of a turn's server CPU, so it is kept small too)."""
+    return tuple(token_pieces(text))
 
 
 def token_pieces(text: str) -> list[str]:
@@ -157,14 +165,14 @@ class SimulatedModel:
         plan = self.plan(request)
         tokens = _TokenBudget(request.max_output_tokens, _Pacer(self.tokens_per_second))
         if plan.text is not None:
-            async for piece in tokens.paced(token_pieces(plan.text)):
+            async for piece in tokens.paced(_cached_pieces(plan.text)):
                 yield TextDelta(piece)
         for index, call in enumerate(plan.calls):
             if tokens.exhausted:
                 break
             call_id = self._call_id(request, index, call.name)
             yield CallStart(call_id, call.name, call.namespace, call.custom)
-            async for piece in tokens.paced(token_pieces(call.arguments)):
+            async for piece in tokens.paced(_cached_pieces(call.arguments)):
                 yield ArgsDelta(piece)
             if not tokens.exhausted:
                 yield CallEnd()
@@ -228,7 +236,7 @@ class _TokenBudget:
         self.produced = 0
         self.exhausted = False
 
-    async def paced(self, pieces: list[str]) -> AsyncGenerator[str, None]:
+    async def paced(self, pieces: Sequence[str]) -> AsyncGenerator[str, None]:
         for piece in pieces:
             if self._budget is not None and self.produced >= self._budget:
                 self.exhausted = True

@@ -181,6 +181,8 @@ def create_app(
     sessions, requests, runs = app[SESSIONS], app[REQUESTS], app[BACKGROUND]
     app[INSPECTOR] = Inspector(app[ENGINE], [lambda: sessions, lambda: requests, runs.sessions])
     inspector.install(app)
+    if app[ENGINE].bench_clock is not None:  # rollout serve --bench-timings (OBS-5)
+        app.router.add_get("/v1/bench/timings", http.bench_timings)
     app.on_startup.append(_start)
     app.on_shutdown.append(_drain_sockets)
     app.on_cleanup.append(_stop)

@@ -68,6 +68,11 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         action="store_true",
         help="add the benchmark's models (bench-coding-agent/N, bench-text/N) to the simulator",
     )
+    up.add_argument(
+        "--bench-timings",
+        action="store_true",
+        help="record per-turn stage timings, served at GET /v1/bench/timings (benchmark only)",
+    )
 
 
 def engine_config(args: argparse.Namespace) -> EngineConfig:
@@ -83,6 +88,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         model_timeout_s=args.model_timeout,
         ledger_path=args.ledger,
         safety_policy=args.safety_policy,
+        bench_timings=args.bench_timings,
     )
 
 

@@ -7,11 +7,13 @@ stateless baseline (full pre-inference over the whole input); with it, it hydrat
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import msgspec
 from aiohttp import web
 
+from engine.benchclock import TimedSink
 from engine.context_api import compact_context, count_input_tokens
 from engine.core import Engine
 from engine.inspect import note_event
@@ -81,11 +83,17 @@ class HttpSink:
 
 async def create_response(request: web.Request) -> web.StreamResponse:
     engine: Engine = request.app[ENGINE]
-    params = decode_create_body(await request.read())
+    body = await request.read()
+    start = time.perf_counter()
+    params = decode_create_body(body)
     params.stream_id = None  # WebSocket-only (WS-2); ignored over HTTP
     if params.background:  # detached from this request (BG-1)
         return await background.create(request, params)
-    sink = HttpSink(request, params.stream)
+    http_sink = HttpSink(request, params.stream)
+    sink: HttpSink | TimedSink = http_sink
+    if engine.bench_clock is not None:  # --bench-timings (OBS-5)
+        sink = TimedSink(http_sink)
+        sink.add_decode(time.perf_counter() - start)
     session = Session(engine, sink, transport="http")
     live = request.app[REQUESTS]  # the inspector lists in-flight HTTP creates (INSP-4)
     live.add(session)
@@ -95,7 +103,7 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     finally:
         live.discard(session)
         await session.close()
-    return _finish(sink)
+    return _finish(http_sink)
 
 
 class _ErrorBody(msgspec.Struct):
@@ -149,6 +157,15 @@ def _finish(sink: HttpSink) -> web.StreamResponse:
 
 def _stored(request: web.Request) -> tuple[Engine, str]:
     return request.app[ENGINE], request.match_info["response_id"]
+
+
+async def bench_timings(request: web.Request) -> web.Response:
+    """``GET /v1/bench/timings`` (``--bench-timings`` only, OBS-5): the per-turn records so
+    far, oldest first; they are handed over once (the list is cleared)."""
+    engine: Engine = request.app[ENGINE]
+    if engine.bench_clock is None:
+        raise web.HTTPNotFound()
+    return json_response({"object": "list", "data": engine.bench_clock.take()})
 
 
 async def delete_response(request: web.Request) -> web.Response:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable
 
 from aiohttp import WSCloseCode, WSMsgType, web
@@ -27,14 +28,22 @@ log = logging.getLogger("rollout.ws")
 APPEND_BETA = "rollout-append=v1"  # OpenAI-Beta value that makes append mode the default
 
 
-def text_frame(data: bytes) -> bytes:
-    """An unmasked, final, uncompressed text frame (RFC 6455 §5.2): the server's frame shape."""
-    n = len(data)
+def frame_header(n: int) -> bytes:
+    """The header of an unmasked, final, uncompressed text frame of ``n`` payload bytes
+    (RFC 6455 §5.2): the server's frame shape."""
     if n < 126:
-        return bytes((0x81, n)) + data
+        return bytes((0x81, n))
     if n < 65536:
-        return b"\x81\x7e" + n.to_bytes(2, "big") + data
-    return b"\x81\x7f" + n.to_bytes(8, "big") + data
+        return b"\x81\x7e" + n.to_bytes(2, "big")
+    return b"\x81\x7f" + n.to_bytes(8, "big")
+
+
+def text_frame(data: bytes) -> bytes:
+    """A whole text frame: header and payload."""
+    return frame_header(len(data)) + data
+
+
+COPY_LIMIT = 4096  # larger payloads go out as their own buffer: no copy to prepend the header
 
 
 class WsSink:
@@ -96,9 +105,11 @@ class WsSink:
                 return
             if not self._frames:
                 self._loop.call_soon(self.flush)
-            frame = text_frame(data)
-            self._frames.append(frame)
-            self._pending += len(frame)
+            if len(data) < COPY_LIMIT:
+                self._frames.append(text_frame(data))
+            else:  # a Response snapshot: header and payload as two buffers of one writelines
+                self._frames += (frame_header(len(data)), data)
+            self._pending += len(data)
             transport = self._writer.transport
             if transport is None or transport.is_closing():
                 raise ClientGone
@@ -144,6 +155,49 @@ class WsSink:
             await asyncio.wait_for(self.ws.close(code=code, message=message), 1)
 
 
+class TimedWsSink(WsSink):
+    """--bench-timings only (OBS-5): a ``WsSink`` that times its own sends and deferred flushes
+    (the write system call) and the request frames' decoding, for the turn's timing record.
+    Being a ``WsSink`` itself, everything that looks for one (shutdown, the inspector's frame
+    counts) sees it unchanged; without the switch it is never constructed."""
+
+    __slots__ = ("_decode_s", "_send_s")
+
+    def __init__(
+        self, ws: web.WebSocketResponse, send_timeout: float, errors: ErrorRing | None = None
+    ) -> None:
+        super().__init__(ws, send_timeout, errors)
+        self._send_s = self._decode_s = 0.0
+
+    async def send(self, event: ServerEvent) -> None:
+        start = time.perf_counter()
+        try:
+            await super().send(event)
+        finally:
+            self._send_s += time.perf_counter() - start
+
+    def flush(self) -> None:
+        start = time.perf_counter()
+        super().flush()
+        self._send_s += time.perf_counter() - start
+
+    def add_decode(self, seconds: float) -> None:
+        self._decode_s += seconds
+
+    def take(self) -> tuple[float, float]:
+        """(send, decode) seconds since the previous call (``benchclock.SelfTiming``)."""
+        taken = self._send_s, self._decode_s
+        self._send_s = self._decode_s = 0.0
+        return taken
+
+
+def _make_sink(
+    ws: web.WebSocketResponse, engine: Engine, config: ServerConfig, errors: ErrorRing
+) -> WsSink:
+    timed = engine.bench_clock is not None
+    return (TimedWsSink if timed else WsSink)(ws, config.send_timeout_s, errors)
+
+
 def default_mode(request: web.Request) -> Mode:
     beta = request.headers.get("OpenAI-Beta", "")
     return Mode.APPEND if APPEND_BETA in beta else Mode.STANDARD
@@ -157,7 +211,7 @@ async def serve_socket(
     )
     await ws.prepare(request)
     sessions: set[Session] = request.app[SESSIONS]
-    sink = WsSink(ws, config.send_timeout_s, request.app[INSPECTOR].errors)
+    sink = _make_sink(ws, engine, config, request.app[INSPECTOR].errors)
     session = Session(engine, sink, transport="ws", default_mode=default_mode(request))
     sessions.add(session)
     engine.counters["ws.connections"] += 1  # accepted sockets (OBS-4)
@@ -187,11 +241,15 @@ async def serve_socket(
 
 
 async def _dispatch(session: Session, data: bytes) -> None:
+    timer = session.sink if isinstance(session.sink, TimedWsSink) else None
+    start = time.perf_counter() if timer is not None else 0.0
     try:
         event = decode_client_event(data)
     except ProtocolError as err:
         await session.send_error(err)
         return
+    if timer is not None:
+        timer.add_decode(time.perf_counter() - start)
     await session.handle(event)
 
 

@@ -9,7 +9,15 @@ from hypothesis import strategies as st
 
 from protocol.codec import decode_client_event, decode_create_body, encode, parse_input
 from protocol.errors import InvalidRequest
-from protocol.events import ResponseAppend, ResponseCreate, ResponseInject
+from protocol.events import (
+    ResponseAppend,
+    ResponseCompleted,
+    ResponseCreate,
+    ResponseCreated,
+    ResponseDone,
+    ResponseInject,
+    ResponseInProgress,
+)
 from protocol.items import (
     FunctionCall,
     FunctionCallOutput,
@@ -19,6 +27,7 @@ from protocol.items import (
     Message,
     Reasoning,
 )
+from protocol.response import Response
 
 
 def _error(frame: bytes | str) -> InvalidRequest:
@@ -205,3 +214,33 @@ def test_client_create_round_trip(event: ResponseCreate) -> None:
 )
 def test_client_append_round_trip(event: ResponseAppend) -> None:
     assert decode_client_event(encode(event)) == event
+
+
+_TEXTS = st.text(alphabet=st.characters(codec="utf-8"), max_size=40) | st.sampled_from(
+    ["\x00rollout-static-", '"tools":[]', '"instructions":null', "\\u0000"]
+)
+
+
+@given(instructions=st.none() | _TEXTS, names=st.lists(_TEXTS, max_size=3), note=_TEXTS)
+def test_snapshot_events_encode_as_one_whole(
+    instructions: str | None, names: list[str], note: str
+) -> None:
+    """CODEC-6: splicing the once-encoded instructions and tools gives the very bytes of
+    encoding the whole event, whatever the other fields hold (even look-alike strings)."""
+    tools = [  # as sent, raw (TOOL-1)
+        msgspec.Raw(msgspec.json.encode({"type": "function", "name": f"t{i}", "x": [name, note]}))
+        for i, name in enumerate(names)
+    ]
+    response = Response(
+        id="resp_1", created_at=1, model="m", instructions=instructions, tools=tools,
+        metadata={"tools": note}, text={"format": {"type": "text"}, "note": note},
+    )  # fmt: skip
+    for event in (
+        ResponseCreated(sequence_number=0, response=response),
+        ResponseInProgress(sequence_number=1, response=response),
+        ResponseCompleted(sequence_number=2, response=response),
+        ResponseDone(sequence_number=3, response=response, pending_calls=[]),
+    ):
+        once = encode(event)
+        assert once == msgspec.json.encode(event)
+        assert encode(event) == once  # the second time from the cache

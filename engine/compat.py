@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -26,8 +26,10 @@ from engine.lane import CacheEntry, Lane
 from engine.models.base import Backend
 from engine.pipeline import FULL, INCREMENTAL, ItemTexts
 from engine.rollout import Mode, Rollout, Settings, Sink, Turn
+from engine.store import ResponseStore, StoreError
+from engine.store.errors import wire_error
 from protocol.codec import parse_input
-from protocol.errors import InvalidRequest, previous_response_not_found
+from protocol.errors import InvalidRequest, previous_response_not_found, store_unavailable
 from protocol.items import InputItem, item_texts
 from protocol.response import CreateParams, Reasoning, Response
 from protocol.stream import ResponseStream, new_id
@@ -46,7 +48,7 @@ class Connection(Protocol):
     append_targets: dict[str, Rollout]
     finished_appends: deque[str]
     finished: deque[str]  # recent terminal ids (steer errors, STEER-7)
-    on_admitted: Callable[[Turn, list[InputItem]], None] | None  # background runs (BG-2)
+    on_admitted: Callable[[Turn, list[InputItem]], Awaitable[None]] | None  # background (BG-2)
 
     def resolve(self, model: str) -> Backend: ...
 
@@ -194,9 +196,9 @@ async def run_create(
         job = _admit(session, lane, params)
         if arrived is not None:  # time spent waiting in the lane, not admitting (OBS-1)
             job.turn.log.add_time("queue", picked_up - arrived)
-        rollout, started = _start_or_resume(session, lane, job)
+        rollout, started = await _start_or_resume(session, lane, job)
         if session.on_admitted is not None:
-            session.on_admitted(job.turn, rollout.ctx.items)
+            await session.on_admitted(job.turn, rollout.ctx.items)
     except Exception:
         if params.previous_response_id is not None:
             # A failed continuation evicts its parent from this lane (CACHE-3); a failed fork
@@ -251,12 +253,14 @@ def _admit(session: Connection, lane: Lane, params: CreateParams) -> Admission:
     )
 
 
-def _start_or_resume(session: Connection, lane: Lane, job: Admission) -> tuple[Rollout, bool]:
+async def _start_or_resume(session: Connection, lane: Lane, job: Admission) -> tuple[Rollout, bool]:
     """Returns the rollout serving this create and whether it is new (needs a task).
 
     A warmup (``generate: false``) never takes the fast path: it does not sample."""
     counters = session.engine.counters
     prev = job.prev
+    if job.settings.store:
+        await _require_store(session.engine.store)
     if prev is None:
         counters["create.stateless"] += 1
         return _new_rollout(session, job, None, FULL), True
@@ -279,28 +283,35 @@ def _start_or_resume(session: Connection, lane: Lane, job: Admission) -> tuple[R
         counters["create.fork"] += 1
         return _new_rollout(session, job, found[1].ctx.fork(), INCREMENTAL), True
     counters["create.cache_miss"] += 1
-    record = session.engine.store.get(prev)
-    if record is None:
+    try:
+        hydrated = await session.engine.store.hydrate(prev)
+    except StoreError as exc:
+        raise wire_error(exc, "previous_response_id") from None
+    if hydrated is None:
         raise previous_response_not_found(prev)
-    if record.response.status in ("queued", "in_progress"):  # a background run (BG-7)
+    if hydrated.record.response.status in ("queued", "in_progress"):  # background (BG-7)
         raise InvalidRequest(
             "previous_response_in_progress",
             f"Previous response with id '{prev}' has not finished yet.",
             "previous_response_id",
         )
     counters["create.store_hydrate"] += 1
-    return _new_rollout(session, job, None, FULL, history=record.context), True
+    rollout = Rollout(session.engine, job.backend, job.settings, job.turn, job.mode)
+    rollout.prepare(job.items, job.texts, path=FULL, history=hydrated.items, stored=hydrated.point)
+    return rollout, True
 
 
-def _new_rollout(
-    session: Connection,
-    job: Admission,
-    ctx: Context | None,
-    path: str,
-    history: list[InputItem] | None = None,
-) -> Rollout:
+async def _require_store(store: ResponseStore) -> None:
+    """A ``store: true`` create is refused up front while the store is known to be down, so no
+    model time is spent on a response that could not be kept; each such request probes the
+    store again, so service resumes by itself (STORE-8)."""
+    if not store.available and not await store.health():
+        raise store_unavailable()
+
+
+def _new_rollout(session: Connection, job: Admission, ctx: Context | None, path: str) -> Rollout:
     rollout = Rollout(session.engine, job.backend, job.settings, job.turn, job.mode, context=ctx)
-    rollout.prepare(job.items, job.texts, path=path, history=history)
+    rollout.prepare(job.items, job.texts, path=path)
     return rollout
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from engine.safety import Finding
+from engine.store.base import ChainPoint
 from engine.tokens import TokenArray, TokenBuffer
 from protocol.items import InputItem, ToolCall
 from protocol.tools import Toolset
@@ -29,6 +30,7 @@ class Context:
     findings: list[Finding] = field(default_factory=list)
     header_key: tuple[str | None, Toolset] | None = None
     header: TokenArray = field(default_factory=lambda: np.empty(0, dtype=np.int32))
+    stored: ChainPoint | None = None  # items[:stored.length] are a stored chain (STORE-5)
 
     @property
     def prompt_tokens(self) -> int:
@@ -46,6 +48,7 @@ class Context:
             findings=list(self.findings),
             header_key=self.header_key,
             header=self.header,
+            stored=self.stored,
         )
 
     def pending_calls(self) -> list[ToolCall]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,8 +13,10 @@ from engine.metrics import Metrics
 from engine.models.router import Router, simulator_router
 from engine.pipeline import StageStats
 from engine.post import PostInference
-from engine.store import InMemoryStore, ResponseStore
+from engine.store import DEFAULT_TTL_S, MemoryStore, ResponseRecord, ResponseStore, StoreError
 from engine.tokens import encoding
+
+log = logging.getLogger("rollout.engine")
 
 
 @dataclass
@@ -27,7 +30,8 @@ class EngineConfig:
     max_lanes: int = 32
     max_input_items: int = 10_000
     max_input_chars: int = 8_000_000  # text the model would read, per request (LIM-15)
-    store_max_entries: int = 10_000
+    store_max_entries: int = 10_000  # memory:// only (LIM-5)
+    store_ttl_s: float = DEFAULT_TTL_S  # retention of stored responses; 0 = forever (STORE-7)
     post_queue_size: int = 4096
     ledger_path: Path | None = None
     default_model: str = "sim"
@@ -56,7 +60,7 @@ class Engine:
         self.config = config if config is not None else EngineConfig()
         tokens_per_second = self.config.tokens_per_second
         self.router = router if router is not None else simulator_router(tokens_per_second)
-        self.store = store if store is not None else InMemoryStore(self.config.store_max_entries)
+        self.store = store if store is not None else self._memory_store()
         self.stats = StageStats()
         self.counters: Counter[str] = Counter()  # create paths and cache events, for /metrics
         self.metrics = Metrics(self.counters)
@@ -66,12 +70,32 @@ class Engine:
         self.bench_clock = BenchClock() if self.config.bench_timings else None
         if self.bench_clock is not None:
             self.post.on_accounted = self.bench_clock.post
+        self._writes: set[asyncio.Task[None]] = set()  # best-effort writes (cancelled turns)
+
+    def _memory_store(self) -> ResponseStore:
+        return MemoryStore(self.config.store_max_entries, self.config.store_ttl_s)
 
     async def start(self) -> None:
         # Load the BPE vocabulary now, not inside the first request (it takes ~0.3 s).
         await asyncio.to_thread(encoding)
+        await self.store.open()
         await self.post.start()
 
     async def stop(self) -> None:
         await self.post.stop()
+        if self._writes:
+            await asyncio.gather(*self._writes, return_exceptions=True)
+        await self.store.close()
         await self.router.aclose()  # the upstream HTTP pool, if any route has one
+
+    def store_later(self, record: ResponseRecord) -> None:
+        """Write a record nobody waits for (a cancelled response, STORE-2): owned, best effort."""
+        task = asyncio.create_task(self._store_quietly(record), name=f"store {record.id}")
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
+
+    async def _store_quietly(self, record: ResponseRecord) -> None:
+        try:
+            await self.store.put(record)
+        except StoreError as exc:
+            log.warning("store: cancelled response %s not stored: %s", record.id, exc)

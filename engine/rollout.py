@@ -46,7 +46,8 @@ from engine.models.base import (
 from engine.pipeline import FULL, INCREMENTAL, OUTPUT, ItemTexts, Pipeline, StageStats, TurnLog
 from engine.post import UsageRecord
 from engine.steer import Steer
-from engine.store import StoredResponse, listing_form
+from engine.store import ChainPoint, ResponseRecord, StoreError, chain_record, listing_form
+from engine.store.errors import wire_error
 from protocol import events as ev
 from protocol.codec import error_event
 from protocol.errors import InvalidRequest, ProtocolError
@@ -60,6 +61,11 @@ log = logging.getLogger("rollout.rollout")
 
 class ClientGone(Exception):
     """The peer went away while we were writing to it."""
+
+
+class TurnNotStored(Exception):
+    """A ``store: true`` response could not be stored: its terminal frame was replaced by an
+    ``error`` (STORE-6, STORE-8) and the rollout ends."""
 
 
 class Sink(Protocol):
@@ -157,6 +163,7 @@ class Rollout:
         self._ready_at = 0.0  # pre-inference's end: the rollout spawned or resumed
         self._prompt = (0, 0)  # the last sample's (prompt, freshly rendered) tokens
         self._logged: dict[str, float] = {}  # stage seconds already in a timing record
+        self.owner: str | None = None  # the API key fingerprint its stored records carry
 
     # ================================================================== pre-inference
     def prepare(
@@ -166,6 +173,7 @@ class Rollout:
         *,
         path: str,
         history: list[InputItem] | None = None,
+        stored: ChainPoint | None = None,
     ) -> None:
         """Pre-inference over the request's input: full history or only what is new (PIPE-1).
 
@@ -176,6 +184,8 @@ class Rollout:
             self._fresh_tokens += self.pipeline.apply(
                 self.ctx, history, path=path, supports=self.backend.supports, param="history"
             )
+            if stored is not None and len(self.ctx.items) == stored.length:
+                self.ctx.stored = stored  # the next stored turn writes only what follows
         self._fresh_tokens += self.pipeline.apply(
             self.ctx, items, path=path, supports=self.backend.supports, texts=texts
         )
@@ -230,7 +240,8 @@ class Rollout:
         turn = self.turn
         self._count_prompt(turn)
         await turn.sink.send(turn.stream.created())
-        await self._end_turn(turn, "completed")
+        with contextlib.suppress(TurnNotStored):  # the error frame has been sent
+            await self._end_turn(turn, "completed")
         await self._end()
 
     def _require_outputs_for_pending(self, items: list[InputItem]) -> None:
@@ -250,6 +261,8 @@ class Rollout:
             raise
         except ClientGone:
             await self._end(cancelled=True)
+        except TurnNotStored:
+            await self._end()
         except BackendError as exc:
             log.warning("rollout %s: backend failed: %s", self.id, exc)
             await self._fail_quietly(exc.protocol_error())
@@ -623,7 +636,11 @@ class Rollout:
                 "server_error", "The model failed to generate a response.", turn.tally.usage(), now
             )
         self.status = status
-        self._store(turn)
+        try:
+            await self._store(turn)  # durable before the terminal frame (STORE-6)
+        except StoreError as exc:
+            await self._unstored(turn, exc)
+            raise TurnNotStored from exc
         try:
             await turn.sink.send(event)
         finally:
@@ -645,16 +662,38 @@ class Rollout:
         self._clock.turn(turn.stream.id, samples, dict(stages), turn.sink, tokens)
         self._ready_at = 0.0
 
-    def _store(self, turn: Turn) -> None:
+    async def _store(self, turn: Turn) -> None:
         if not self.settings.store:
             return
-        self.engine.store.put(
-            StoredResponse(
-                response=turn.stream.response,
-                input_items=[listing_form(item) for item in turn.input_items],
-                context=list(self.ctx.items),
-            )
+        record, point = self._stored_record(turn)
+        await self.engine.store.put(record)
+        self.ctx.stored = point
+
+    def _stored_record(self, turn: Turn) -> tuple[ResponseRecord, ChainPoint]:
+        """Flat: this response's own input, output and new context items (STORE-4)."""
+        return chain_record(
+            turn.stream.response,
+            [listing_form(item) for item in turn.input_items],
+            self.ctx.items,
+            self.ctx.stored,
+            owner=self.owner,
         )
+
+    async def _unstored(self, turn: Turn, exc: StoreError) -> None:
+        """The store did not acknowledge: the client gets an ``error`` instead of the terminal
+        frame, so it never holds an id it cannot continue (STORE-8). Usage is still billed."""
+        log.warning("rollout %s: response %s not stored: %s", self.id, turn.stream.id, exc)
+        self.status = "failed"
+        turn.successor = None  # a steered response's successor never begins (STEER-3)
+        if self.mode is Mode.STANDARD:
+            self.engine.post.submit_nowait(self._record([turn.stream.id], turn.tally, turn.log))
+        try:
+            await turn.sink.send(error_event(wire_error(exc), stream_id=turn.stream.stream_id))
+        except ClientGone:
+            pass
+        finally:
+            if not turn.done.done():
+                turn.done.set_result("failed")
 
     async def _fail_quietly(self, refusal: ProtocolError | None = None) -> None:
         """A backend's refusal before the response opened is an ``error`` with the backend's
@@ -687,7 +726,8 @@ class Rollout:
             # What it used is reported and billed (ROLL-7, BG-6).
             tally = self._totals if self.mode is Mode.APPEND else turn.tally
             turn.stream.response.usage = tally.usage()
-            self._store(turn)
+            if self.settings.store:  # nobody waits for this one: written in the background
+                self.engine.store_later(self._stored_record(turn)[0])
             self.status = "cancelled"
         if self.phase is Phase.DONE:
             return

@@ -140,6 +140,11 @@ class Session:
                 return lane, lane.latest
         return None
 
+    def forget(self, response_id: str) -> None:
+        """Drop a deleted response from this connection's lane caches (STORE-11)."""
+        for lane in self.lanes.values():
+            lane.evict(response_id)
+
     def _lane(self, stream_id: str | None) -> Lane:
         if stream_id is not None and not _valid(stream_id):
             raise InvalidRequest(

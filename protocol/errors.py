@@ -142,3 +142,27 @@ def require_fields(obj: dict[str, Any], fields: tuple[str, ...], where: str) -> 
     for name in fields:
         if name not in obj:
             raise missing_parameter(f"{where}.{name}")
+def store_unavailable() -> Unavailable:
+    """The response store cannot be reached; this request only, retry later (STORE-8)."""
+    return Unavailable(
+        "store_unavailable",
+        "The response store is unavailable; retry shortly, or use store: false.",
+        None,
+    )
+
+
+def store_record_too_large(size: int, limit: int) -> InvalidRequest:
+    """A ``store: true`` response too large to store (STORE-9)."""
+    return InvalidRequest(
+        "store_record_too_large",
+        f"The response is too large to store ({size:,} bytes; the limit is {limit:,}); "
+        "use store: false.",
+        "store",
+    )
+
+
+def store_record_corrupt(response_id: str, param: str | None = None) -> ServerError:
+    """A stored record that cannot be read back (STORE-9); never a crash."""
+    return ServerError(
+        "store_record_corrupt", f"The stored response '{response_id}' cannot be read.", param
+    )

@@ -122,7 +122,15 @@ async def responses_get(request: web.Request) -> web.StreamResponse:
 
 
 async def _start(app: web.Application) -> None:
-    await app[ENGINE].start()
+    engine = app[ENGINE]
+    engine.store.on_delete(lambda response_id: _forget(app, response_id))
+    await engine.start()
+
+
+def _forget(app: web.Application, response_id: str) -> None:
+    """A deleted response leaves every connection's cache too (STORE-11)."""
+    for session in app[SESSIONS]:
+        session.forget(response_id)
 
 
 async def _drain_sockets(app: web.Application) -> None:

@@ -22,6 +22,8 @@ from engine.rollout import ClientGone
 from engine.server import background
 from engine.server.keys import BACKGROUND, ENGINE, INSPECTOR, REQUESTS, SESSIONS
 from engine.session import Session
+from engine.store import ResponseRecord, StoreError
+from engine.store.errors import wire_error
 from protocol.codec import decode_compact_body, decode_create_body, encode, http_error_body
 from protocol.errors import InvalidRequest, ProtocolError, ServerError, response_not_found
 from protocol.events import (
@@ -168,21 +170,35 @@ async def bench_timings(request: web.Request) -> web.Response:
     return json_response({"object": "list", "data": engine.bench_clock.take()})
 
 
+async def _record(request: web.Request) -> ResponseRecord:
+    """The stored record named by the path, or the error that says why not (STORE-8, STORE-9)."""
+    engine, response_id = _stored(request)
+    try:
+        record = await engine.store.get(response_id)
+    except StoreError as exc:
+        raise wire_error(exc) from None
+    if record is None:
+        raise response_not_found(response_id)
+    return record
+
+
 async def delete_response(request: web.Request) -> web.Response:
+    """Removes it from the store and from every cache of this process (STORE-11)."""
     engine, response_id = _stored(request)
     run = request.app[BACKGROUND].live.get(response_id)
     if run is not None:  # a running background response is cancelled first (BG-9)
         await run.cancel()
-    if not engine.store.delete(response_id):
+    try:
+        deleted = await engine.store.delete(response_id)
+    except StoreError as exc:
+        raise wire_error(exc) from None
+    if not deleted:
         raise response_not_found(response_id)
     return json_response({"id": response_id, "object": "response", "deleted": True})
 
 
 async def list_input_items(request: web.Request) -> web.Response:
-    engine, response_id = _stored(request)
-    record = engine.store.get(response_id)
-    if record is None:
-        raise response_not_found(response_id)
+    record = await _record(request)
     order = request.query.get("order", "desc")
     if order not in ("asc", "desc"):
         raise InvalidRequest("invalid_value", "order must be 'asc' or 'desc'.", "order")

@@ -28,7 +28,7 @@ async def test_scenario_with_previous_response_id(server: LiveServer, sandbox: P
     # Each continuation was hydrated from the store by id; nothing was resent.
     assert server.engine.counters["create.store_hydrate"] == 26
     assert server.engine.counters["create.stateless"] == 1
-    last = server.engine.store.get(result.response_id)
+    last = await server.engine.store.get(result.response_id)
     assert last is not None and last.response.previous_response_id == result.response_ids[-2]
 
 

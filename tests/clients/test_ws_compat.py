@@ -33,7 +33,7 @@ async def test_store_false_works_on_one_socket(server: LiveServer, sandbox: Path
             "sim-coding-agent", SCENARIO_PROMPT, coding_tools(sandbox), store=False
         )
     assert_scenario_completed(result, sandbox)
-    assert server.engine.store.get(result.response_id) is None
+    assert await server.engine.store.get(result.response_id) is None
 
 
 async def test_append_default_connection_is_detected(server: LiveServer, sandbox: Path) -> None:

@@ -146,7 +146,7 @@ async def test_disconnect_mid_stream_leaves_nothing_running(
             break
         await asyncio.sleep(0.02)
     assert len(asyncio.all_tasks()) <= baseline
-    record = live.engine.store.get(response_id)
+    record = await live.engine.store.get(response_id)
     assert record is not None and record.response.status == "cancelled"  # never in_progress
     await live.engine.post.stop()
     assert live.engine.post.runs == 1  # usage for the cancelled rollout was still accounted

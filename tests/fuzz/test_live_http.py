@@ -237,18 +237,18 @@ class HttpProtocolMachine(RuleBasedStateMachine):
         self._check_result(body, final)
         rid = final["id"]
         if body.get("store", True):
-            record = self.env.live.engine.store.get(rid)
+            record = self.env.run(self.env.live.engine.store.hydrate(rid))
             assert record is not None, "STORE-2: a store=true response is stored"
             pending = [
                 o["call_id"]
                 for o in final["output"]
                 if o["type"] == "function_call" and o["status"] == "completed"
             ]
-            assert _unanswered(record.context) == pending
+            assert _unanswered(record.items) == pending
             count = 1 if isinstance(body["input"], str) else len(body["input"])
             self.store[rid] = Stored(rid, pending, count)
         else:
-            assert self.env.live.engine.store.get(rid) is None, "STORE-1"
+            assert self.env.run(self.env.live.engine.store.get(rid)) is None, "STORE-1"
             self.unstored.append(rid)
 
     def _predict(

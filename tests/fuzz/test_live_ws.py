@@ -1183,10 +1183,10 @@ class WsProtocolMachine(RuleBasedStateMachine):
         and its context has exactly the unanswered calls the model expects."""
         engine = self.env.live.engine
         for rid, entry in self.store.items():
-            record = engine.store.get(rid)
-            assert record is not None, f"STORE-2: {rid} missing from the store"
-            assert record.response.status != "in_progress", f"{rid} stored in_progress"
-            assert _unanswered(record.context) == entry.pending, (rid, entry)
+            stored = self._run(engine.store.hydrate(rid))
+            assert stored is not None, f"STORE-2: {rid} missing from the store"
+            assert stored.record.response.status != "in_progress", f"{rid} stored in_progress"
+            assert _unanswered(stored.items) == entry.pending, (rid, entry)
 
     @rule(
         data=st.data(),
@@ -1216,10 +1216,11 @@ class WsProtocolMachine(RuleBasedStateMachine):
         self.conn = None
         self._check_released()
         if rid is not None and store:
-            record = self.env.live.engine.store.get(rid)
-            assert record is not None, f"ROLL-7: {rid} was not stored"
-            assert record.response.status in ("completed", "cancelled"), record.response.status
-            self.store[rid] = Cached(rid, _unanswered(record.context))
+            stored = self._run(self.env.live.engine.store.hydrate(rid))
+            assert stored is not None, f"ROLL-7: {rid} was not stored"
+            status = stored.record.response.status
+            assert status in ("completed", "cancelled"), status
+            self.store[rid] = Cached(rid, _unanswered(stored.items))
         self._check_store()
         self._connect(data.draw(st.booleans(), label="header"))
 

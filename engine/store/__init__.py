@@ -1,0 +1,90 @@
+"""The response store (SPEC: STORE-1..STORE-12): one interface, three backends chosen by URL.
+
+* ``sqlite:///PATH``  - embedded, durable, one process (the default of ``rollout serve``)
+* ``redis://HOST:PORT/DB`` / ``rediss://…`` - shared by many processes and hosts
+* ``memory://``       - this process only, for tests and throwaway runs
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+from engine.store.base import (
+    DEFAULT_MAX_RECORD_BYTES,
+    DEFAULT_TTL_S,
+    SNAPSHOT_EVERY,
+    ChainPoint,
+    DeleteListener,
+    Hydrated,
+    RecordCorrupt,
+    RecordTooLarge,
+    ResponseRecord,
+    ResponseStore,
+    StoreError,
+    StoreUnavailable,
+    chain_record,
+)
+from engine.store.listing import listing_form
+from engine.store.memory import MemoryStore
+
+
+def default_store_url() -> str:
+    """The per-user SQLite file: ``$XDG_DATA_HOME/rollout/rollout.db``, by default
+    ``~/.local/share/rollout/rollout.db`` (STORE-10)."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return "sqlite:///" + str(Path(base) / "rollout" / "rollout.db")
+
+
+def open_store(
+    url: str,
+    *,
+    ttl_s: float = DEFAULT_TTL_S,
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+    max_entries: int = 10_000,
+) -> ResponseStore:
+    """The backend named by ``url``. Raises ``ValueError`` with a message for the operator."""
+    scheme = urlsplit(url).scheme
+    if scheme == "memory":
+        return MemoryStore(max_entries, ttl_s, max_record_bytes)
+    if scheme == "sqlite":
+        from engine.store.sqlite import SqliteStore
+
+        path, _, query = url.partition("?")
+        synchronous = parse_qs(query).get("synchronous", ["full"])[-1]
+        return SqliteStore(sqlite_path(path), ttl_s, max_record_bytes, synchronous)
+    if scheme in ("redis", "rediss"):
+        from engine.store.redis import RedisStore
+
+        return RedisStore(url, ttl_s, max_record_bytes)
+    raise ValueError(f"--store: unknown store URL {url!r} (sqlite:///PATH, redis://…, memory://)")
+
+
+def sqlite_path(url: str) -> Path:
+    """``sqlite:///data/x.db`` is relative to the working directory, ``sqlite:////abs/x.db``
+    absolute (SQLAlchemy's convention); ``~`` is expanded."""
+    if not url.startswith("sqlite:///") or len(url) == len("sqlite:///"):
+        raise ValueError(f"--store: a SQLite URL is sqlite:///PATH, not {url!r}")
+    return Path(url[len("sqlite:///") :]).expanduser()
+
+
+__all__ = [
+    "DEFAULT_MAX_RECORD_BYTES",
+    "DEFAULT_TTL_S",
+    "SNAPSHOT_EVERY",
+    "ChainPoint",
+    "DeleteListener",
+    "Hydrated",
+    "MemoryStore",
+    "RecordCorrupt",
+    "RecordTooLarge",
+    "ResponseRecord",
+    "ResponseStore",
+    "StoreError",
+    "StoreUnavailable",
+    "chain_record",
+    "default_store_url",
+    "listing_form",
+    "open_store",
+]

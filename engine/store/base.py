@@ -1,0 +1,258 @@
+"""The response store interface: flat records chained by parent pointers (SPEC: STORE-1..STORE-12).
+
+A stored response holds its own new input items, its output (in the Response) and the context
+items it added, plus a pointer to its nearest stored ancestor. It never copies the whole history,
+so a turn writes O(new items). To keep hydration cheap for long chains, every
+``SNAPSHOT_EVERY``-th record of a chain holds the full context (a *snapshot*) and every record
+lists the ids between it and its snapshot (``links``, at most ``SNAPSHOT_EVERY - 1``): hydrating
+is one read of the record and one batched read of its links (STORE-5).
+
+Backends (memory, SQLite, Redis) implement four primitives (``_write``, ``_read``, ``_remove``,
+``_ping``); encoding, size limits, corrupt-record handling, availability tracking, chain walking
+and delete notifications live here, once.
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import ClassVar, TypeVar
+
+import msgspec
+
+from engine.store.codec import RecordCodec
+from protocol.items import InputItem
+from protocol.response import Response
+
+log = logging.getLogger("rollout.store")
+
+RECORD_VERSION = 1  # bumped when the record layout changes; readers reject unknown versions
+SNAPSHOT_EVERY = 16  # a chain stores a full-context snapshot at least every this many records
+DEFAULT_TTL_S = 30 * 24 * 3600.0  # --store-ttl (STORE-7)
+DEFAULT_MAX_RECORD_BYTES = 64 * 1024 * 1024  # one encoded record (STORE-9)
+
+
+class StoreError(Exception):
+    """Base of the store's failures; never put on the wire as is."""
+
+
+class StoreUnavailable(StoreError):
+    """The store cannot be reached or did not acknowledge (503 ``store_unavailable``, STORE-8)."""
+
+
+class RecordTooLarge(StoreError):
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"record of {size} bytes exceeds the {limit}-byte limit")
+        self.size = size
+        self.limit = limit
+
+
+class RecordCorrupt(StoreError):
+    """A stored record cannot be decoded (STORE-9)."""
+
+    def __init__(self, response_id: str) -> None:
+        super().__init__(f"stored record {response_id} cannot be decoded")
+        self.response_id = response_id
+
+
+class ChainPoint(msgspec.Struct, frozen=True):
+    """Where a context stands in the store: its first ``length`` items are exactly what
+    ``hydrate(response_id)`` returns. Carried by a rollout's context so the next stored turn
+    writes only the items after ``length``."""
+
+    response_id: str
+    length: int
+    links: tuple[str, ...]  # ids of the records before ``response_id``, snapshot first
+
+
+class ResponseRecord(msgspec.Struct, kw_only=True):
+    """One stored response (STORE-4)."""
+
+    response: Response  # status, output and the settings it ran with (model, instructions, tools…)
+    input_items: list[InputItem]  # this request's own input items, listing form (STORE-3)
+    context: list[InputItem]  # context items added since ``parent_id`` (all of them: a snapshot)
+    parent_id: str | None  # nearest stored ancestor whose context ours extends
+    links: list[str]  # records whose ``context`` precede ours, snapshot first; [] = a snapshot
+    owner: str | None = None  # who may read it (an API key fingerprint); None = anyone
+    created_at: float = 0.0  # unix seconds
+    version: int = RECORD_VERSION
+
+    @property
+    def id(self) -> str:
+        return self.response.id
+
+    @property
+    def snapshot(self) -> bool:
+        return not self.links
+
+
+@dataclass(slots=True)
+class Hydrated:
+    """A stored response and the whole conversation context after it."""
+
+    record: ResponseRecord
+    items: list[InputItem]
+    point: ChainPoint
+
+
+def chain_record(
+    response: Response,
+    input_items: list[InputItem],
+    context: Sequence[InputItem],
+    parent: ChainPoint | None,
+    *,
+    owner: str | None = None,
+    every: int = SNAPSHOT_EVERY,
+) -> tuple[ResponseRecord, ChainPoint]:
+    """The record for ``response`` whose full context is ``context``, given the chain point the
+    context extends (None: it extends nothing stored), and the chain point after it."""
+    if parent is not None and parent.length <= len(context) and len(parent.links) + 1 < every:
+        links = [*parent.links, parent.response_id]
+        added = list(context[parent.length :])
+    else:
+        links, added = [], list(context)  # a snapshot: no stored ancestor, or the chain is long
+    record = ResponseRecord(
+        response=response,
+        input_items=input_items,
+        context=added,
+        parent_id=parent.response_id if parent is not None else None,
+        links=links,
+        owner=owner,
+        created_at=time.time(),
+    )
+    return record, ChainPoint(response.id, len(context), tuple(links))
+
+
+_CODEC = RecordCodec(ResponseRecord)
+_ENCODER, _DECODER = _CODEC, _CODEC  # encode(record) -> bytes, decode(bytes) -> record
+
+DeleteListener = Callable[[str], None]
+T = TypeVar("T")
+
+
+class ResponseStore(abc.ABC):
+    """What the engine (and the hydration cache) use. Every method may raise
+    ``StoreUnavailable``; ``get``/``hydrate`` may raise ``RecordCorrupt``; ``put`` may raise
+    ``RecordTooLarge``. ``put`` returns only once the record is durable (STORE-6)."""
+
+    kind: ClassVar[str]
+
+    def __init__(
+        self, ttl_s: float = DEFAULT_TTL_S, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
+    ) -> None:
+        self.ttl_s = ttl_s  # 0 = keep forever
+        self.max_record_bytes = max_record_bytes
+        self.available = True  # last known state, no I/O: True until an operation fails
+        self._listeners: list[DeleteListener] = []
+
+    # ------------------------------------------------------------------ lifecycle
+    async def open(self) -> None:
+        """Connect / create the schema. A store that is down at start is not fatal (STORE-8)."""
+        return None
+
+    async def close(self) -> None:
+        """Finish queued writes and release connections."""
+        return None
+
+    # ------------------------------------------------------------------ the interface
+    async def put(self, record: ResponseRecord) -> None:
+        blob = _ENCODER.encode(record)
+        if len(blob) > self.max_record_bytes:
+            raise RecordTooLarge(len(blob), self.max_record_bytes)
+        expires_at = time.time() + self.ttl_s if self.ttl_s > 0 else None
+        await self._guard(self._write(record.id, blob, record.links, expires_at))
+
+    async def get(self, response_id: str) -> ResponseRecord | None:
+        (blob,) = await self._guard(self._read([response_id]))
+        return None if blob is None else _decode(response_id, blob)
+
+    async def hydrate(self, response_id: str) -> Hydrated | None:
+        """The record and its whole context: one read, then one batched read of its links.
+        None when it, or a record its context needs, is gone (deleted or expired)."""
+        record = await self.get(response_id)
+        if record is None:
+            return None
+        chain: list[ResponseRecord] = []
+        if record.links:
+            blobs = await self._guard(self._read(record.links))
+            for link, blob in zip(record.links, blobs, strict=True):
+                if blob is None:
+                    log.info("store: %s needs %s, which is gone", response_id, link)
+                    return None
+                chain.append(_decode(link, blob))
+            if not chain[0].snapshot:
+                raise RecordCorrupt(response_id)
+        chain.append(record)
+        items = [item for part in chain for item in part.context]
+        return Hydrated(record, items, ChainPoint(record.id, len(items), tuple(record.links)))
+
+    async def delete(self, response_id: str) -> bool:
+        removed = await self._guard(self._remove(response_id))
+        self.notify_deleted(response_id)  # caches drop it even if this process never stored it
+        return removed
+
+    async def health(self) -> bool:
+        """Reachable now? Updates ``available``."""
+        try:
+            await self._guard(self._ping())
+        except StoreUnavailable:
+            return False
+        return True
+
+    def on_delete(self, listener: DeleteListener) -> None:
+        """``listener(response_id)`` runs (on the event loop) for every delete of this store,
+        including deletes made by other processes where the backend can tell (Redis)."""
+        self._listeners.append(listener)
+
+    def notify_deleted(self, response_id: str) -> None:
+        for listener in self._listeners:
+            try:
+                listener(response_id)
+            except Exception:
+                log.exception("store: delete listener failed for %s", response_id)
+
+    # ------------------------------------------------------------------ backend primitives
+    @abc.abstractmethod
+    async def _write(
+        self, key: str, blob: bytes, refresh: Sequence[str], expires_at: float | None
+    ) -> None:
+        """Store ``blob`` durably under ``key``; extend the expiry of ``refresh`` (the records
+        its context needs) to at least ``expires_at`` (STORE-7)."""
+
+    @abc.abstractmethod
+    async def _read(self, keys: Sequence[str]) -> list[bytes | None]:
+        """The blobs of ``keys`` in order, None for missing or expired ones, in one round trip."""
+
+    @abc.abstractmethod
+    async def _remove(self, key: str) -> bool: ...
+
+    @abc.abstractmethod
+    async def _ping(self) -> None: ...
+
+    async def _guard(self, op: Awaitable[T]) -> T:
+        """Track availability: a failure marks the store down, the next success up again."""
+        try:
+            result = await op
+        except StoreUnavailable:
+            if self.available:
+                log.warning("store (%s) unavailable", self.kind)
+            self.available = False
+            raise
+        if not self.available:
+            log.info("store (%s) available again", self.kind)
+        self.available = True
+        return result
+
+
+def _decode(response_id: str, blob: bytes) -> ResponseRecord:
+    try:
+        record: ResponseRecord = _DECODER.decode(blob)
+    except (msgspec.DecodeError, msgspec.ValidationError, TypeError, AttributeError):
+        log.warning("store: record %s cannot be decoded (%d bytes)", response_id, len(blob))
+        raise RecordCorrupt(response_id) from None
+    if record.version != RECORD_VERSION or record.id != response_id:
+        raise RecordCorrupt(response_id)
+    return record

@@ -1,0 +1,316 @@
+"""``sqlite:///PATH``: the embedded, durable store of one process (STORE-10).
+
+SQLite blocks, so it never runs on the event loop: one dedicated thread owns the one connection
+and serves a bounded queue of jobs. Writes that queue up while a commit is running are committed
+together in the next transaction (group commit: one fsync for all of them). WAL mode lets reads
+proceed beside the writer; ``synchronous=FULL`` (the default, ``?synchronous=normal`` to relax)
+makes an acknowledged write survive a process kill and an OS crash alike. Expired records are
+invisible at once and deleted by a sweep the thread runs when idle (STORE-7).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import queue
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.store.base import (
+    DEFAULT_MAX_RECORD_BYTES,
+    DEFAULT_TTL_S,
+    ResponseStore,
+    StoreUnavailable,
+)
+
+log = logging.getLogger("rollout.store.sqlite")
+
+# Schema migrations, applied in order inside one transaction each; the applied version lives in
+# ``schema_version``. Never edit a released step: append a new one.
+MIGRATIONS: list[tuple[int, list[str]]] = [
+    (
+        1,
+        [
+            "CREATE TABLE responses (id TEXT PRIMARY KEY, record BLOB NOT NULL,"
+            " created_at REAL NOT NULL, expires_at REAL)",
+            "CREATE INDEX responses_expiry ON responses(expires_at) WHERE expires_at IS NOT NULL",
+        ],
+    ),
+]
+SCHEMA_VERSION = MIGRATIONS[-1][0]
+SWEEP_EVERY_S = 300.0
+MAX_BATCH = 256  # jobs per transaction
+MAX_QUEUED = 1024  # jobs waiting for the thread; callers beyond it wait on the event loop
+
+Op = Callable[[sqlite3.Connection], Any]
+
+
+@dataclass(slots=True)
+class _Job:
+    op: Op
+    writes: bool
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[Any]
+    result: Any = None
+    error: BaseException | None = field(default=None)
+
+
+class SqliteStore(ResponseStore):
+    kind = "sqlite"
+
+    def __init__(
+        self,
+        path: Path,
+        ttl_s: float = DEFAULT_TTL_S,
+        max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+        synchronous: str = "FULL",
+    ) -> None:
+        super().__init__(ttl_s, max_record_bytes)
+        self.path = path
+        self.synchronous = synchronous
+        self._jobs: queue.Queue[_Job | None] = queue.Queue()
+        self._slots = asyncio.Semaphore(MAX_QUEUED)  # the queue's bound, awaited not blocked
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._open_error: BaseException | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    async def open(self) -> None:
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._serve, name="store-sqlite", daemon=True)
+        self._thread.start()
+        await asyncio.to_thread(self._ready.wait)
+        if self._open_error is not None:
+            self._thread = None
+            raise StoreUnavailable(f"cannot open {self.path}: {self._open_error}")
+
+    async def close(self) -> None:
+        if self._thread is None:
+            return
+        self._jobs.put(None)  # after every queued job: they all finish first
+        await asyncio.to_thread(self._thread.join)
+        self._thread = None
+
+    # ------------------------------------------------------------------ primitives
+    async def _write(
+        self, key: str, blob: bytes, refresh: Sequence[str], expires_at: float | None
+    ) -> None:
+        now = time.time()
+
+        def op(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT OR REPLACE INTO responses (id, record, created_at, expires_at)"
+                " VALUES (?, ?, ?, ?)",
+                (key, blob, now, expires_at),
+            )
+            if refresh:
+                marks = ",".join("?" * len(refresh))
+                if expires_at is None:
+                    sql = f"UPDATE responses SET expires_at = NULL WHERE id IN ({marks})"
+                    conn.execute(sql, tuple(refresh))
+                else:
+                    sql = (
+                        "UPDATE responses SET expires_at = max(expires_at, ?)"
+                        f" WHERE expires_at IS NOT NULL AND id IN ({marks})"
+                    )
+                    conn.execute(sql, (expires_at, *refresh))
+
+        await self._submit(op, writes=True)
+
+    async def _read(self, keys: Sequence[str]) -> list[bytes | None]:
+        now = time.time()
+
+        def op(conn: sqlite3.Connection) -> list[bytes | None]:
+            marks = ",".join("?" * len(keys))
+            rows = conn.execute(
+                f"SELECT id, record FROM responses WHERE id IN ({marks})"
+                " AND (expires_at IS NULL OR expires_at > ?)",
+                (*keys, now),
+            ).fetchall()
+            found = {row[0]: bytes(row[1]) for row in rows}
+            return [found.get(key) for key in keys]
+
+        result: list[bytes | None] = await self._submit(op, writes=False)
+        return result
+
+    async def _remove(self, key: str) -> bool:
+        now = time.time()
+
+        def op(conn: sqlite3.Connection) -> bool:
+            live = conn.execute(
+                "SELECT 1 FROM responses WHERE id = ? AND (expires_at IS NULL OR expires_at > ?)",
+                (key, now),
+            ).fetchone()
+            conn.execute("DELETE FROM responses WHERE id = ?", (key,))
+            return live is not None
+
+        removed: bool = await self._submit(op, writes=True)
+        return removed
+
+    async def _ping(self) -> None:
+        await self._submit(lambda conn: conn.execute("SELECT 1").fetchone(), writes=False)
+
+    async def _submit(self, op: Op, *, writes: bool) -> Any:
+        if self._thread is None:
+            raise StoreUnavailable("the SQLite store is not open")
+        loop = asyncio.get_running_loop()
+        async with self._slots:
+            job = _Job(op, writes, loop, loop.create_future())
+            self._jobs.put_nowait(job)
+            return await job.future
+
+    # ------------------------------------------------------------------ the thread
+    def _serve(self) -> None:
+        try:
+            conn = self._connect()
+        except (sqlite3.Error, OSError, StoreUnavailable) as exc:
+            self._open_error = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        last_sweep = 0.0
+        try:
+            while True:
+                if time.monotonic() - last_sweep > SWEEP_EVERY_S:
+                    self._sweep(conn)
+                    last_sweep = time.monotonic()
+                try:
+                    first = self._jobs.get(timeout=SWEEP_EVERY_S)
+                except queue.Empty:
+                    continue
+                batch, stop = self._batch(first)
+                self._run_batch(conn, batch)
+                if stop:
+                    break
+        finally:
+            conn.close()
+
+    def _batch(self, first: _Job | None) -> tuple[list[_Job], bool]:
+        """The first job and whatever queued behind it (group commit); True on the sentinel."""
+        if first is None:
+            return [], True
+        batch = [first]
+        while len(batch) < MAX_BATCH:
+            try:
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                break
+            if job is None:
+                return batch, True
+            batch.append(job)
+        return batch, False
+
+    def _run_batch(self, conn: sqlite3.Connection, batch: list[_Job]) -> None:
+        writes = [job for job in batch if job.writes]
+        for job in batch:
+            if not job.writes:
+                _run(conn, job)
+        if writes:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                for job in writes:
+                    conn.execute("SAVEPOINT job")
+                    if _run(conn, job):
+                        conn.execute("RELEASE job")
+                    else:
+                        conn.execute("ROLLBACK TO job")
+                        conn.execute("RELEASE job")
+                conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                log.warning("sqlite store: commit failed: %s", exc)
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                for job in writes:
+                    job.error = StoreUnavailable(f"commit failed: {exc}")
+        for job in batch:
+            _settle(job)
+
+    def _connect(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        try:
+            conn.execute("PRAGMA busy_timeout = 5000")
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                log.warning("sqlite store: WAL mode unavailable on %s (%s)", self.path, mode)
+            conn.execute(f"PRAGMA synchronous = {_synchronous(self.synchronous)}")
+            migrate(conn)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _sweep(self, conn: sqlite3.Connection) -> None:
+        try:
+            gone = conn.execute(
+                "DELETE FROM responses WHERE expires_at IS NOT NULL AND expires_at <= ?",
+                (time.time(),),
+            ).rowcount
+        except sqlite3.Error as exc:
+            log.warning("sqlite store: sweep failed: %s", exc)
+            return
+        if gone:
+            log.info("sqlite store: %d expired responses removed", gone)
+
+
+def migrate(conn: sqlite3.Connection) -> int:
+    """Bring the schema to ``SCHEMA_VERSION``; refuse a database from a newer server."""
+    conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+    row = conn.execute("SELECT max(version) FROM schema_version").fetchone()
+    current = int(row[0] or 0)
+    if current > SCHEMA_VERSION:
+        raise StoreUnavailable(
+            f"database schema version {current} is newer than this server's {SCHEMA_VERSION}"
+        )
+    for version, statements in MIGRATIONS:
+        if version <= current:
+            continue
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in statements:
+                conn.execute(statement)
+            conn.execute("INSERT INTO schema_version (version) VALUES (?)", (version,))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        log.info("sqlite store: schema migrated to version %d", version)
+    return SCHEMA_VERSION
+
+
+def _synchronous(value: str) -> str:
+    value = value.upper()
+    if value not in ("FULL", "NORMAL", "EXTRA"):
+        raise ValueError(f"--store: synchronous must be full, normal or extra, not {value!r}")
+    return value
+
+
+def _run(conn: sqlite3.Connection, job: _Job) -> bool:
+    try:
+        job.result = job.op(conn)
+    except sqlite3.Error as exc:
+        log.warning("sqlite store: operation failed: %s", exc)
+        job.error = StoreUnavailable(str(exc))
+        return False
+    return True
+
+
+def _settle(job: _Job) -> None:
+    with contextlib.suppress(RuntimeError):  # the loop is gone: nobody is waiting any more
+        job.loop.call_soon_threadsafe(_resolve, job)
+
+
+def _resolve(job: _Job) -> None:
+    if job.future.done():  # the caller was cancelled; the work is done all the same
+        return
+    if job.error is not None:
+        job.future.set_exception(job.error)
+    else:
+        job.future.set_result(job.result)

@@ -21,8 +21,10 @@ install: $(STAMP)
 sysdeps:
 	bash .ci/sysdeps
 
+# Stored responses survive restarts in data/ (ignored by git); STORE ?= redis://… to share them.
+STORE ?= sqlite:///data/rollout.db
 run: $(STAMP)
-	$(BIN)/rollout serve --host $(HOST) --port $(PORT)
+	$(BIN)/rollout serve --host $(HOST) --port $(PORT) --store $(STORE)
 
 agent: $(STAMP)
 	$(BIN)/rollout agent --url http://$(HOST):$(PORT)/v1

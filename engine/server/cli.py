@@ -20,6 +20,16 @@ from aiohttp import web
 from engine.core import Engine, EngineConfig
 from engine.models.router import Router
 from engine.server.config import ServerConfig, load_api_keys, warn_if_open
+from engine.server.keys import ENGINE
+from engine.store import (
+    DEFAULT_MAX_RECORD_BYTES,
+    DEFAULT_TTL_S,
+    ResponseStore,
+    default_store_url,
+    describe,
+    open_store,
+)
+from engine.store.sqlite import SqliteStore
 
 
 def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -52,7 +62,30 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     lim.add_argument("--model-timeout", type=float, default=600.0, help="one sampling step, s")
     lim.add_argument("--send-timeout", type=float, default=30.0, help="slow reader cut-off, s")
     lim.add_argument("--shutdown-grace", type=float, default=10.0, help="in-flight drain, s")
-    lim.add_argument("--store-max-entries", type=int, default=10_000, help="stored responses")
+    lim.add_argument(
+        "--store-max-entries", type=int, default=10_000, help="stored responses (memory://)"
+    )
+    st = p.add_argument_group("store")
+    st.add_argument(
+        "--store",
+        default=None,
+        metavar="URL",
+        help="sqlite:///PATH (default: ~/.local/share/rollout/rollout.db), redis://HOST:PORT/DB, "
+        "rediss://…, memory://",
+    )
+    st.add_argument(
+        "--store-ttl",
+        type=duration,
+        default=DEFAULT_TTL_S,
+        metavar="AGE",
+        help="retention of stored responses: seconds or 90s/45m/12h/30d; 0 = forever (30d)",
+    )
+    st.add_argument(
+        "--store-max-record-bytes",
+        type=int,
+        default=DEFAULT_MAX_RECORD_BYTES,
+        help="largest stored response record",
+    )
     eng = p.add_argument_group("engine")
     eng.add_argument("--tps", type=float, default=1000.0, help="simulated model tokens/second")
     eng.add_argument("--safety-policy", choices=["flag", "redact"], default="flag")
@@ -85,6 +118,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         max_input_items=args.max_input_items,
         max_input_chars=args.max_input_chars,
         store_max_entries=args.store_max_entries,
+        store_ttl_s=args.store_ttl,
         model_timeout_s=args.model_timeout,
         ledger_path=args.ledger,
         safety_policy=args.safety_policy,
@@ -125,11 +159,12 @@ def serve(args: argparse.Namespace) -> int:
         router = _router(args, config)
         tls = tls_context(args.tls_cert, args.tls_key)
         server = server_config(args)
+        store = response_store(args)
     except (ValueError, OSError) as exc:
         print(f"rollout serve: {exc}", file=sys.stderr)
         return 2
     warn_if_open(server, args.host)
-    app = create_app(Engine(config, router=router), server=server)
+    app = create_app(Engine(config, router=router, store=store), server=server)
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
             runner.run(_run_app(app, args, tls, server.shutdown_grace_s, router))
@@ -138,7 +173,37 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _banner(args: argparse.Namespace, port: int, router: Router | None, tls: bool) -> None:
+def response_store(args: argparse.Namespace) -> ResponseStore:
+    """The store named by ``--store`` (STORE-10); a SQLite file's folder is created here, so a
+    bad path is an operator error at start, not a failure of the first request."""
+    url = args.store or default_store_url()
+    store = open_store(
+        url,
+        ttl_s=args.store_ttl,
+        max_record_bytes=args.store_max_record_bytes,
+        max_entries=args.store_max_entries,
+    )
+    if isinstance(store, SqliteStore):
+        store.path.parent.mkdir(parents=True, exist_ok=True)
+    return store
+
+
+def duration(text: str) -> float:
+    """``3600``, ``90s``, ``45m``, ``12h`` or ``30d`` as seconds."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    scale = units.get(text[-1:].lower(), 0)
+    try:
+        value = float(text[:-1] if scale else text) * (scale or 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("a duration is not negative")
+    return value
+
+
+def _banner(
+    args: argparse.Namespace, port: int, router: Router | None, tls: bool, store: ResponseStore
+) -> None:
     http, ws = ("https", "wss") if tls else ("http", "ws")
     base = f"{http}://{args.host}:{port}/v1"
     models = ", ".join(router.models()) if router else f"simulated, {args.tps:g} tokens/s"
@@ -147,7 +212,8 @@ def _banner(args: argparse.Namespace, port: int, router: Router | None, tls: boo
         f"  HTTP:      POST {base}/responses\n"
         f"  WebSocket: {ws}://{args.host}:{port}/v1/responses\n"
         f"  openai SDK: AsyncOpenAI(base_url='{base}', api_key='any')\n"
-        f"  demo agent: rollout agent --url {base}",
+        f"  demo agent: rollout agent --url {base}\n"
+        f"  store:     {describe(store)}",
         flush=True,
     )
 
@@ -206,7 +272,7 @@ async def _run_app(
     site = web.TCPSite(runner, args.host, args.port, ssl_context=tls, backlog=args.backlog)
     await site.start()
     port = runner.addresses[0][1]  # the bound one: --port 0 picks a free port
-    _banner(args, port, router, tls is not None)
+    _banner(args, port, router, tls is not None, app[ENGINE].store)
     if args.announce_port:
         print(f"PORT {port}", flush=True)  # read by clients/bench/proc.py
     try:

@@ -61,6 +61,19 @@ def open_store(
     raise ValueError(f"--store: unknown store URL {url!r} (sqlite:///PATH, redis://…, memory://)")
 
 
+def describe(store: ResponseStore) -> str:
+    """For the banner and logs: never a password."""
+    from engine.store.redis import RedisStore
+    from engine.store.sqlite import SqliteStore
+
+    if isinstance(store, SqliteStore):
+        return f"sqlite {store.path}"
+    if isinstance(store, RedisStore):
+        parts = urlsplit(store.url)
+        return f"{parts.scheme}://{parts.hostname}:{parts.port or 6379}{parts.path}"
+    return "memory (this process only)"
+
+
 def sqlite_path(url: str) -> Path:
     """``sqlite:///data/x.db`` is relative to the working directory, ``sqlite:////abs/x.db``
     absolute (SQLAlchemy's convention); ``~`` is expanded."""
@@ -85,6 +98,7 @@ __all__ = [
     "StoreUnavailable",
     "chain_record",
     "default_store_url",
+    "describe",
     "listing_form",
     "open_store",
 ]

@@ -36,7 +36,7 @@ async def test_sigterm_drains_in_flight_then_exits_cleanly(tmp_path: Path) -> No
     port, ledger = _free_port(), tmp_path / "ledger.jsonl"
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "cli", "serve", "--port", str(port),
-        "--tps", "40", "--ledger", str(ledger), "--log-level", "WARNING",
+        "--tps", "40", "--ledger", str(ledger), "--log-level", "WARNING", "--store", "memory://",
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     try:

@@ -1,0 +1,139 @@
+"""Real processes for the store tests: ``redis-server`` (Debian's package, installed by
+``.ci/sysdeps``) and ``rollout serve``, each on an ephemeral loopback port, stopped, killed and
+restarted by the tests. Nothing is mocked."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import signal
+import socket
+import sys
+from pathlib import Path
+
+import aiohttp
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+async def _wait_port(
+    port: int, probe: bytes, expect: bytes, proc: asyncio.subprocess.Process
+) -> None:
+    for _ in range(200):
+        if proc.returncode is not None:
+            raise AssertionError(f"process exited with {proc.returncode} before listening")
+        with contextlib.suppress(OSError):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            try:
+                writer.write(probe)
+                await writer.drain()
+                reply = await asyncio.wait_for(reader.read(64), 2)
+            finally:
+                writer.close()
+            if expect in reply:
+                return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"nothing answered on port {port}")
+
+
+class RedisServer:
+    """One ``redis-server`` with its data in ``workdir``: append-only file fsynced on every
+    write, so what it acknowledged survives its own restart too."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.port = free_port()
+        self.proc: asyncio.subprocess.Process | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    async def start(self) -> None:
+        binary = shutil.which("redis-server")
+        assert binary is not None, "redis-server missing: `make sysdeps` installs it"
+        self.proc = await asyncio.create_subprocess_exec(
+            binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.workdir),
+            "--save", "", "--appendonly", "yes", "--appendfsync", "always",
+            "--protected-mode", "no", "--logfile", str(self.workdir / "redis.log"),
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+        await _wait_port(self.port, b"PING\r\n", b"+PONG", self.proc)
+
+    async def stop(self) -> None:
+        """A clean shutdown (SIGTERM)."""
+        if self.proc is not None and self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGTERM)
+            await asyncio.wait_for(self.proc.wait(), 20)
+        self.proc = None
+
+    async def kill(self) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            self.proc.kill()
+            await self.proc.wait()
+        self.proc = None
+
+
+class ServeProcess:
+    """``rollout serve`` as its own OS process (``python -m cli serve``)."""
+
+    def __init__(self, store: str, workdir: Path, *extra: str) -> None:
+        self.store = store
+        self.workdir = workdir
+        self.extra = extra
+        self.port = free_port()
+        self.proc: asyncio.subprocess.Process | None = None
+        self.starts = 0
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/v1/responses"
+
+    async def start(self) -> None:
+        self.starts += 1
+        log = (self.workdir / f"serve-{self.port}-{self.starts}.log").open("wb")
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "cli", "serve", "--port", str(self.port),
+            "--store", self.store, "--tps", "0", "--log-level", "WARNING", *self.extra,
+            stdout=log, stderr=log,
+        )  # fmt: skip
+        log.close()
+        await self._wait_healthy()
+
+    async def _wait_healthy(self) -> None:
+        assert self.proc is not None
+        async with aiohttp.ClientSession() as http:
+            for _ in range(300):
+                if self.proc.returncode is not None:
+                    raise AssertionError(f"rollout serve exited: {self.logs()}")
+                with contextlib.suppress(aiohttp.ClientError):
+                    async with http.get(f"{self.base}/healthz") as resp:
+                        if resp.status == 200:
+                            return
+                await asyncio.sleep(0.05)
+        raise AssertionError(f"rollout serve did not start: {self.logs()}")
+
+    def logs(self) -> str:
+        return "\n".join(p.read_text(errors="replace") for p in self.workdir.glob("serve-*.log"))
+
+    async def stop(self) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(self.proc.wait(), 30) == 0, self.logs()
+        self.proc = None
+
+    async def kill9(self) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            self.proc.kill()
+            await self.proc.wait()
+        self.proc = None

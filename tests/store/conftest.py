@@ -1,0 +1,50 @@
+"""Fixtures: a real ``redis-server`` on an ephemeral port with its data in a temp dir, killed at
+teardown; ``rollout serve`` processes cleaned up the same way."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from tests.store._procs import RedisServer, ServeProcess
+
+
+@pytest.fixture
+async def redis_server(tmp_path: Path) -> AsyncIterator[RedisServer]:
+    workdir = tmp_path / "redis"
+    workdir.mkdir()
+    server = RedisServer(workdir)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.kill()
+
+
+@pytest.fixture
+async def serve(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[ServeProcess]]]:
+    """``await serve(store_url, *flags)``: a started ``rollout serve`` process."""
+    started: list[ServeProcess] = []
+
+    async def make(store: str, *extra: str) -> ServeProcess:
+        proc = ServeProcess(store, tmp_path, *extra)
+        started.append(proc)
+        await proc.start()
+        return proc
+
+    try:
+        yield make
+    finally:
+        for proc in started:
+            await proc.kill9()
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Each durable backend in turn: a SQLite file in a temp dir, or a real Redis."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'data' / 'rollout.db'}"
+    redis: RedisServer = request.getfixturevalue("redis_server")
+    return redis.url

@@ -76,7 +76,8 @@ async def ws_create(ws: aiohttp.ClientWebSocketResponse, payload: dict[str, Any]
     await ws.send_str(json.dumps({"type": "response.create", **payload}))
     while True:
         msg = await ws.receive(timeout=30)
-        assert msg.type is aiohttp.WSMsgType.TEXT, msg
+        if msg.type is not aiohttp.WSMsgType.TEXT:
+            raise ConnectionError(f"socket ended: {msg.type!r}")
         event = json.loads(msg.data)
         if event["type"] in TERMINAL:
             return Reply(200, response=event["response"])
@@ -104,3 +105,9 @@ class Chain:
             assert grown > prev["usage"]["input_tokens"], "the continuation saw the history"
         self.acked.append(reply.response)
         return reply.response
+
+
+async def fork_from(http: aiohttp.ClientSession, base: str, parent: dict[str, Any]) -> None:
+    """Continue from ``parent`` once and check the continuation saw its whole history."""
+    reply = await http_create(http, base, body(parent, 99))
+    Chain([parent]).accept(reply)

@@ -26,6 +26,7 @@ from engine.models.router import Router
 from engine.server import http as http_routes
 from engine.server import ws as ws_driver
 from engine.server.app import create_app
+from engine.store import ResponseStore
 from protocol.codec import encode, http_error_body
 from protocol.errors import ProtocolError
 from protocol.events import ServerEvent
@@ -165,9 +166,12 @@ class LiveServer:
 
 
 async def start_server(
-    config: EngineConfig | None = None, router: Router | None = None, **app_kwargs: Any
+    config: EngineConfig | None = None,
+    router: Router | None = None,
+    store: ResponseStore | None = None,
+    **app_kwargs: Any,
 ) -> LiveServer:
-    engine = Engine(config or EngineConfig(tokens_per_second=0), router=router)
+    engine = Engine(config or EngineConfig(tokens_per_second=0), router=router, store=store)
     app = create_app(engine, **app_kwargs)
     runner = web.AppRunner(app, handle_signals=False, access_log=None)
     await runner.setup()

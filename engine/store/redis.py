@@ -74,15 +74,16 @@ class RedisStore(ResponseStore):
     async def _write(
         self, key: str, blob: bytes, refresh: Sequence[str], expires_at: float | None
     ) -> None:
+        ttl_ms = max(1, round(self.ttl_s * 1000)) if expires_at is not None else None
+
         async def op(client: aioredis.Redis) -> None:
-            ttl = int(self.ttl_s) if expires_at is not None else None
             async with client.pipeline(transaction=True) as pipe:
-                pipe.set(KEY_PREFIX + key, blob, ex=ttl)
+                pipe.set(KEY_PREFIX + key, blob, px=ttl_ms)
                 for link in refresh:  # the records our context needs live as long as we do
-                    if ttl is None:
+                    if ttl_ms is None:
                         pipe.persist(KEY_PREFIX + link)
                     else:
-                        pipe.expire(KEY_PREFIX + link, ttl, gt=True)
+                        pipe.pexpire(KEY_PREFIX + link, ttl_ms, gt=True)
                 await pipe.execute()
 
         await self._call(op)

@@ -73,7 +73,7 @@ class SqliteStore(ResponseStore):
     ) -> None:
         super().__init__(ttl_s, max_record_bytes)
         self.path = path
-        self.synchronous = synchronous
+        self.synchronous = _synchronous(synchronous)  # a bad value is refused before start
         self._jobs: queue.Queue[_Job | None] = queue.Queue()
         self._slots = asyncio.Semaphore(MAX_QUEUED)  # the queue's bound, awaited not blocked
         self._thread: threading.Thread | None = None
@@ -240,7 +240,7 @@ class SqliteStore(ResponseStore):
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 log.warning("sqlite store: WAL mode unavailable on %s (%s)", self.path, mode)
-            conn.execute(f"PRAGMA synchronous = {_synchronous(self.synchronous)}")
+            conn.execute(f"PRAGMA synchronous = {self.synchronous}")
             migrate(conn)
         except BaseException:
             conn.close()

@@ -1,0 +1,211 @@
+"""The store interface against each real backend (STORE-4..STORE-9): flat records, snapshots,
+hydration, deletes and their listeners, retention, corrupt and oversized records."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from engine.store import (
+    SNAPSHOT_EVERY,
+    ChainPoint,
+    MemoryStore,
+    RecordCorrupt,
+    RecordTooLarge,
+    ResponseRecord,
+    ResponseStore,
+    StoreUnavailable,
+    chain_record,
+    open_store,
+)
+from engine.store.redis import RedisStore
+from engine.store.sqlite import SCHEMA_VERSION, SqliteStore
+from protocol.items import InputItem, Message
+from protocol.response import Response
+from tests.store._procs import RedisServer
+
+Factory = Callable[..., ResponseStore]
+
+
+@pytest.fixture(params=["memory", "sqlite", "redis"])
+def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Factory:
+    """A factory for the backend under test (same data for every store it makes)."""
+    if request.param == "memory":
+        shared = MemoryStore()
+        return lambda **kw: _memory(shared, **kw)
+    if request.param == "sqlite":
+        return lambda **kw: SqliteStore(tmp_path / "s.db", **kw)
+    redis: RedisServer = request.getfixturevalue("redis_server")
+    return lambda **kw: RedisStore(redis.url, **kw)
+
+
+def _memory(shared: MemoryStore, **kw: float) -> MemoryStore:
+    shared.ttl_s = kw.get("ttl_s", shared.ttl_s)
+    shared.max_record_bytes = int(kw.get("max_record_bytes", shared.max_record_bytes))
+    return shared
+
+
+@pytest.fixture
+async def store(make_store: Factory) -> AsyncIterator[ResponseStore]:
+    opened = make_store()
+    await opened.open()
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+def _message(text: str) -> InputItem:
+    return Message(role="user", content=text)
+
+
+def _response(n: int) -> Response:
+    return Response(id=f"resp_{n:04d}", created_at=0, model="sim", status="completed")
+
+
+async def _chain(store: ResponseStore, length: int) -> tuple[list[ResponseRecord], list[InputItem]]:
+    """``length`` turns of two new context items each, stored as the engine stores them."""
+    context: list[InputItem] = []
+    point: ChainPoint | None = None
+    records = []
+    for n in range(length):
+        context += [_message(f"question {n}"), _message(f"answer {n}")]
+        record, point = chain_record(_response(n), [context[-2]], context, point)
+        await store.put(record)
+        records.append(record)
+    return records, context
+
+
+async def test_records_stay_flat_and_hydrate_whole(store: ResponseStore) -> None:
+    records, context = await _chain(store, 3 * SNAPSHOT_EVERY + 2)
+    for n, record in enumerate(records):
+        assert len(record.links) < SNAPSHOT_EVERY  # hydration reads at most this many
+        expected = 2 * (n + 1) if record.snapshot else 2  # O(new items), but at snapshots
+        assert len(record.context) == expected
+        assert record.snapshot == (n % SNAPSHOT_EVERY == 0)
+    hydrated = await store.hydrate(records[-1].id)
+    assert hydrated is not None and hydrated.items == context
+    assert hydrated.point == ChainPoint(records[-1].id, len(context), tuple(records[-1].links))
+    middle = await store.hydrate(records[20].id)
+    assert middle is not None and middle.items == context[:42]
+
+
+async def test_delete_removes_and_notifies(store: ResponseStore) -> None:
+    records, _ = await _chain(store, 4)
+    heard: list[str] = []
+    store.on_delete(heard.append)
+    assert await store.delete(records[1].id) is True
+    assert await store.get(records[1].id) is None
+    assert await store.hydrate(records[3].id) is None  # its context needed the deleted one
+    assert await store.hydrate(records[0].id) is not None
+    assert await store.delete(records[1].id) is False
+    assert heard[:2] == [records[1].id, records[1].id]
+
+
+async def test_retention_expires_and_links_live_as_long_as_their_users(
+    make_store: Factory,
+) -> None:
+    store = make_store(ttl_s=1.5)
+    await store.open()
+    try:
+        (root,), _ = await _chain(store, 1)
+        await asyncio.sleep(1.0)
+        child, _ = chain_record(_response(99), [], [_message("x")] * 3, _point_of(root))
+        await store.put(child)  # extends the root's life: the child's context needs it
+        await asyncio.sleep(1.0)  # past the root's own expiry
+        assert await store.hydrate(child.id) is not None
+        await asyncio.sleep(1.0)  # past both
+        assert await store.get(child.id) is None and await store.get(root.id) is None
+    finally:
+        await store.close()
+
+
+def _point_of(record: ResponseRecord) -> ChainPoint:
+    return ChainPoint(record.id, len(record.context), tuple(record.links))
+
+
+async def test_oversized_record_is_refused(make_store: Factory) -> None:
+    store = make_store(max_record_bytes=4096)
+    await store.open()
+    try:
+        big, _ = chain_record(_response(1), [], [_message("x" * 5000)], None)
+        with pytest.raises(RecordTooLarge) as refused:
+            await store.put(big)
+        assert refused.value.limit == 4096 and refused.value.size > 5000
+        assert await store.get(big.id) is None
+    finally:
+        await store.close()
+
+
+async def test_corrupt_record_is_a_clean_error(store: ResponseStore) -> None:
+    await store._write("resp_bad", b"\x93not a record", [], None)
+    good, _ = chain_record(_response(7), [], [_message("ok")], None)
+    await store._write("resp_wrong_id", msgspec.msgpack.encode(good), [], None)
+    for rid in ("resp_bad", "resp_wrong_id"):
+        with pytest.raises(RecordCorrupt):
+            await store.get(rid)
+        with pytest.raises(RecordCorrupt):
+            await store.hydrate(rid)
+    assert store.available  # a bad record is not an outage
+
+
+async def test_concurrent_writes_all_land(store: ResponseStore) -> None:
+    records = [chain_record(_response(n), [], [_message(str(n))], None)[0] for n in range(200)]
+    await asyncio.gather(*(store.put(r) for r in records))
+    got = await asyncio.gather(*(store.get(r.id) for r in records))
+    assert [g.id if g else None for g in got] == [r.id for r in records]
+
+
+async def test_sqlite_schema_is_versioned(tmp_path: Path) -> None:
+    path = tmp_path / "v.db"
+    store = SqliteStore(path)
+    await store.open()
+    await store.close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT max(version) FROM schema_version").fetchone()[0] == 1
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        conn.execute("INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION + 1,))
+    newer = SqliteStore(path)
+    with pytest.raises(StoreUnavailable, match="newer"):
+        await newer.open()
+
+
+async def test_sqlite_file_that_is_not_a_database(tmp_path: Path) -> None:
+    path = tmp_path / "junk.db"
+    path.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(StoreUnavailable):
+        await SqliteStore(path).open()
+
+
+async def test_redis_down_is_unavailable_then_recovers(redis_server: RedisServer) -> None:
+    store = RedisStore(redis_server.url)
+    await store.open()
+    try:
+        (record,), _ = await _chain(store, 1)
+        await redis_server.kill()
+        with pytest.raises(StoreUnavailable):
+            await store.get(record.id)
+        assert not store.available and not await store.health()
+        await redis_server.start()  # appendfsync always: the record survived Redis too
+        assert await store.health() and store.available
+        assert await store.get(record.id) is not None
+    finally:
+        await store.close()
+
+
+def test_store_urls(tmp_path: Path) -> None:
+    relative = open_store("sqlite:///data/rollout.db")
+    assert isinstance(relative, SqliteStore) and relative.path == Path("data/rollout.db")
+    absolute = open_store(f"sqlite:///{tmp_path}/x.db?synchronous=normal")
+    assert isinstance(absolute, SqliteStore) and absolute.path == tmp_path / "x.db"
+    assert absolute.synchronous == "NORMAL"
+    assert isinstance(open_store("rediss://h:6380/2"), RedisStore)
+    assert isinstance(open_store("memory://"), MemoryStore)
+    for bad in ("postgres://x", "sqlite:///", "nothing", "sqlite:///x.db?synchronous=off"):
+        with pytest.raises(ValueError):
+            open_store(bad)

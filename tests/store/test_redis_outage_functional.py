@@ -1,0 +1,119 @@
+"""STORE-8: Redis stopped and restarted under traffic. Requests that need the store get 503
+``store_unavailable`` (HTTP) or an ``error`` event (WebSocket, the socket stays up), nothing
+acknowledged is lost, ``store: false`` keeps working, and service resumes by itself."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import aiohttp
+import pytest
+
+from engine.core import Engine, EngineConfig
+from engine.store.redis import RedisStore
+from tests.conftest import LiveServer, start_server
+from tests.store._chain import Chain, Reply, body, fork_from, http_create, ws_create
+from tests.store._procs import RedisServer, ServeProcess
+
+Serve = Callable[..., Awaitable[ServeProcess]]
+
+
+async def _until_served(make: Callable[[], Awaitable[Reply]]) -> Reply:
+    """The first request the recovered store serves; until then only store_unavailable."""
+    for _ in range(100):
+        reply = await make()
+        if reply.status == 200:
+            return reply
+        assert (reply.status, reply.code) == (503, "store_unavailable"), reply
+        await asyncio.sleep(0.05)
+    raise AssertionError("the store did not come back")
+
+
+async def _traffic(server: ServeProcess, stop: asyncio.Event, seen: list[Reply]) -> Chain:
+    """A chain that keeps going through the outage; errors must be store_unavailable only."""
+    chain = Chain()
+    async with aiohttp.ClientSession() as http:
+        while not stop.is_set():
+            reply = await http_create(http, server.base, body(chain.last, len(chain.acked)))
+            seen.append(reply)
+            if reply.status == 200:
+                chain.accept(reply)
+            else:
+                assert (reply.status, reply.code) == (503, "store_unavailable"), reply
+                await asyncio.sleep(0.01)
+    return chain
+
+
+async def test_outage_then_recovery_without_restart(
+    redis_server: RedisServer, serve: Serve
+) -> None:
+    server = await serve(redis_server.url, "--tps", "2000")
+    stop, seen = asyncio.Event(), []
+    background = asyncio.create_task(_traffic(server, stop, seen))
+    chain = Chain()
+    async with aiohttp.ClientSession() as http, http.ws_connect(server.ws_url) as ws:
+        for step in range(3):
+            chain.accept(await http_create(http, server.base, body(chain.last, step)))
+        await redis_server.stop()
+        down = await http_create(http, server.base, body(chain.last, 3))
+        assert (down.status, down.code) == (503, "store_unavailable")
+        fresh = await http_create(http, server.base, body(None, 0))
+        assert (fresh.status, fresh.code) == (503, "store_unavailable")
+        async with http.get(f"{server.base}/v1/responses/{chain.acked[0]['id']}") as resp:
+            assert resp.status == 503
+            assert (await resp.json())["error"]["code"] == "store_unavailable"
+        on_ws = await ws_create(ws, body(chain.last, 3))
+        assert (on_ws.status, on_ws.code) == (503, "store_unavailable")
+        local = await ws_create(ws, body(None, 0, store=False))  # same socket, still served
+        assert local.response is not None and local.response["status"] == "completed"
+        await redis_server.start()
+        reply = await _until_served(lambda: http_create(http, server.base, body(chain.last, 3)))
+        chain.accept(reply)
+        chain.accept(await ws_create(ws, body(chain.last, 4)))
+        stop.set()
+        traffic = await asyncio.wait_for(background, 60)
+        assert any(r.status == 503 for r in seen), "the outage was seen by the traffic"
+        for response in chain.acked + traffic.acked:  # nothing acknowledged was lost
+            await fork_from(http, server.base, response)
+
+
+@pytest.fixture
+async def slow_server(redis_server: RedisServer) -> AsyncIterator[LiveServer]:
+    """In process, paced: the store is up when a response starts, down when it ends."""
+    live = await start_server(
+        EngineConfig(tokens_per_second=40), store=RedisStore(redis_server.url)
+    )
+    try:
+        yield live
+    finally:
+        await live.runner.cleanup()
+
+
+async def test_store_lost_mid_response_replaces_the_terminal_frame(
+    redis_server: RedisServer, slow_server: LiveServer
+) -> None:
+    engine: Engine = slow_server.engine
+    async with aiohttp.ClientSession() as http, http.ws_connect(slow_server.ws_url) as ws:
+        await ws.send_str(json.dumps({"type": "response.create", "input": "tell me a story"}))
+        first = json.loads((await ws.receive(timeout=10)).data)
+        assert first["type"] == "response.created"
+        await redis_server.kill()  # the model is still writing
+        types = []
+        while True:
+            event = json.loads((await ws.receive(timeout=30)).data)
+            types.append(event["type"])
+            if event["type"] in ("error", "response.completed"):
+                break
+        assert event["type"] == "error" and event["error"]["code"] == "store_unavailable"
+        assert event["status"] == 503
+        rid = first["response"]["id"]
+        reply = await ws_create(ws, {"input": "again", "previous_response_id": rid})
+        assert reply.code in ("store_unavailable", "previous_response_not_found")
+        local = await ws_create(ws, {"input": "hi", "store": False})  # the socket is fine
+        assert local.response is not None
+        await redis_server.start()
+        assert await engine.responses.get(rid) is None  # never acknowledged, never stored
+        reply = await ws_create(ws, {"input": "again", "previous_response_id": rid})
+        assert reply.code == "previous_response_not_found"  # not in this socket's cache either

@@ -50,7 +50,7 @@ async def test_outage_then_recovery_without_restart(
     redis_server: RedisServer, serve: Serve
 ) -> None:
     server = await serve(redis_server.url, "--tps", "2000")
-    stop, seen = asyncio.Event(), []
+    stop, seen = asyncio.Event(), list[Reply]()
     background = asyncio.create_task(_traffic(server, stop, seen))
     chain = Chain()
     async with aiohttp.ClientSession() as http, http.ws_connect(server.ws_url) as ws:

@@ -78,6 +78,7 @@ class ResponseRecord(msgspec.Struct, kw_only=True):
     links: list[str]  # records whose ``context`` precede ours, snapshot first; [] = a snapshot
     owner: str | None = None  # who may read it (an API key fingerprint); None = anyone
     created_at: float = 0.0  # unix seconds
+    deleted: bool = False  # a tombstone: invisible, kept only as a link of later records
     version: int = RECORD_VERSION
 
     @property
@@ -166,6 +167,10 @@ class ResponseStore(abc.ABC):
         await self._guard(self._write(record.id, blob, record.links, expires_at))
 
     async def get(self, response_id: str) -> ResponseRecord | None:
+        record = await self._get_any(response_id)
+        return None if record is None or record.deleted else record
+
+    async def _get_any(self, response_id: str) -> ResponseRecord | None:
         (blob,) = await self._guard(self._read([response_id]))
         return None if blob is None else _decode(response_id, blob)
 
@@ -182,7 +187,7 @@ class ResponseStore(abc.ABC):
                 if blob is None:
                     log.info("store: %s needs %s, which is gone", response_id, link)
                     return None
-                chain.append(_decode(link, blob))
+                chain.append(_decode(link, blob))  # tombstones included (STORE-11)
             if not chain[0].snapshot:
                 raise RecordCorrupt(response_id)
         chain.append(record)
@@ -190,7 +195,25 @@ class ResponseStore(abc.ABC):
         return Hydrated(record, items, ChainPoint(record.id, len(items), tuple(record.links)))
 
     async def delete(self, response_id: str) -> bool:
-        removed = await self._guard(self._remove(response_id))
+        """The response is gone for every reader; its context items stay, as a tombstone, only
+        while later records link it (until its expiry, STORE-7), so the responses continued
+        from it can still be continued (STORE-11). A corrupt record is removed outright."""
+        try:
+            record = await self._get_any(response_id)
+        except RecordCorrupt:
+            record = None
+            await self._guard(self._remove(response_id))
+            removed = True
+        else:
+            removed = record is not None and not record.deleted
+        if record is not None and removed:
+            tombstone = msgspec.structs.replace(
+                record,
+                response=msgspec.structs.replace(record.response, output=[]),
+                input_items=[],
+                deleted=True,
+            )
+            await self._guard(self._replace(response_id, _ENCODER.encode(tombstone)))
         self.notify_deleted(response_id)  # caches drop it even if this process never stored it
         return removed
 
@@ -225,6 +248,10 @@ class ResponseStore(abc.ABC):
     @abc.abstractmethod
     async def _read(self, keys: Sequence[str]) -> list[bytes | None]:
         """The blobs of ``keys`` in order, None for missing or expired ones, in one round trip."""
+
+    @abc.abstractmethod
+    async def _replace(self, key: str, blob: bytes) -> None:
+        """Overwrite an existing ``key`` keeping its expiry (nothing if it has gone)."""
 
     @abc.abstractmethod
     async def _remove(self, key: str) -> bool: ...

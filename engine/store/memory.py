@@ -48,6 +48,11 @@ class MemoryStore(ResponseStore):
             out.append(None if held is None else held[0])
         return out
 
+    async def _replace(self, key: str, blob: bytes) -> None:
+        held = self._data.get(key)
+        if held is not None:
+            self._data[key] = (blob, held[1])
+
     async def _remove(self, key: str) -> bool:
         return self._data.pop(key, None) is not None
 

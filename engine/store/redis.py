@@ -96,6 +96,15 @@ class RedisStore(ResponseStore):
         blobs: list[bytes | None] = await self._call(op)
         return blobs
 
+    async def _replace(self, key: str, blob: bytes) -> None:
+        async def op(client: aioredis.Redis) -> None:
+            async with client.pipeline(transaction=True) as pipe:
+                pipe.set(KEY_PREFIX + key, blob, xx=True, keepttl=True)
+                pipe.publish(DELETED_CHANNEL, key)
+                await pipe.execute()
+
+        await self._call(op)
+
     async def _remove(self, key: str) -> bool:
         async def op(client: aioredis.Redis) -> bool:
             async with client.pipeline(transaction=True) as pipe:

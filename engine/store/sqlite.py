@@ -140,6 +140,12 @@ class SqliteStore(ResponseStore):
         result: list[bytes | None] = await self._submit(op, writes=False)
         return result
 
+    async def _replace(self, key: str, blob: bytes) -> None:
+        def op(conn: sqlite3.Connection) -> None:
+            conn.execute("UPDATE responses SET record = ? WHERE id = ?", (blob, key))
+
+        await self._submit(op, writes=True)
+
     async def _remove(self, key: str) -> bool:
         now = time.time()
 

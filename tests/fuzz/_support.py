@@ -25,6 +25,7 @@ from hypothesis import settings
 from engine.core import EngineConfig
 from engine.models.router import Router
 from engine.server.keys import SESSIONS
+from engine.store import ResponseStore
 from tests.conftest import RECORDED, LiveServer, sdk_parse, start_server
 
 T = TypeVar("T")
@@ -97,13 +98,18 @@ class LoopThread:
 class LiveEnv:
     """One real server (ephemeral loopback port) plus an HTTP client, on a loop thread."""
 
-    def __init__(self, config: EngineConfig | None = None, router: Router | None = None) -> None:
+    def __init__(
+        self,
+        config: EngineConfig | None = None,
+        router: Router | None = None,
+        store: ResponseStore | None = None,
+    ) -> None:
         self.thread = LoopThread()
         self.server: LiveServer | None = None
         self.http: aiohttp.ClientSession | None = None
         try:
             self.server = self.run(
-                start_server(config or EngineConfig(tokens_per_second=0), router)
+                start_server(config or EngineConfig(tokens_per_second=0), router, store)
             )
             self.http = self.run(_client_session())
         except BaseException:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,6 +30,7 @@ from hypothesis.stateful import (
 )
 
 from engine.core import EngineConfig
+from engine.store.sqlite import SqliteStore
 from tests.fuzz._support import (
     LiveEnv,
     StreamChecker,
@@ -573,8 +575,9 @@ def _query(query: dict[str, str]) -> str:
 
 
 @pytest.fixture
-def http_env() -> Any:
-    env = LiveEnv(EngineConfig(tokens_per_second=0))
+def http_env(tmp_path: Path) -> Any:
+    """The stored-response routes run against the embedded SQLite store (STORE-10)."""
+    env = LiveEnv(EngineConfig(tokens_per_second=0), store=SqliteStore(tmp_path / "fuzz.db"))
     try:
         yield env
     finally:

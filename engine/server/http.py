@@ -269,6 +269,7 @@ async def stats(request: web.Request) -> web.Response:
             "router_resolutions": engine.router.resolutions,
             "backends": _backend_stats(engine),
             "open_sessions": len(request.app[SESSIONS]),
+            "store": {"kind": engine.store.kind, "available": engine.store.available},
         }
     )
 

@@ -52,7 +52,7 @@ def open_store(
         from engine.store.sqlite import SqliteStore
 
         path, _, query = url.partition("?")
-        synchronous = parse_qs(query).get("synchronous", ["full"])[-1]
+        synchronous = parse_qs(query).get("synchronous", ["normal"])[-1]
         return SqliteStore(sqlite_path(path), ttl_s, max_record_bytes, synchronous)
     if scheme in ("redis", "rediss"):
         from engine.store.redis import RedisStore

@@ -2,10 +2,12 @@
 
 SQLite blocks, so it never runs on the event loop: one dedicated thread owns the one connection
 and serves a bounded queue of jobs. Writes that queue up while a commit is running are committed
-together in the next transaction (group commit: one fsync for all of them). WAL mode lets reads
-proceed beside the writer; ``synchronous=FULL`` (the default, ``?synchronous=normal`` to relax)
-makes an acknowledged write survive a process kill and an OS crash alike. Expired records are
-invisible at once and deleted by a sweep the thread runs when idle (STORE-7).
+together in the next transaction (group commit). WAL mode lets reads proceed beside the writer.
+A commit is in the operating system's hands once it returns, so with the default
+``synchronous=NORMAL`` an acknowledged write survives any crash of the server process
+(``kill -9`` included) without an fsync per turn; ``?synchronous=full`` also survives an OS crash
+or power loss, at one fsync per commit (STORE-6). Expired records are invisible at once and
+deleted by a sweep the thread runs when idle (STORE-7).
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ class SqliteStore(ResponseStore):
         path: Path,
         ttl_s: float = DEFAULT_TTL_S,
         max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
-        synchronous: str = "FULL",
+        synchronous: str = "NORMAL",
     ) -> None:
         super().__init__(ttl_s, max_record_bytes)
         self.path = path

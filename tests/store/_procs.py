@@ -46,8 +46,9 @@ class RedisServer:
     """One ``redis-server`` with its data in ``workdir``: append-only file fsynced on every
     write, so what it acknowledged survives its own restart too."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, appendfsync: str = "always") -> None:
         self.workdir = workdir
+        self.appendfsync = appendfsync
         self.port = free_port()
         self.proc: asyncio.subprocess.Process | None = None
 
@@ -60,7 +61,7 @@ class RedisServer:
         assert binary is not None, "redis-server missing: `make sysdeps` installs it"
         self.proc = await asyncio.create_subprocess_exec(
             binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.workdir),
-            "--save", "", "--appendonly", "yes", "--appendfsync", "always",
+            "--save", "", "--appendonly", "yes", "--appendfsync", self.appendfsync,
             "--protected-mode", "no", "--logfile", str(self.workdir / "redis.log"),
             stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
         )  # fmt: skip

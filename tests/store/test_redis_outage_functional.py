@@ -31,6 +31,11 @@ async def _until_served(make: Callable[[], Awaitable[Reply]]) -> Reply:
     raise AssertionError("the store did not come back")
 
 
+async def _store_state(http: aiohttp.ClientSession, server: ServeProcess) -> object:
+    async with http.get(f"{server.base}/debug/stats") as resp:
+        return (await resp.json())["store"]
+
+
 async def _traffic(server: ServeProcess, stop: asyncio.Event, seen: list[Reply]) -> Chain:
     """A chain that keeps going through the outage; errors must be store_unavailable only."""
     chain = Chain()
@@ -68,10 +73,12 @@ async def test_outage_then_recovery_without_restart(
         assert (on_ws.status, on_ws.code) == (503, "store_unavailable")
         local = await ws_create(ws, body(None, 0, store=False))  # same socket, still served
         assert local.response is not None and local.response["status"] == "completed"
+        assert await _store_state(http, server) == {"kind": "redis", "available": False}
         await redis_server.start()
         reply = await _until_served(lambda: http_create(http, server.base, body(chain.last, 3)))
         chain.accept(reply)
         chain.accept(await ws_create(ws, body(chain.last, 4)))
+        assert await _store_state(http, server) == {"kind": "redis", "available": True}
         stop.set()
         traffic = await asyncio.wait_for(background, 60)
         assert any(r.status == 503 for r in seen), "the outage was seen by the traffic"
@@ -114,6 +121,6 @@ async def test_store_lost_mid_response_replaces_the_terminal_frame(
         local = await ws_create(ws, {"input": "hi", "store": False})  # the socket is fine
         assert local.response is not None
         await redis_server.start()
-        assert await engine.responses.get(rid) is None  # never acknowledged, never stored
+        assert await engine.store.get(rid) is None  # never acknowledged, never stored
         reply = await ws_create(ws, {"input": "again", "previous_response_id": rid})
         assert reply.code == "previous_response_not_found"  # not in this socket's cache either

@@ -665,11 +665,11 @@ class Rollout:
     async def _store(self, turn: Turn) -> None:
         if not self.settings.store:
             return
-        record, point = self._stored_record(turn)
+        record = self._stored_record(turn)
         await self.engine.store.put(record)
-        self.ctx.stored = point
+        self.ctx.stored = record.point
 
-    def _stored_record(self, turn: Turn) -> tuple[ResponseRecord, ChainPoint]:
+    def _stored_record(self, turn: Turn) -> ResponseRecord:
         """Flat: this response's own input, output and new context items (STORE-4)."""
         return chain_record(
             turn.stream.response,
@@ -727,7 +727,7 @@ class Rollout:
             tally = self._totals if self.mode is Mode.APPEND else turn.tally
             turn.stream.response.usage = tally.usage()
             if self.settings.store:  # nobody waits for this one: written in the background
-                self.engine.store_later(self._stored_record(turn)[0])
+                self.engine.store_later(self._stored_record(turn))
             self.status = "cancelled"
         if self.phase is Phase.DONE:
             return

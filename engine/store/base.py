@@ -33,6 +33,9 @@ RECORD_VERSION = 1  # bumped when the record layout changes; readers reject unkn
 SNAPSHOT_EVERY = 16  # a chain stores a full-context snapshot at least every this many records
 DEFAULT_TTL_S = 30 * 24 * 3600.0  # --store-ttl (STORE-7)
 DEFAULT_MAX_RECORD_BYTES = 64 * 1024 * 1024  # one encoded record (STORE-9)
+# Records live ttl + 1%: a chain then extends its links' expiry at most once per 1% of the TTL
+# (7.2 h of 30 days), not on every write (STORE-7).
+SLACK_FRACTION = 0.01
 
 
 class StoreError(Exception):
@@ -66,6 +69,7 @@ class ChainPoint(msgspec.Struct, frozen=True):
     response_id: str
     length: int
     links: tuple[str, ...]  # ids of the records before ``response_id``, snapshot first
+    expires_at: float | None = None  # none of these records expires before (None: never)
 
 
 class ResponseRecord(msgspec.Struct, kw_only=True):
@@ -78,6 +82,9 @@ class ResponseRecord(msgspec.Struct, kw_only=True):
     links: list[str]  # records whose ``context`` precede ours, snapshot first; [] = a snapshot
     owner: str | None = None  # who may read it (an API key fingerprint); None = anyone
     created_at: float = 0.0  # unix seconds
+    length: int = 0  # items in the whole context after this response
+    expires_at: float | None = None  # set by ``put``: unix seconds, None = never (STORE-7)
+    links_expire_at: float | None = None  # none of ``links`` expires before (None: never)
     deleted: bool = False  # a tombstone: invisible, kept only as a link of later records
     version: int = RECORD_VERSION
 
@@ -88,6 +95,11 @@ class ResponseRecord(msgspec.Struct, kw_only=True):
     @property
     def snapshot(self) -> bool:
         return not self.links
+
+    @property
+    def point(self) -> ChainPoint:
+        """The chain point after this response (once stored)."""
+        return ChainPoint(self.id, self.length, tuple(self.links), _earliest(self))
 
 
 @dataclass(slots=True)
@@ -107,15 +119,17 @@ def chain_record(
     *,
     owner: str | None = None,
     every: int = SNAPSHOT_EVERY,
-) -> tuple[ResponseRecord, ChainPoint]:
+) -> ResponseRecord:
     """The record for ``response`` whose full context is ``context``, given the chain point the
-    context extends (None: it extends nothing stored), and the chain point after it."""
+    context extends (None: it extends nothing stored). Its ``point`` is valid once stored."""
     if parent is not None and parent.length <= len(context) and len(parent.links) + 1 < every:
         links = [*parent.links, parent.response_id]
         added = list(context[parent.length :])
+        links_expire_at = parent.expires_at
     else:
         links, added = [], list(context)  # a snapshot: no stored ancestor, or the chain is long
-    record = ResponseRecord(
+        links_expire_at = None
+    return ResponseRecord(
         response=response,
         input_items=input_items,
         context=added,
@@ -123,8 +137,17 @@ def chain_record(
         links=links,
         owner=owner,
         created_at=time.time(),
+        length=len(context),
+        links_expire_at=links_expire_at,
     )
-    return record, ChainPoint(response.id, len(context), tuple(links))
+
+
+def _earliest(record: ResponseRecord) -> float | None:
+    if record.expires_at is None or not record.links:
+        return record.expires_at
+    if record.links_expire_at is None:
+        return record.expires_at
+    return min(record.expires_at, record.links_expire_at)
 
 
 _CODEC = RecordCodec(ResponseRecord)
@@ -160,11 +183,21 @@ class ResponseStore(abc.ABC):
 
     # ------------------------------------------------------------------ the interface
     async def put(self, record: ResponseRecord) -> None:
+        """Sets the record's expiry; extends its links' expiry only when one of them could
+        expire before ``ttl`` from now (at most once per slack period and chain, STORE-7)."""
+        refresh = False
+        if self.ttl_s > 0:
+            now = time.time()
+            record.expires_at = now + self.ttl_s * (1 + SLACK_FRACTION)
+            known = record.links_expire_at
+            if record.links and (known is None or known < now + self.ttl_s):
+                refresh, record.links_expire_at = True, record.expires_at
+        else:
+            record.expires_at = record.links_expire_at = None
         blob = _ENCODER.encode(record)
         if len(blob) > self.max_record_bytes:
             raise RecordTooLarge(len(blob), self.max_record_bytes)
-        expires_at = time.time() + self.ttl_s if self.ttl_s > 0 else None
-        await self._guard(self._write(record.id, blob, record.links, expires_at))
+        await self._guard(self._write(record.id, blob, record.links, refresh, record.expires_at))
 
     async def get(self, response_id: str) -> ResponseRecord | None:
         record = await self._get_any(response_id)
@@ -192,7 +225,9 @@ class ResponseStore(abc.ABC):
                 raise RecordCorrupt(response_id)
         chain.append(record)
         items = [item for part in chain for item in part.context]
-        return Hydrated(record, items, ChainPoint(record.id, len(items), tuple(record.links)))
+        if len(items) != record.length:
+            raise RecordCorrupt(response_id)
+        return Hydrated(record, items, record.point)
 
     async def delete(self, response_id: str) -> bool:
         """The response is gone for every reader; its context items stay, as a tombstone, only
@@ -240,10 +275,10 @@ class ResponseStore(abc.ABC):
     # ------------------------------------------------------------------ backend primitives
     @abc.abstractmethod
     async def _write(
-        self, key: str, blob: bytes, refresh: Sequence[str], expires_at: float | None
+        self, key: str, blob: bytes, links: Sequence[str], refresh: bool, expires_at: float | None
     ) -> None:
-        """Store ``blob`` durably under ``key``; extend the expiry of ``refresh`` (the records
-        its context needs) to at least ``expires_at`` (STORE-7)."""
+        """Store ``blob`` durably under ``key`` until ``expires_at``; with ``refresh``, extend
+        the expiry of ``links`` (the records its context needs) to at least that (STORE-7)."""
 
     @abc.abstractmethod
     async def _read(self, keys: Sequence[str]) -> list[bytes | None]:

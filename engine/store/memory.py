@@ -25,12 +25,13 @@ class MemoryStore(ResponseStore):
         self._data: OrderedDict[str, tuple[bytes, float | None]] = OrderedDict()
 
     async def _write(
-        self, key: str, blob: bytes, refresh: Sequence[str], expires_at: float | None
+        self, key: str, blob: bytes, links: Sequence[str], refresh: bool, expires_at: float | None
     ) -> None:
-        for link in refresh:  # a record's links live (and stay recent) as long as it does
+        for link in links:  # a record's links stay as recent (and, refreshed, live as long)
             held = self._data.get(link)
             if held is not None:
-                self._data[link] = (held[0], _later(held[1], expires_at))
+                if refresh:
+                    self._data[link] = (held[0], _later(held[1], expires_at))
                 self._data.move_to_end(link)
         self._data[key] = (blob, expires_at)
         self._data.move_to_end(key)

@@ -72,18 +72,21 @@ class RedisStore(ResponseStore):
 
     # ------------------------------------------------------------------ primitives
     async def _write(
-        self, key: str, blob: bytes, refresh: Sequence[str], expires_at: float | None
+        self, key: str, blob: bytes, links: Sequence[str], refresh: bool, expires_at: float | None
     ) -> None:
-        ttl_ms = max(1, round(self.ttl_s * 1000)) if expires_at is not None else None
+        at_ms = None if expires_at is None else int(expires_at * 1000)
 
         async def op(client: aioredis.Redis) -> None:
+            if not refresh:  # the usual turn: one command
+                await client.set(KEY_PREFIX + key, blob, pxat=at_ms)
+                return
             async with client.pipeline(transaction=True) as pipe:
-                pipe.set(KEY_PREFIX + key, blob, px=ttl_ms)
-                for link in refresh:  # the records our context needs live as long as we do
-                    if ttl_ms is None:
+                pipe.set(KEY_PREFIX + key, blob, pxat=at_ms)
+                for link in links:  # the records our context needs live as long as we do
+                    if at_ms is None:
                         pipe.persist(KEY_PREFIX + link)
                     else:
-                        pipe.pexpire(KEY_PREFIX + link, ttl_ms, gt=True)
+                        pipe.pexpireat(KEY_PREFIX + link, at_ms, gt=True)
                 await pipe.execute()
 
         await self._call(op)

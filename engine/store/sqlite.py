@@ -102,9 +102,10 @@ class SqliteStore(ResponseStore):
 
     # ------------------------------------------------------------------ primitives
     async def _write(
-        self, key: str, blob: bytes, refresh: Sequence[str], expires_at: float | None
+        self, key: str, blob: bytes, links: Sequence[str], refresh: bool, expires_at: float | None
     ) -> None:
         now = time.time()
+        refreshed = tuple(links) if refresh else ()
 
         def op(conn: sqlite3.Connection) -> None:
             conn.execute(
@@ -112,17 +113,17 @@ class SqliteStore(ResponseStore):
                 " VALUES (?, ?, ?, ?)",
                 (key, blob, now, expires_at),
             )
-            if refresh:
-                marks = ",".join("?" * len(refresh))
+            if refreshed:
+                marks = ",".join("?" * len(refreshed))
                 if expires_at is None:
                     sql = f"UPDATE responses SET expires_at = NULL WHERE id IN ({marks})"
-                    conn.execute(sql, tuple(refresh))
+                    conn.execute(sql, refreshed)
                 else:
                     sql = (
                         "UPDATE responses SET expires_at = max(expires_at, ?)"
                         f" WHERE expires_at IS NOT NULL AND id IN ({marks})"
                     )
-                    conn.execute(sql, (expires_at, *refresh))
+                    conn.execute(sql, (expires_at, *refreshed))
 
         await self._submit(op, writes=True)
 

@@ -75,8 +75,9 @@ async def _chain(store: ResponseStore, length: int) -> tuple[list[ResponseRecord
     records = []
     for n in range(length):
         context += [_message(f"question {n}"), _message(f"answer {n}")]
-        record, point = chain_record(_response(n), [context[-2]], context, point)
+        record = chain_record(_response(n), [context[-2]], context, point)
         await store.put(record)
+        point = record.point
         records.append(record)
     return records, context
 
@@ -90,7 +91,10 @@ async def test_records_stay_flat_and_hydrate_whole(store: ResponseStore) -> None
         assert record.snapshot == (n % SNAPSHOT_EVERY == 0)
     hydrated = await store.hydrate(records[-1].id)
     assert hydrated is not None and hydrated.items == context
-    assert hydrated.point == ChainPoint(records[-1].id, len(context), tuple(records[-1].links))
+    assert hydrated.point == records[-1].point
+    assert hydrated.point.length == len(context) and hydrated.point.links == tuple(
+        records[-1].links
+    )
     middle = await store.hydrate(records[20].id)
     assert middle is not None and middle.items == context[:42]
 
@@ -117,7 +121,7 @@ async def test_retention_expires_and_links_live_as_long_as_their_users(
     try:
         (root,), _ = await _chain(store, 1)
         await asyncio.sleep(1.0)
-        child, _ = chain_record(_response(99), [], [_message("x")] * 3, _point_of(root))
+        child = chain_record(_response(99), [], [_message("x")] * 3, root.point)
         await store.put(child)  # extends the root's life: the child's context needs it
         await asyncio.sleep(1.0)  # past the root's own expiry
         assert await store.hydrate(child.id) is not None
@@ -127,15 +131,11 @@ async def test_retention_expires_and_links_live_as_long_as_their_users(
         await store.close()
 
 
-def _point_of(record: ResponseRecord) -> ChainPoint:
-    return ChainPoint(record.id, len(record.context), tuple(record.links))
-
-
 async def test_oversized_record_is_refused(make_store: Factory) -> None:
     store = make_store(max_record_bytes=4096)
     await store.open()
     try:
-        big, _ = chain_record(_response(1), [], [_message("x" * 5000)], None)
+        big = chain_record(_response(1), [], [_message("x" * 5000)], None)
         with pytest.raises(RecordTooLarge) as refused:
             await store.put(big)
         assert refused.value.limit == 4096 and refused.value.size > 5000
@@ -145,9 +145,9 @@ async def test_oversized_record_is_refused(make_store: Factory) -> None:
 
 
 async def test_corrupt_record_is_a_clean_error(store: ResponseStore) -> None:
-    await store._write("resp_bad", b"\x93not a record", [], None)
-    good, _ = chain_record(_response(7), [], [_message("ok")], None)
-    await store._write("resp_wrong_id", msgspec.msgpack.encode(good), [], None)
+    await store._write("resp_bad", b"\x93not a record", [], False, None)
+    good = chain_record(_response(7), [], [_message("ok")], None)
+    await store._write("resp_wrong_id", msgspec.msgpack.encode(good), [], False, None)
     for rid in ("resp_bad", "resp_wrong_id"):
         with pytest.raises(RecordCorrupt):
             await store.get(rid)
@@ -157,7 +157,7 @@ async def test_corrupt_record_is_a_clean_error(store: ResponseStore) -> None:
 
 
 async def test_concurrent_writes_all_land(store: ResponseStore) -> None:
-    records = [chain_record(_response(n), [], [_message(str(n))], None)[0] for n in range(200)]
+    records = [chain_record(_response(n), [], [_message(str(n))], None) for n in range(200)]
     await asyncio.gather(*(store.put(r) for r in records))
     got = await asyncio.gather(*(store.get(r.id) for r in records))
     assert [g.id if g else None for g in got] == [r.id for r in records]

@@ -44,7 +44,7 @@ async def test_oversized_response_is_refused_and_the_socket_lives(
 
 
 async def test_corrupt_record_is_a_clean_error(small_store_server: LiveServer) -> None:
-    await small_store_server.engine.store._write("resp_broken", b"\xc1\xc1", [], None)
+    await small_store_server.engine.store._write("resp_broken", b"\xc1\xc1", [], False, None)
     base = small_store_server.base_url.removesuffix("/v1")
     async with aiohttp.ClientSession() as http:
         for path in ("", "/input_items"):

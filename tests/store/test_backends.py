@@ -211,3 +211,22 @@ def test_store_urls(tmp_path: Path) -> None:
     for bad in ("postgres://x", "sqlite:///", "nothing", "sqlite:///x.db?synchronous=off"):
         with pytest.raises(ValueError):
             open_store(bad)
+
+
+def test_serve_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--store`` defaults to the per-user SQLite file (STORE-10); ``--store-ttl`` reads units."""
+    import argparse
+
+    from engine.server import cli
+
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    parser = argparse.ArgumentParser()
+    cli._serve_args(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["serve", "--store-ttl", "12h"])
+    assert args.store_ttl == 12 * 3600
+    store = cli.response_store(args)
+    assert isinstance(store, SqliteStore) and store.ttl_s == 12 * 3600
+    assert store.path == tmp_path / "xdg" / "rollout" / "rollout.db" and store.path.parent.is_dir()
+    assert cli.duration("30d") == 30 * 86400 and cli.duration("90") == 90
+    with pytest.raises(argparse.ArgumentTypeError):
+        cli.duration("3x")

@@ -1,4 +1,4 @@
-"""Fixtures: a real ``redis-server`` on an ephemeral port with its data in a temp dir, killed at
+"""Fixtures (STORE-TEST-1): a real ``redis-server`` on an ephemeral port with its data in a temp dir, killed at
 teardown; ``rollout serve`` processes cleaned up the same way."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Fixtures (STORE-TEST-1): a real ``redis-server`` on an ephemeral port with its data in a temp dir, killed at
-teardown; ``rollout serve`` processes cleaned up the same way."""
+"""Fixtures (STORE-TEST-1): a real ``redis-server`` on an ephemeral port with its data in a temp
+dir, killed at teardown; ``rollout serve`` processes cleaned up the same way."""
 
 from __future__ import annotations
 

@@ -302,11 +302,17 @@ def _synchronous(value: str) -> str:
 
 
 def _run(conn: sqlite3.Connection, job: _Job) -> bool:
+    """One job; whatever it raises fails that job only, never the thread (whose death would
+    leave every later caller waiting)."""
     try:
         job.result = job.op(conn)
     except sqlite3.Error as exc:
         log.warning("sqlite store: operation failed: %s", exc)
         job.error = StoreUnavailable(str(exc))
+        return False
+    except Exception as exc:
+        log.exception("sqlite store: operation failed")
+        job.error = StoreUnavailable(type(exc).__name__)
         return False
     return True
 

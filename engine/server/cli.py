@@ -25,6 +25,7 @@ from engine.store import (
     DEFAULT_MAX_RECORD_BYTES,
     DEFAULT_TTL_S,
     ResponseStore,
+    StoreError,
     default_store_url,
     describe,
     open_store,
@@ -170,6 +171,9 @@ def serve(args: argparse.Namespace) -> int:
             runner.run(_run_app(app, args, tls, server.shutdown_grace_s, router))
     except (web.GracefulExit, KeyboardInterrupt):
         pass  # SIGTERM/SIGINT: the app has drained and closed (LIM-13); a clean exit
+    except StoreError as exc:  # e.g. a SQLite file that is not a database, a newer schema
+        print(f"rollout serve: store: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

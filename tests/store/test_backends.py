@@ -230,3 +230,14 @@ def test_serve_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert cli.duration("30d") == 30 * 86400 and cli.duration("90") == 90
     with pytest.raises(argparse.ArgumentTypeError):
         cli.duration("3x")
+
+
+def test_serve_refuses_a_broken_database(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from engine.server import cli
+
+    path = tmp_path / "junk.db"
+    path.write_bytes(b"this is not sqlite" * 100)
+    assert cli.main(["serve", "--port", "0", "--store", f"sqlite:///{path}"]) == 2
+    assert "file is not a database" in capsys.readouterr().err

@@ -283,8 +283,10 @@ async def _start_or_resume(session: Connection, lane: Lane, job: Admission) -> t
         counters["create.fork"] += 1
         return _new_rollout(session, job, found[1].ctx.fork(), INCREMENTAL), True
     counters["create.cache_miss"] += 1
+    start = time.perf_counter()
     try:
         hydrated = await session.engine.store.hydrate(prev)
+        job.turn.log.add_time("hydrate", time.perf_counter() - start)  # OBS-1
     except StoreError as exc:
         raise wire_error(exc, "previous_response_id") from None
     if hydrated is None:

@@ -666,7 +666,9 @@ class Rollout:
         if not self.settings.store:
             return
         record = self._stored_record(turn)
+        start = time.perf_counter()
         await self.engine.store.put(record)
+        turn.log.add_time("store", time.perf_counter() - start)  # OBS-1
         self.ctx.stored = record.point
 
     def _stored_record(self, turn: Turn) -> ResponseRecord:

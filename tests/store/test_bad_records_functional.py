@@ -41,6 +41,9 @@ async def test_oversized_response_is_refused_and_the_socket_lives(
             assert small.response is not None
         async with http.get(f"{base}/v1/responses/{small.response['id']}") as resp:
             assert resp.status == 200
+        await small_store_server.engine.post.stop()  # drained: the stages are in the metrics
+        async with http.get(f"{base}/metrics") as resp:
+            assert 'rollout_stage_seconds_count{stage="store"}' in await resp.text()  # OBS-1
 
 
 async def test_corrupt_record_is_a_clean_error(small_store_server: LiveServer) -> None:

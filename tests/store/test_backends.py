@@ -221,7 +221,7 @@ def test_serve_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
     parser = argparse.ArgumentParser()
-    cli._serve_args(parser.add_subparsers(dest="command"))
+    cli.add_serve_parser(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["serve", "--store-ttl", "12h"])
     assert args.store_ttl == 12 * 3600
     store = cli.response_store(args)
@@ -235,9 +235,9 @@ def test_serve_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_serve_refuses_a_broken_database(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from engine.server import cli
+    from cli.main import main
 
     path = tmp_path / "junk.db"
     path.write_bytes(b"this is not sqlite" * 100)
-    assert cli.main(["serve", "--port", "0", "--store", f"sqlite:///{path}"]) == 2
+    assert main(["serve", "--port", "0", "--store", f"sqlite:///{path}"]) == 2
     assert "file is not a database" in capsys.readouterr().err

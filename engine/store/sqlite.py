@@ -30,6 +30,7 @@ from engine.store.base import (
     ResponseStore,
     StoreUnavailable,
 )
+from engine.store.sqlite_checkpoint import BACKSTOP_PAGES, Checkpointer
 
 log = logging.getLogger("rollout.store.sqlite")
 
@@ -81,6 +82,7 @@ class SqliteStore(ResponseStore):
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._open_error: BaseException | None = None
+        self._checkpointer = Checkpointer(path)
 
     # ------------------------------------------------------------------ lifecycle
     async def open(self) -> None:
@@ -92,6 +94,7 @@ class SqliteStore(ResponseStore):
         if self._open_error is not None:
             self._thread = None
             raise StoreUnavailable(f"cannot open {self.path}: {self._open_error}")
+        self._checkpointer.start()
 
     async def close(self) -> None:
         if self._thread is None:
@@ -99,6 +102,7 @@ class SqliteStore(ResponseStore):
         self._jobs.put(None)  # after every queued job: they all finish first
         await asyncio.to_thread(self._thread.join)
         self._thread = None
+        await asyncio.to_thread(self._checkpointer.stop)
 
     # ------------------------------------------------------------------ primitives
     async def _write(
@@ -250,6 +254,7 @@ class SqliteStore(ResponseStore):
             if str(mode).lower() != "wal":
                 log.warning("sqlite store: WAL mode unavailable on %s (%s)", self.path, mode)
             conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+            conn.execute(f"PRAGMA wal_autocheckpoint = {BACKSTOP_PAGES}")  # see Checkpointer
             migrate(conn)
         except BaseException:
             conn.close()

@@ -124,3 +124,25 @@ async def test_store_lost_mid_response_replaces_the_terminal_frame(
         assert await engine.store.get(rid) is None  # never acknowledged, never stored
         reply = await ws_create(ws, {"input": "again", "previous_response_id": rid})
         assert reply.code == "previous_response_not_found"  # not in this socket's cache either
+
+
+async def test_store_lost_mid_sse_stream_ends_it_with_an_error(
+    redis_server: RedisServer, slow_server: LiveServer
+) -> None:
+    """HTTP with ``stream: true``: the status line is long sent, so the error is the last SSE
+    event, in place of ``response.completed`` (STORE-8)."""
+    url = f"{slow_server.base_url}/responses"
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(url, json={"input": "tell me a story", "stream": True}) as resp,
+    ):
+        assert resp.status == 200
+        events: list[dict[str, object]] = []
+        async for line in resp.content:
+            if line.startswith(b"data: "):
+                events.append(json.loads(line[6:]))
+                if len(events) == 1:
+                    await redis_server.kill()  # the model is still writing
+    assert events[0]["type"] == "response.created"
+    assert events[-1]["type"] == "error" and events[-1]["error"]["code"] == "store_unavailable"
+    assert not any(e["type"] == "response.completed" for e in events)

@@ -348,8 +348,8 @@ class Inspector:
         return out
 
     def _store_status(self) -> Mapping[str, Any]:
-        store = self.engine.store
-        status: Json = {"backend": type(store).__name__}
+        store = self.engine.store  # cached state only: no round trip per tick (STORE-8)
+        status: Json = {"backend": store.kind, "available": store.available}
         size = getattr(store, "__len__", None)
         if size is not None:
             status["entries"] = size()

@@ -72,7 +72,8 @@ async def test_open_server_serves_page_and_feed(server: LiveServer, http: Any) -
     async with http.ws_connect(f"ws://127.0.0.1:{server.port}/inspect/feed") as ws:
         snapshot = await next_snapshot(ws)
     assert snapshot["totals"]["connections"] == 0
-    assert snapshot["sections"]["store"]["backend"] == "InMemoryStore"
+    assert snapshot["sections"]["store"]["backend"] == "memory"
+    assert snapshot["sections"]["store"]["available"] is True
 
 
 async def test_keys_guard_page_and_feed(server_factory: Any, http: Any) -> None:

@@ -15,7 +15,6 @@ poll finds it, in any process sharing the store) and its terminal record. A stor
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
 from collections import OrderedDict, deque
@@ -26,7 +25,8 @@ import msgspec
 
 from engine.core import Engine
 from engine.session import Session
-from engine.store import StoredResponse, listing_form
+from engine.store import ResponseRecord, StoreError, chain_record, listing_form
+from engine.store.errors import wire_error
 from protocol.errors import InvalidRequest, TooManyRequests
 from protocol.events import ErrorEvent, ServerEvent
 from protocol.items import InputItem
@@ -142,19 +142,25 @@ class BackgroundRun:
         status = response.status if opened else "queued"
         return msgspec.structs.replace(response, status=status, output=list(response.output))
 
-    def _admitted(self, turn: Turn, context: list[InputItem]) -> None:
+    async def _admitted(self, turn: Turn, context: list[InputItem]) -> None:
         """Called by the create path once the request is admitted and prepared (BG-2). The
-        record holds the prepared context, so a run that never ends properly (BG-7, BG-8)
-        can still be continued from what it was asked."""
+        record holds the prepared context (a snapshot, STORE-5), so a run that never ends
+        properly (BG-7, BG-8) can still be continued from what it was asked. It is durable
+        before the create answers, so a poll on any process finds it (STORE-6); a store that
+        is down fails the create (STORE-8)."""
         self.turn = turn
         self.at_admission = self.snapshot()  # what the create answers: ``queued``
-        self.engine.store.put(
-            StoredResponse(
-                response=self.at_admission,
-                input_items=[listing_form(item) for item in turn.input_items],
-                context=list(context),
-            )
+        record = chain_record(
+            self.at_admission,
+            [listing_form(item) for item in turn.input_items],
+            context,
+            None,
         )
+        try:
+            await self.engine.store.put(record)
+        except StoreError as exc:
+            self.turn = None
+            raise wire_error(exc) from None
         if not self._admission.done():
             self._admission.set_result(None)
 
@@ -164,12 +170,12 @@ class BackgroundRun:
             await self.session.drain()
         finally:
             await self.session.close()
-            self._settle_unfinished()
+            await self._settle_unfinished()
             self.log.close()
             if not self._admission.done():
                 self._admission.set_result(None)
 
-    def _settle_unfinished(self) -> None:
+    async def _settle_unfinished(self) -> None:
         """A run that ended without a terminal record (a backend refusal, a fault before the
         response opened) must not leave ``in_progress`` in the store (BG-8)."""
         if self.turn is None or self.response.status not in UNFINISHED:
@@ -180,10 +186,13 @@ class BackgroundRun:
         response.status = "failed"
         response.error = ResponseErrorInfo(code="server_error", message=message)
         response.completed_at = int(time.time())
-        record = self.engine.store.get(response.id)
-        if record is not None:
-            settled = msgspec.structs.replace(response, output=list(response.output))
-            self.engine.store.put(dataclasses.replace(record, response=settled))
+        try:
+            record = await self.engine.store.get(response.id)
+            if record is not None:
+                settled = msgspec.structs.replace(response, output=list(response.output))
+                await self.engine.store.put(msgspec.structs.replace(record, response=settled))
+        except StoreError as exc:  # left in_progress: a later read settles it (BG-8)
+            log.warning("background %s: not settled in the store: %s", response.id, exc)
 
     async def admitted(self) -> None:
         """Wait until the create is admitted, or rejected (then ``turn`` stays None and
@@ -196,6 +205,7 @@ class BackgroundRun:
         assert self.task is not None
         self.task.cancel()
         await asyncio.gather(self.task, return_exceptions=True)
+        await self.engine.flush_writes()  # the cancelled record is stored before we answer
 
 
 class BackgroundRuns:
@@ -267,7 +277,7 @@ class BackgroundRuns:
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    def settle(self, record: StoredResponse) -> StoredResponse:
+    async def settle(self, record: ResponseRecord) -> ResponseRecord:
         """A stored unfinished background response that no live run of this process owns and
         that is older than any run can last is orphaned: its process is gone (BG-8)."""
         response = record.response
@@ -284,6 +294,9 @@ class BackgroundRuns:
             error=ResponseErrorInfo(code="server_error", message=ORPHANED),
             completed_at=int(time.time()),
         )
-        record = dataclasses.replace(record, response=settled)
-        self.engine.store.put(record)
+        record = msgspec.structs.replace(record, response=settled)
+        try:
+            await self.engine.store.put(record)
+        except StoreError as exc:  # the reader still gets the settled response
+            log.warning("background %s: not settled in the store: %s", response.id, exc)
         return record

@@ -88,6 +88,12 @@ class Engine:
         await self.store.close()
         await self.router.aclose()  # the upstream HTTP pool, if any route has one
 
+    async def flush_writes(self) -> None:
+        """Wait for the background writes queued so far (a cancel answers only once its
+        cancelled record is stored, BG-6, BG-9)."""
+        if self._writes:
+            await asyncio.gather(*list(self._writes), return_exceptions=True)
+
     def store_later(self, record: ResponseRecord) -> None:
         """Write a record nobody waits for (a cancelled response, STORE-2): owned, best effort."""
         task = asyncio.create_task(self._store_quietly(record), name=f"store {record.id}")

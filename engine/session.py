@@ -13,7 +13,7 @@ import logging
 import re
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from engine.compat import run_create
@@ -75,7 +75,7 @@ class Session:
         self.draining = False  # server shutdown began: no new creates (LIM-13)
         self.expired = False  # connection age limit reached: close after the error (LIM-11)
         # Told when a create is admitted and prepared, before it samples (background, BG-2).
-        self.on_admitted: Callable[[Turn, list[InputItem]], None] | None = None
+        self.on_admitted: Callable[[Turn, list[InputItem]], Awaitable[None]] | None = None
 
     # ------------------------------------------------------------------ routing (once per model)
     def resolve(self, model: str) -> Backend:

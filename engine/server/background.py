@@ -9,7 +9,8 @@ from aiohttp import web
 
 from engine.background import BackgroundRuns, EventLog, EventsExpired
 from engine.server.keys import BACKGROUND, DRAINING, ENGINE
-from engine.store import StoredResponse
+from engine.store import StoreError
+from engine.store.errors import wire_error
 from protocol.codec import encode
 from protocol.errors import InvalidRequest, ServerError, Unavailable, response_not_found
 from protocol.response import CreateParams, Response
@@ -39,23 +40,26 @@ async def create(request: web.Request, params: CreateParams) -> web.StreamRespon
     return _json(run.at_admission)
 
 
-def lookup(request: web.Request) -> tuple[BackgroundRuns, str, Response]:
+async def lookup(request: web.Request) -> tuple[BackgroundRuns, str, Response]:
     """A response as of now: a live run's snapshot, else the stored record (settled, BG-8)."""
     runs = request.app[BACKGROUND]
     response_id = request.match_info["response_id"]
     run = runs.live.get(response_id)
     if run is not None and run.turn is not None:
         return runs, response_id, run.snapshot()
-    record: StoredResponse | None = request.app[ENGINE].store.get(response_id)
+    try:
+        record = await request.app[ENGINE].store.get(response_id)
+    except StoreError as exc:
+        raise wire_error(exc) from None
     if record is None:
         raise response_not_found(response_id)
-    return runs, response_id, runs.settle(record).response
+    return runs, response_id, (await runs.settle(record)).response
 
 
 async def retrieve(request: web.Request) -> web.StreamResponse:
     """``GET /v1/responses/{id}``: JSON, or with ``stream=true`` the event stream replayed
     after ``starting_after`` and then followed (HTTP-6, BG-4, BG-5)."""
-    runs, response_id, response = lookup(request)
+    runs, response_id, response = await lookup(request)
     if not _flag(request.query.get("stream")):
         return _json(response)
     starting_after = _starting_after(request.query.get("starting_after"))
@@ -73,7 +77,7 @@ async def retrieve(request: web.Request) -> web.StreamResponse:
 
 async def cancel(request: web.Request) -> web.Response:
     """``POST /v1/responses/{id}/cancel`` (BG-6)."""
-    runs, response_id, response = lookup(request)
+    runs, response_id, response = await lookup(request)
     if not response.background:
         raise InvalidRequest(
             "response_not_cancellable", "Only background responses can be cancelled.", None

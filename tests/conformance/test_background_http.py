@@ -21,7 +21,7 @@ from engine.models.router import Router
 from engine.models.scripted import ScriptedModel, Step
 from engine.models.upstream import UpstreamError
 from engine.server.config import ServerConfig
-from engine.store import StoredResponse
+from engine.store import chain_record
 from protocol.response import Response
 from tests.conftest import LiveServer
 
@@ -202,9 +202,9 @@ async def test_continuing_an_unfinished_background_response_is_refused(
     gate = asyncio.Event()
     live, client = await scripted([[TextDelta("a"), gate], [TextDelta("b")]])
     created = await client.responses.create(model="m", input="hi", background=True)
-    admitted = live.engine.store.get(created.id)  # written at admission, with its context
-    assert admitted is not None and admitted.response.status == "queued"
-    assert [type(item).__name__ for item in admitted.context] == ["Message"]
+    admitted = await live.engine.store.hydrate(created.id)  # written at admission, with context
+    assert admitted is not None and admitted.record.response.status == "queued"
+    assert [type(item).__name__ for item in admitted.items] == ["Message"]
     with pytest.raises(openai.BadRequestError) as refused:
         await client.responses.create(model="m", input="more", previous_response_id=created.id)
     assert refused.value.code == "previous_response_in_progress"
@@ -236,13 +236,13 @@ async def test_an_orphaned_in_progress_record_is_settled_failed_on_read(
         background=True,
     )  # fmt: skip
     for response in (old, young):
-        live.engine.store.put(StoredResponse(response=response, input_items=[], context=[]))
+        await live.engine.store.put(chain_record(response, [], [], None))
     client = await _client(live)
     try:
         settled = await client.responses.retrieve("resp_orphan")
         assert settled.status == "failed" and settled.error is not None
         assert settled.error.code == "server_error"
-        record = live.engine.store.get("resp_orphan")
+        record = await live.engine.store.get("resp_orphan")
         assert record is not None and record.response.status == "failed"
         # Younger than any run can last: possibly another process's run, left as it is.
         assert (await client.responses.retrieve("resp_young")).status == "in_progress"
@@ -263,7 +263,7 @@ async def test_shutdown_cancels_a_run_that_outlives_the_grace(
     live, client = await scripted([[TextDelta("a"), never]], server=grace)
     created = await client.responses.create(model="m", input="hi", background=True)
     await live.runner.cleanup()
-    record = live.engine.store.get(created.id)
+    record = await live.engine.store.get(created.id)
     assert record is not None and record.response.status == "cancelled"
 
 
@@ -275,7 +275,7 @@ async def test_delete_cancels_a_running_background_response(
     live, client = await scripted([[TextDelta("a"), never]])
     created = await client.responses.create(model="m", input="hi", background=True)
     await client.responses.delete(created.id)
-    assert live.engine.store.get(created.id) is None
+    assert await live.engine.store.get(created.id) is None
     with pytest.raises(openai.NotFoundError):
         await client.responses.retrieve(created.id)
 

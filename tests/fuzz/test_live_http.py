@@ -515,9 +515,9 @@ class HttpProtocolMachine(RuleBasedStateMachine):
             assert final["usage"] is not None, "BG-6: a cancelled run reports its usage"
             return
         self._check_result(body, final)
-        record = self.env.live.engine.store.get(final["id"])
-        assert record is not None and record.response.status == final["status"], "BG-7"
-        self.store[final["id"]] = Stored(final["id"], _unanswered(record.context), 1)
+        stored = self.env.run(self.env.live.engine.store.hydrate(final["id"]))
+        assert stored is not None and stored.record.response.status == final["status"], "BG-7"
+        self.store[final["id"]] = Stored(final["id"], _unanswered(stored.items), 1)
         self.background_ids.add(final["id"])
 
     def _background_follow(self, data: st.DataObject, rid: str, then: str) -> dict[str, Any]:

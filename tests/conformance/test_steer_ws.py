@@ -150,7 +150,7 @@ async def test_steer_twice_in_a_row_keeps_submission_order(connect: Callable[...
     assert final(await until_done(conn)).incomplete_details.reason == "steered"
     successor = final(await until_done(conn))
     assert model is not None and context_texts(model, 1) == ["start", "first", "second"]
-    record = live.engine.store.get(successor.id)
+    record = await live.engine.store.get(successor.id)
     assert record is not None
     assert [text_of(i.content) for i in record.input_items] == ["first", "second"]
 
@@ -211,7 +211,7 @@ async def test_steer_while_waiting_for_tool_outputs_is_pending_then_prepended(
     )
     assert answer.output_text == "Based on the tool results: sunny (steered: Answer in French)"
     assert live.engine.counters["create.fast_path"] == 1  # the same coroutine resumed
-    record = live.engine.store.get(answer.id)
+    record = await live.engine.store.get(answer.id)
     assert record is not None
     kinds = [type(item).__name__ for item in record.input_items]
     assert kinds == ["Message", "FunctionCallOutput"]

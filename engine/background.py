@@ -140,6 +140,8 @@ class BackgroundRun:
         response = self.response
         opened = self.turn is not None and self.turn.stream.state is not ResponseState.NEW
         status = response.status if opened else "queued"
+        if status not in UNFINISHED and self.turn is not None and not self.turn.done.done():
+            status = "in_progress"  # terminal only once stored and sent (STORE-6)
         return msgspec.structs.replace(response, status=status, output=list(response.output))
 
     async def _admitted(self, turn: Turn, context: list[InputItem]) -> None:

@@ -25,11 +25,15 @@ def _enc_hook(obj: Any) -> Any:
 
 def mirror(record_type: type[msgspec.Struct]) -> type[msgspec.Struct]:
     """``record_type`` with its item lists as plain values."""
-    fields = []
+    fields: list[Any] = []
     for info in msgspec.structs.fields(record_type):
         kind: Any = list[Any] if info.name in ITEM_FIELDS else info.type
-        default = msgspec.field(default=info.default, default_factory=info.default_factory)
-        fields.append((info.name, kind, default))
+        if info.default is not msgspec.NODEFAULT:
+            fields.append((info.name, kind, info.default))
+        elif info.default_factory is not msgspec.NODEFAULT:
+            fields.append((info.name, kind, msgspec.field(default_factory=info.default_factory)))
+        else:
+            fields.append((info.name, kind))
     return msgspec.defstruct(f"Stored{record_type.__name__}", fields, kw_only=True)
 
 

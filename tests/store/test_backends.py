@@ -241,3 +241,14 @@ def test_serve_refuses_a_broken_database(
     path.write_bytes(b"this is not sqlite" * 100)
     assert main(["serve", "--port", "0", "--store", f"sqlite:///{path}"]) == 2
     assert "file is not a database" in capsys.readouterr().err
+
+
+async def test_opaque_items_round_trip(store: ResponseStore) -> None:
+    """Items kept as sent (ITEM-7) come back exactly, beside typed ones (STORE-4)."""
+    from protocol.items import OpaqueItem
+
+    opaque = OpaqueItem({"type": "web_search_call", "id": "ws_1", "status": "completed"})
+    context = [_message("search it"), opaque]
+    await store.put(chain_record(_response(5), [context[0]], context, None))
+    hydrated = await store.hydrate(_response(5).id)
+    assert hydrated is not None and hydrated.items == context

@@ -142,6 +142,8 @@ def require_fields(obj: dict[str, Any], fields: tuple[str, ...], where: str) -> 
     for name in fields:
         if name not in obj:
             raise missing_parameter(f"{where}.{name}")
+
+
 def store_unavailable() -> Unavailable:
     """The response store cannot be reached; this request only, retry later (STORE-8)."""
     return Unavailable(

@@ -1,4 +1,4 @@
-"""Stored records <-> bytes (msgpack; STORE-4, STORE-9).
+"""Stored records <-> bytes (JSON: the Response keeps tools as raw JSON, TOOL-1; STORE-4, STORE-9).
 
 Input items include ``OpaqueItem``s (ITEM-7), which msgspec cannot decode as part of a typed
 union. So a record is decoded into a mirror struct whose item lists are plain values (built from
@@ -52,8 +52,8 @@ class RecordCodec:
 
     def __init__(self, record_type: type[msgspec.Struct]) -> None:
         self.record_type = record_type
-        self._encoder = msgspec.msgpack.Encoder(enc_hook=_enc_hook)
-        self._decoder = msgspec.msgpack.Decoder(mirror(record_type))
+        self._encoder = msgspec.json.Encoder(enc_hook=_enc_hook)
+        self._decoder = msgspec.json.Decoder(mirror(record_type))
         self._names = [f.name for f in msgspec.structs.fields(record_type)]
 
     def encode(self, record: msgspec.Struct) -> bytes:

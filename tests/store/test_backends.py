@@ -23,6 +23,7 @@ from engine.store import (
     chain_record,
     open_store,
 )
+from engine.store.base import _ENCODER
 from engine.store.redis import RedisStore
 from engine.store.sqlite import SCHEMA_VERSION, SqliteStore
 from protocol.items import InputItem, Message
@@ -147,7 +148,7 @@ async def test_oversized_record_is_refused(make_store: Factory) -> None:
 async def test_corrupt_record_is_a_clean_error(store: ResponseStore) -> None:
     await store._write("resp_bad", b"\x93not a record", [], False, None)
     good = chain_record(_response(7), [], [_message("ok")], None)
-    await store._write("resp_wrong_id", msgspec.msgpack.encode(good), [], False, None)
+    await store._write("resp_wrong_id", _ENCODER.encode(good), [], False, None)
     for rid in ("resp_bad", "resp_wrong_id"):
         with pytest.raises(RecordCorrupt):
             await store.get(rid)
@@ -249,6 +250,9 @@ async def test_opaque_items_round_trip(store: ResponseStore) -> None:
 
     opaque = OpaqueItem({"type": "web_search_call", "id": "ws_1", "status": "completed"})
     context = [_message("search it"), opaque]
-    await store.put(chain_record(_response(5), [context[0]], context, None))
-    hydrated = await store.hydrate(_response(5).id)
+    tool = msgspec.Raw(b'{"type":"function","name":"f","parameters":{"type":"object"}}')
+    response = msgspec.structs.replace(_response(5), tools=[tool])  # tools kept raw (TOOL-1)
+    await store.put(chain_record(response, [context[0]], context, None))
+    hydrated = await store.hydrate(response.id)
     assert hydrated is not None and hydrated.items == context
+    assert [bytes(t) for t in hydrated.record.response.tools] == [bytes(tool)]

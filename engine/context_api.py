@@ -19,7 +19,8 @@ from engine.context import Context
 from engine.core import Engine
 from engine.models.base import HOSTED_TOOLS, Backend, BackendError
 from engine.pipeline import FULL, Pipeline, StageStats
-from engine.store import listing_form
+from engine.store import StoreError, listing_form
+from engine.store.errors import wire_error
 from protocol.errors import ServerError, previous_response_not_found
 from protocol.items import InputItem
 from protocol.response import (
@@ -41,24 +42,27 @@ class Prepared:
     model: str
 
 
-def _history(engine: Engine, previous_response_id: str | None) -> list[InputItem]:
+async def _history(engine: Engine, previous_response_id: str | None) -> list[InputItem]:
     """A stored conversation (HTTP-5: only the store; a ``store: false`` parent is unknown)."""
     if previous_response_id is None:
         return []
-    record = engine.store.get(previous_response_id)
-    if record is None:
+    try:
+        hydrated = await engine.store.hydrate(previous_response_id)
+    except StoreError as exc:
+        raise wire_error(exc, "previous_response_id") from None
+    if hydrated is None:
         raise previous_response_not_found(previous_response_id)
-    return record.context
+    return hydrated.items
 
 
-def prepare(engine: Engine, params: CreateParams) -> Prepared:
+async def prepare(engine: Engine, params: CreateParams) -> Prepared:
     """The context a create with these parameters would sample from first."""
     items, texts = check_supported(
         params, "http", engine.config.max_input_items, engine.config.max_input_chars
     )
     model = params.model or engine.config.default_model
     backend = engine.router.resolve(model)
-    history = _history(engine, params.previous_response_id)
+    history = await _history(engine, params.previous_response_id)
     stats = StageStats()
     pipeline = Pipeline(stats, engine.config.safety_policy)
     ctx = Context()
@@ -76,9 +80,9 @@ def prepare(engine: Engine, params: CreateParams) -> Prepared:
     return Prepared(ctx, backend, model)
 
 
-def count_input_tokens(engine: Engine, params: CreateParams) -> InputTokenCount:
+async def count_input_tokens(engine: Engine, params: CreateParams) -> InputTokenCount:
     """TOKENS-1: the prompt tokens of the create these parameters describe."""
-    prepared = prepare(engine, params)
+    prepared = await prepare(engine, params)
     return InputTokenCount(input_tokens=prepared.ctx.prompt_tokens)
 
 
@@ -90,7 +94,7 @@ async def compact_context(engine: Engine, params: CompactParams) -> CompactedRes
         instructions=params.instructions,
         previous_response_id=params.previous_response_id,
     )
-    prepared = prepare(engine, create)
+    prepared = await prepare(engine, create)
     try:
         result = await compact(prepared.backend, CompactRequest(prepared.model, prepared.ctx))
     except BackendError as exc:

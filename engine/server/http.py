@@ -137,7 +137,7 @@ async def compact_response(request: web.Request) -> web.Response:
 async def input_tokens(request: web.Request) -> web.Response:
     """``POST /v1/responses/input_tokens`` (TOKENS-1)."""
     params = decode_create_body(await request.read())
-    return json_response(count_input_tokens(request.app[ENGINE], params))
+    return json_response(await count_input_tokens(request.app[ENGINE], params))
 
 
 def _finish(sink: HttpSink) -> web.StreamResponse:

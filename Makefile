@@ -55,9 +55,12 @@ bench-all: $(STAMP)
 load: $(STAMP)
 	$(BIN)/rollout bench --load
 
-# The deep hypothesis profile (>= 10,000 sequences); slow, opt-in.
+# The deep hypothesis profile (>= 10,000 sequences); slow, opt-in. It prints its seed first;
+# `make fuzz SEED=<seed>` replays that run's generation (FUZZ-6).
 fuzz: $(STAMP)
-	HYPOTHESIS_PROFILE=deep $(BIN)/pytest tests/fuzz tests/protocol -q -p no:cacheprovider --timeout 0 --hypothesis-show-statistics
+	@seed="$(SEED)"; [ -n "$$seed" ] || seed=$$($(BIN)/python -c 'import secrets; print(secrets.randbits(32))'); \
+	echo "fuzz seed: $$seed (replay: make fuzz SEED=$$seed)"; \
+	HYPOTHESIS_PROFILE=deep $(BIN)/pytest tests/fuzz tests/protocol -q -p no:cacheprovider --timeout 0 --hypothesis-show-statistics --hypothesis-seed=$$seed
 
 # Opt-in end-to-end test against a real llama.cpp server (builds llama-cpp-python: ~30 min).
 $(REAL_VENV)/.installed:

@@ -10,6 +10,7 @@ every HTTP JSON body is also checked against the Open Responses required-field t
 from __future__ import annotations
 
 import os
+import secrets
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -42,6 +43,49 @@ settings.register_profile(
     "deep", max_examples=10_000, deadline=None, suppress_health_check=list(HealthCheck)
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+# ----------------------------------------------------------------------------- hypothesis seed
+
+_SEED = pytest.StashKey[str]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Every run has one hypothesis seed, and it is visible: ``--hypothesis-seed`` if given
+    (``make fuzz SEED=…`` passes it), otherwise a fresh random one, so each run still explores
+    new sequences (FUZZ-6). It is shown in the header, beside every failure and in the summary
+    of a failed run; ``--hypothesis-seed=<seed>`` replays the run's generation."""
+    seed = config.getoption("hypothesis_seed")
+    if seed is None:
+        seed = str(secrets.randbits(32))
+        config.option.hypothesis_seed = seed
+        from hypothesis import core  # in case hypothesis' own configure hook ran first
+
+        core.global_force_seed = int(seed)  # type: ignore[assignment]
+    config.stash[_SEED] = str(seed)
+
+
+def _replay_hint(config: pytest.Config) -> str:
+    seed = config.stash[_SEED]
+    return f"hypothesis seed: {seed} (replay: --hypothesis-seed={seed}, or make fuzz SEED={seed})"
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return _replay_hint(config)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if report.failed:
+        report.sections.append(("hypothesis seed", _replay_hint(item.config)))
+    return report
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    if terminalreporter.stats.get("failed") or terminalreporter.stats.get("error"):
+        terminalreporter.write_sep("=", _replay_hint(config))
+
 
 # ----------------------------------------------------------------------------- event recorder
 

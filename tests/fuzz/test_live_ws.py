@@ -180,7 +180,7 @@ class Create:
     outcome: Outcome | None = None
 
 
-ANY_LANE = "<any lane>"
+ErrorShape = tuple[str, str | None, str | None]  # (code, param, stream_id) of an error event
 
 
 @dataclass
@@ -190,10 +190,22 @@ class Immediate:
     kind: str  # "error" | "response.inject.created" | "response.inject.failed" | steer
     codes: set[str] = field(default_factory=set)
     param: str | bool | None = False  # False: not checked
-    stream_id: str | None = None  # ANY_LANE: not checked
+    stream_id: str | None = None
     response_id: str | None = None
     status: int | None = None
     not_echoed: str | None = None
+    # An error that may take one of several exact shapes (``codes``, ``param`` and
+    # ``stream_id`` are then unused). Only an error of one of these shapes is this answer.
+    shapes: frozenset[ErrorShape] | None = None
+
+    def is_answered_by(self, code: str, param: str | None, stream_id: str | None) -> bool:
+        """Whether an ``error`` event is this answer. Without ``shapes``, ``param`` is asserted
+        after the match (a wrong param is then reported as such)."""
+        if self.kind != "error":
+            return False
+        if self.shapes is not None:
+            return (code, param, stream_id) in self.shapes
+        return code in self.codes and self.stream_id == stream_id
 
 
 @dataclass
@@ -381,18 +393,15 @@ class WsProtocolMachine(RuleBasedStateMachine):
     def _on_error(self, event: dict[str, Any]) -> None:
         code, param = event["error"]["code"], event["error"]["param"]
         stream_id = event.get("stream_id")
-        if self.immediate and self.immediate[0].kind == "error":
-            expected = self.immediate[0]
-            lane_ok = expected.stream_id in (stream_id, ANY_LANE)
-            if code in expected.codes and lane_ok:
-                self.immediate.popleft()
-                if expected.param is not False:
-                    assert param == expected.param, (code, param, expected.param)
-                if expected.status is not None:
-                    assert event["status"] == expected.status, event
-                if expected.not_echoed:
-                    assert expected.not_echoed not in event["error"]["message"], "echoed"
-                return
+        if self.immediate and self.immediate[0].is_answered_by(code, param, stream_id):
+            expected = self.immediate.popleft()
+            if expected.param is not False:
+                assert param == expected.param, (code, param, expected.param)
+            if expected.status is not None:
+                assert event["status"] == expected.status, event
+            if expected.not_echoed:
+                assert expected.not_echoed not in event["error"]["message"], "echoed"
+            return
         lane = self.lanes.get(stream_id)
         if lane is not None and lane.queue and lane.queue[0].rid is None and lane.busy is None:
             create = lane.queue.popleft()
@@ -984,15 +993,35 @@ class WsProtocolMachine(RuleBasedStateMachine):
             self.resumed.add(rid)
         self._send({"type": verb, "response_id": rid, "input": items})
         if variant == "double" and completes:
-            # Sent while the rollout runs again: it is not waiting, or has already finished, or
-            # waits for its next forced call (then these outputs are duplicates).
-            codes = {"response_not_waiting", "response_already_completed", "duplicate_tool_output"}
-            self.immediate.append(Immediate("error", codes, stream_id=ANY_LANE, status=400))
+            shapes = self._double_append_errors(live)
+            self.immediate.append(Immediate("error", shapes=shapes, status=400))
             self._send({"type": "response.append", "response_id": rid, "input": items})
         if rejection is None and not completes and verb == "response.append":
             self._barrier()  # APPEND-4: a partial append is acknowledged by nothing
         else:
             self._settle()
+
+    @staticmethod
+    def _double_append_errors(live: AppendLive) -> frozenset[ErrorShape]:
+        """The answers to the same outputs appended again right after the append that resumed
+        the rollout. The server reads the second append whenever it reads it (WS-5), so the
+        rollout may be sampling (``response_not_waiting``, on the target's lane, param null,
+        APPEND-5), finished (``response_already_completed``, a target error: param
+        ``response_id`` and no ``stream_id``, APPEND-5, WS-7), or, with a forced tool choice,
+        waiting for its next call (the first output is then a duplicate: VAL-2, APPEND-3).
+
+        The shapes are exact because the resumed rollout frees its lane when it ends, and the
+        creates queued behind it run meanwhile: one of them may fail with the same code (a
+        ``dup_output`` history gets ``duplicate_tool_output`` at ``input[3].call_id`` on that
+        lane) before or after this error (issue 13). Matching on the code alone let such a
+        create's error stand in for this one."""
+        shapes: set[ErrorShape] = {
+            ("response_not_waiting", None, live.lane),
+            ("response_already_completed", "response_id", None),
+        }
+        if live.forced_tool is not None:
+            shapes.add(("duplicate_tool_output", "input[0].call_id", live.lane))
+        return frozenset(shapes)
 
     @precondition(lambda self: self.finished_appends)
     @rule(data=st.data(), verb=st.sampled_from(["response.append", "response.inject"]))

@@ -9,15 +9,23 @@ was wrong.
 from __future__ import annotations
 
 import json
+from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
+from engine.core import EngineConfig
 from protocol.response import Response
 from protocol.states import IllegalTransition, ResponseState
 from protocol.stream import ResponseStream
 from tests.conftest import LiveServer, sdk_parse
+from tests.fuzz._replay import replay
+from tests.fuzz._support import LiveEnv
+from tests.fuzz.test_live_ws import MAX_QUEUED, AppendLive, Immediate, WsProtocolMachine
+
+FINDINGS = Path(__file__).parent / "findings"  # failing runs as hypothesis printed them
 
 TOOLS = [
     {
@@ -179,3 +187,137 @@ async def test_metadata_error_param_is_a_json_path(server: LiveServer) -> None:
         error = (await _events(ws, "error"))[-1]
         assert error["error"]["code"] == "invalid_type"
         assert error["error"]["param"] == "metadata.k", error  # was: 'metadata[...]'
+
+
+# ----------------------------------------------------------------------------- issue 13
+# Three failures of the deep profile, one root cause, in the model (the server was right): the
+# model expected the error of the double append (the same outputs appended again right after
+# the append that resumed the rollout) as "one of three codes, on any lane". The resumed
+# rollout ends and frees its lane; a create queued there behind it runs, and a ``dup_output``
+# history is rejected with ``duplicate_tool_output`` (``input[3].call_id``, on that lane).
+# When that error came first it was taken for the append's, and then
+# (1) the next queued create's ``response.created`` was taken as the rejected create running,
+# (2) the append's real ``response_already_completed`` was taken as the create's error,
+# (3) or it arrived with nothing left to match it. The server reads the second append when it
+# reads it (WS-5), so its error may come before or after the lane's events, and as a target
+# error it carries no ``stream_id`` (APPEND-5, WS-7).
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("finding", ["issue13-failure1", "issue13-failure2", "issue13-failure3"])
+def test_issue13_printed_runs_replay_green(finding: str) -> None:
+    """FUZZ-2, WS-5, APPEND-5. The three failing runs, replayed step by step with their
+    printed draws. Before the model fix each failed every time it was replayed."""
+    env = LiveEnv(EngineConfig(tokens_per_second=0, max_queued_creates=MAX_QUEUED))
+    try:
+        machine = type("WsMachine", (WsProtocolMachine,), {"env": env, "tally": Counter()})
+        replay(machine(), (FINDINGS / f"{finding}.txt").read_text(encoding="utf-8"))
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("forced", [False, True])
+def test_double_append_error_is_matched_by_its_exact_shape(forced: bool) -> None:
+    """APPEND-5, VAL-2. The model's expectation for the double append: the queued create's
+    ``duplicate_tool_output`` at ``input[3].call_id`` on the same lane is not its answer (was:
+    any error with one of the three codes, on any lane)."""
+    live = AppendLive("resp_x", "b.2-x", ["get_weather"], "get_weather" if forced else None,
+                      store=False, pending=[])  # fmt: skip
+    double = Immediate("error", shapes=WsProtocolMachine._double_append_errors(live))
+    assert not double.is_answered_by("duplicate_tool_output", "input[3].call_id", "b.2-x")
+    assert double.is_answered_by("response_already_completed", "response_id", None)
+    assert not double.is_answered_by("response_already_completed", "response_id", "b.2-x")
+    assert double.is_answered_by("response_not_waiting", None, "b.2-x")
+    assert not double.is_answered_by("response_not_waiting", None, None)
+    # waiting for its next forced call: the outputs again are duplicates, from the first one
+    assert double.is_answered_by("duplicate_tool_output", "input[0].call_id", "b.2-x") is forced
+
+
+def _dup_history(lane: str | None = None, store: bool = True) -> dict[str, Any]:
+    call = {"type": "function_call", "call_id": "call_h1", "name": "get_weather",
+            "arguments": "{}", "id": "fc_h1", "status": "completed"}  # fmt: skip
+    output = {"type": "function_call_output", "call_id": "call_h1", "output": "sunny"}
+    body: dict[str, Any] = {
+        "input": [{"role": "user", "content": "hi"}, call, output, output],
+        "tools": TOOLS,
+        "store": store,
+    }
+    if lane is not None:
+        body["stream_id"] = lane
+    return body
+
+
+@pytest.mark.parametrize(
+    ("transport", "lane", "store", "mode"),
+    [
+        ("http", None, True, None),
+        ("http", None, False, None),
+        ("ws", None, True, None),
+        ("ws", None, False, None),
+        ("ws", "b.2-x", False, None),
+        ("ws", "b.2-x", False, "append"),
+    ],
+)
+async def test_duplicate_output_in_a_history_is_rejected(
+    server: LiveServer, transport: str, lane: str | None, store: bool, mode: str | None
+) -> None:
+    """VAL-2. A stateless create whose history answers one call twice is rejected with
+    ``duplicate_tool_output`` at ``input[3].call_id`` on every create path (issue 13 asked
+    whether one accepted it: none does)."""
+    body = _dup_history(lane, store)
+    if mode is not None:
+        body["rollout_mode"] = mode
+    async with aiohttp.ClientSession() as http:
+        if transport == "http":
+            async with http.post(f"{server.base_url}/responses", json=body) as response:
+                assert response.status == 400
+                error = (await response.json())["error"]
+        else:
+            async with http.ws_connect(server.ws_url) as ws:
+                await ws.send_json({"type": "response.create", **body})
+                event = (await _events(ws, "error", "response.created"))[-1]
+                assert event["type"] == "error" and event.get("stream_id") == lane, event
+                error = event["error"]
+    assert (error["code"], error["param"]) == ("duplicate_tool_output", "input[3].call_id")
+
+
+async def test_queued_duplicate_output_create_behind_a_double_append(server: LiveServer) -> None:
+    """WS-5, APPEND-5, VAL-2. Failure 1's situation on the wire: an append-mode rollout holds lane
+    ``b.2-x``; a ``dup_output`` create and a plain create wait behind it; the pending call is
+    answered and the same output appended again. The rejected create gets exactly one
+    ``duplicate_tool_output`` error on its lane, the plain create runs once, and the second
+    append gets its own error (not waiting, or already completed and then without
+    ``stream_id``), in whichever order the server produces them."""
+    lane = "b.2-x"
+    async with aiohttp.ClientSession() as http, http.ws_connect(server.ws_url) as ws:
+        await ws.send_json(
+            {"type": "response.create", "input": "Weather in Paris?", "tools": TOOLS,
+             "rollout_mode": "append", "store": False, "stream_id": lane}
+        )  # fmt: skip
+        done = (await _events(ws, "response.done"))[-1]
+        rid, call_id = done["response"]["id"], done["pending_calls"][0]["call_id"]
+        await ws.send_json({"type": "response.create", **_dup_history(lane, store=False)})
+        await ws.send_json({"type": "response.create", "input": "next", "stream_id": lane})
+        output = {"type": "function_call_output", "call_id": call_id, "output": "ok"}
+        append = {"type": "response.append", "response_id": rid, "input": [output]}
+        await ws.send_json(append)
+        await ws.send_json(append)
+        errors: list[dict[str, Any]] = []
+        created: list[str] = []
+        completed: list[str] = []
+        while len(errors) < 2 or len(completed) < 2:
+            event = (await _events(ws, "error", "response.created", "response.completed"))[-1]
+            if event["type"] == "error":
+                errors.append(event)
+            elif event["type"] == "response.created":
+                created.append(event["response"]["id"])
+            else:
+                completed.append(event["response"]["id"])
+    shapes = sorted((e["error"]["code"], e["error"]["param"], e.get("stream_id")) for e in errors)
+    assert ("duplicate_tool_output", "input[3].call_id", lane) in shapes, shapes
+    second = next(s for s in shapes if s[0] != "duplicate_tool_output")
+    assert second in {
+        ("response_already_completed", "response_id", None),
+        ("response_not_waiting", None, lane),
+    }, shapes
+    assert len(created) == 1 and completed == [rid, created[0]], (created, completed)

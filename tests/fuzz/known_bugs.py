@@ -11,6 +11,8 @@ Found and fixed so far (see ``test_regressions.py``): the builder's phantom open
 illegal add (STATE-2); deeply nested frames killing the socket / HTTP 500; inject.failed and
 steer.failed echoing input the SDK rejects (CONF-1); store-path error params offset by the
 stored context; not-JSON reported as a schema error (CODEC-2); ``metadata[...]`` params.
+Found and fixed in the model (the server was right): the WS machine took a queued create's
+``duplicate_tool_output`` for a double append's error (issue 13; WS-5, APPEND-5).
 """
 
 from __future__ import annotations

@@ -296,11 +296,12 @@ async def _start_or_resume(session: Connection, lane: Lane, job: Admission) -> t
         return _new_rollout(session, job, found[1].ctx.fork(), INCREMENTAL), True
     parked = engine.parking.claim(prev, session.owner)
     if parked is not None:
+        assert isinstance(parked.rollout, Rollout)  # the only kind the session parks
         if parked.rollout.settings.store and not await _still_stored(engine, prev):
             session.adopt(parked.task, parked.rollout)  # owned while it winds down
             parked.rollout.retire()
             raise previous_response_not_found(prev)
-        return _unpark(session, job, parked)
+        return _unpark(session, job, parked, parked.rollout)
     cached = engine.hydrated.get(prev, session.owner, job.backend.supports)
     if cached is not None and await _still_stored(engine, prev):
         counters["create.hydrated"] += 1
@@ -356,11 +357,13 @@ async def _require_store(store: ResponseStore) -> None:
         raise store_unavailable()
 
 
-def _unpark(session: Connection, job: Admission, parked: Parked) -> tuple[Rollout, bool]:
+def _unpark(
+    session: Connection, job: Admission, parked: Parked, rollout: Rollout
+) -> tuple[Rollout, bool]:
     """A parked rollout's owner is back (PARK-3): resume it on the fast path when the request
     allows (COMPAT-2), else fork its context and retire it (COMPAT-3). Either way the session
     now owns its task; a rejected continuation retires it (CACHE-3)."""
-    engine, rollout = session.engine, parked.rollout
+    engine = session.engine
     session.adopt(parked.task, rollout)
     entry = CacheEntry(parked.response_id, rollout.ctx, rollout.backend, rollout)
     live = entry.resumable_by(job.backend, job.mode) if job.params.generate else None

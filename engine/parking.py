@@ -14,16 +14,23 @@ import asyncio
 import contextlib
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:  # the rollout imports the engine, which owns this lot
-    from engine.rollout import Rollout
+
+class Parkable(Protocol):
+    """What the lot needs of a rollout (``engine.rollout.Rollout``, which imports the engine
+    that owns this lot: naming it here would be an import cycle)."""
+
+    @property
+    def waiting(self) -> bool: ...
+
+    def retire(self) -> None: ...
 
 
 @dataclass(slots=True)
 class Parked:
     response_id: str  # the rollout's last response: what a continuation names
-    rollout: Rollout
+    rollout: Parkable  # an engine.rollout.Rollout
     task: asyncio.Task[None]
     owner: str | None  # the API-key identity that created it (OWN-1)
     timer: asyncio.TimerHandle
@@ -40,7 +47,7 @@ class ParkingLot:
         self.closed = False
 
     def park(
-        self, response_id: str, rollout: Rollout, task: asyncio.Task[None], owner: str | None
+        self, response_id: str, rollout: Parkable, task: asyncio.Task[None], owner: str | None
     ) -> bool:
         """Take the task over; False (nothing taken) when parking is off or shutting down."""
         if self.closed or self.seconds <= 0 or not rollout.waiting:

@@ -7,7 +7,6 @@ import asyncio
 import os
 import re
 import signal
-import socket
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -25,11 +24,12 @@ TOOLS: list[Any] = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+async def _announced_port(proc: asyncio.subprocess.Process) -> int:
+    assert proc.stdout is not None
+    while line := await asyncio.wait_for(proc.stdout.readline(), 60):
+        if line.startswith(b"PORT "):
+            return int(line.split()[1])
+    raise AssertionError("the pool exited before announcing its port")
 
 
 async def _stats(port: int) -> dict[str, Any]:
@@ -62,13 +62,13 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 @pytest.fixture
 async def pool(store_url: str) -> AsyncIterator[tuple[int, asyncio.subprocess.Process]]:
-    port = _free_port()
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "cli", "serve", "--port", str(port),
+        sys.executable, "-m", "cli", "serve", "--port", "0", "--announce-port",
         "--workers", "2", "--tps", "0", "--log-level", "WARNING", "--store", store_url,
-        stdout=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
     )  # fmt: skip
     try:
+        port = await _announced_port(proc)  # the pool's one port, picked by the parent (WORK-1)
         await _wait_healthy(port)
         await _worker_views(port)  # both listen: until then the kernel picks the one that does
         yield port, proc

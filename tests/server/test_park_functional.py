@@ -184,3 +184,7 @@ async def test_stored_responses_belong_to_their_key_over_http(
     await alice.responses.delete(made.id)
     with pytest.raises(openai.NotFoundError):
         await alice.responses.retrieve(made.id)
+    queued = await alice.responses.create(model=MODEL, input="Fix the tests.", background=True)
+    with pytest.raises(openai.NotFoundError):  # a background response too, live or settled
+        await bob.responses.retrieve(queued.id)
+    assert (await alice.responses.retrieve(queued.id)).id == queued.id

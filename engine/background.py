@@ -119,11 +119,14 @@ class EventLog:
 class BackgroundRun:
     """One detached create: its session, its event log, its task."""
 
-    def __init__(self, engine: Engine, params: CreateParams, log_bytes: int) -> None:
+    def __init__(
+        self, engine: Engine, params: CreateParams, log_bytes: int, owner: str | None = None
+    ) -> None:
         self.engine = engine
         self.params = params
+        self.owner = owner  # the API-key identity that created it (OWN-1)
         self.log = EventLog(log_bytes)
-        self.session = Session(engine, self.log, transport="http")
+        self.session = Session(engine, self.log, transport="http", owner=owner)
         self.session.on_admitted = self._admitted
         self.turn: Turn | None = None
         self.at_admission: Response | None = None
@@ -157,6 +160,7 @@ class BackgroundRun:
             [listing_form(item) for item in turn.input_items],
             context,
             None,
+            owner=self.owner,
         )
         try:
             await self.engine.store.put(record)
@@ -219,7 +223,7 @@ class BackgroundRuns:
         self._starting: set[BackgroundRun] = set()
         self.finished: OrderedDict[str, EventLog] = OrderedDict()
 
-    async def start(self, params: CreateParams) -> BackgroundRun:
+    async def start(self, params: CreateParams, owner: str | None = None) -> BackgroundRun:
         """Start a run; returns once it is admitted or rejected (``run.turn`` is None, BG-2)."""
         config = self.engine.config
         if len(self.live) + len(self._starting) >= config.max_background_runs:
@@ -228,7 +232,7 @@ class BackgroundRuns:
                 f"At most {config.max_background_runs} background responses run at once.",
                 None,
             )
-        run = BackgroundRun(self.engine, params, config.background_log_bytes)
+        run = BackgroundRun(self.engine, params, config.background_log_bytes, owner)
         self._starting.add(run)
         run.task = asyncio.create_task(run.main(), name="background")
         run.task.add_done_callback(lambda _: self._reap(run))

@@ -7,12 +7,17 @@ Four ways a create can start (SPEC: COMPAT-1..COMPAT-6), cheapest first:
                the new items are validated, scanned and rendered.
 * cache path - it names the lane's cached latest response: a new rollout seeded from the cached
                context (items and rendered tokens, copied once); only new items are processed.
-* store path - a ``store=true`` response not in the cache: hydrate from the store, full pipeline.
+* parked     - it names the last response of a rollout parked by a closed socket of the same
+               owner: the new connection adopts that coroutine and resumes it (PARK-3).
+* hydrated   - a recent ``store=true`` response of this process (HYD-1): fork its cached context,
+               only new items are processed.
+* store path - a ``store=true`` response in no cache: hydrate from the store, full pipeline.
 * stateless  - no ``previous_response_id``: full pipeline over the whole input.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -24,6 +29,7 @@ from engine.context import Context
 from engine.core import Engine
 from engine.lane import CacheEntry, Lane
 from engine.models.base import Backend
+from engine.parking import Parked
 from engine.pipeline import FULL, INCREMENTAL, ItemTexts
 from engine.rollout import Mode, Rollout, Settings, Sink, Turn
 from engine.store import ResponseStore, StoreError
@@ -49,12 +55,15 @@ class Connection(Protocol):
     finished_appends: deque[str]
     finished: deque[str]  # recent terminal ids (steer errors, STEER-7)
     on_admitted: Callable[[Turn, list[InputItem]], Awaitable[None]] | None  # background (BG-2)
+    owner: str | None  # the API-key identity of the requester (OWN-1)
 
     def resolve(self, model: str) -> Backend: ...
 
     def cached(self, response_id: str) -> tuple[Lane, CacheEntry] | None: ...
 
     def spawn(self, rollout: Rollout) -> None: ...
+
+    def adopt(self, task: asyncio.Task[None], rollout: Rollout) -> None: ...
 
 
 def settings_from(params: CreateParams, model: str) -> Settings:
@@ -215,7 +224,7 @@ async def run_create(
         if turn.successor is None:
             break
         turn = turn.successor
-    _after_turn(lane, job, turn, rollout, status)
+    _after_turn(session.engine, lane, job, turn, rollout, status)
 
 
 async def _serve_turn(session: Connection, job: Admission, rollout: Rollout, turn: Turn) -> str:
@@ -238,7 +247,8 @@ def _admit(session: Connection, lane: Lane, params: CreateParams) -> Admission:
         params, session.transport, config.max_input_items, config.max_input_chars
     )
     model = params.model or engine.config.default_model
-    turn = Turn(ResponseStream(new_response(params, model), lane.name), session.sink, items)
+    stream = ResponseStream(new_response(params, model), lane.name)
+    turn = Turn(stream, session.sink, items)
     start = time.perf_counter()
     backend = session.resolve(model)
     turn.log.add_time("route", time.perf_counter() - start)
@@ -257,7 +267,8 @@ async def _start_or_resume(session: Connection, lane: Lane, job: Admission) -> t
     """Returns the rollout serving this create and whether it is new (needs a task).
 
     A warmup (``generate: false``) never takes the fast path: it does not sample."""
-    counters = session.engine.counters
+    engine = session.engine
+    counters = engine.counters
     prev = job.prev
     if job.settings.store:
         await _require_store(session.engine.store)
@@ -270,6 +281,7 @@ async def _start_or_resume(session: Connection, lane: Lane, job: Admission) -> t
         live = entry.resumable_by(job.backend, job.mode) if job.params.generate else None
         if live is not None:
             counters["create.fast_path"] += 1
+            engine.hydrated.discard(prev)  # the shared context moves on (HYD-3)
             live.continue_standard(job.items, job.texts, job.turn, job.settings)
             lane.latest = None  # its context now moves on; the new response replaces it
             return live, False
@@ -282,6 +294,18 @@ async def _start_or_resume(session: Connection, lane: Lane, job: Admission) -> t
     if found is not None:  # a fork from another lane: copy its context, leave it running
         counters["create.fork"] += 1
         return _new_rollout(session, job, found[1].ctx.fork(), INCREMENTAL), True
+    parked = engine.parking.claim(prev, session.owner)
+    if parked is not None:
+        assert isinstance(parked.rollout, Rollout)  # the only kind the session parks
+        if parked.rollout.settings.store and not await _still_stored(engine, prev):
+            session.adopt(parked.task, parked.rollout)  # owned while it winds down
+            parked.rollout.retire()
+            raise previous_response_not_found(prev)
+        return _unpark(session, job, parked, parked.rollout)
+    cached = engine.hydrated.get(prev, session.owner, job.backend.supports)
+    if cached is not None and await _still_stored(engine, prev):
+        counters["create.hydrated"] += 1
+        return _new_rollout(session, job, cached.ctx.fork(), INCREMENTAL), True
     counters["create.cache_miss"] += 1
     start = time.perf_counter()
     try:
@@ -289,7 +313,7 @@ async def _start_or_resume(session: Connection, lane: Lane, job: Admission) -> t
         job.turn.log.add_time("hydrate", time.perf_counter() - start)  # OBS-1
     except StoreError as exc:
         raise wire_error(exc, "previous_response_id") from None
-    if hydrated is None:
+    if hydrated is None or hydrated.record.owner != session.owner:  # another key's (OWN-2)
         raise previous_response_not_found(prev)
     if hydrated.record.response.status in ("queued", "in_progress"):  # background (BG-7)
         raise InvalidRequest(
@@ -299,8 +323,30 @@ async def _start_or_resume(session: Connection, lane: Lane, job: Admission) -> t
         )
     counters["create.store_hydrate"] += 1
     rollout = Rollout(session.engine, job.backend, job.settings, job.turn, job.mode)
+    rollout.owner = session.owner
     rollout.prepare(job.items, job.texts, path=FULL, history=hydrated.items, stored=hydrated.point)
     return rollout, True
+
+
+# Backends whose deletes reach this process's caches: this process's own memory, and Redis,
+# which publishes every delete to all processes (STORE-11).
+_DELETES_REACH_US = frozenset({"memory", "redis"})
+
+
+async def _still_stored(engine: Engine, response_id: str) -> bool:
+    """A cached context of a stored response is served only while the response exists (HYD-5).
+    Where a delete by another process cannot reach this one (SQLite shared by workers), the
+    hit is confirmed with one read; otherwise the delete listener has already dropped it."""
+    store = engine.store
+    if store.kind in _DELETES_REACH_US:
+        return True
+    try:
+        found = await store.get(response_id) is not None
+    except StoreError as exc:
+        raise wire_error(exc, "previous_response_id") from None
+    if not found:
+        engine.hydrated.discard(response_id)
+    return found
 
 
 async def _require_store(store: ResponseStore) -> None:
@@ -311,17 +357,49 @@ async def _require_store(store: ResponseStore) -> None:
         raise store_unavailable()
 
 
+def _unpark(
+    session: Connection, job: Admission, parked: Parked, rollout: Rollout
+) -> tuple[Rollout, bool]:
+    """A parked rollout's owner is back (PARK-3): resume it on the fast path when the request
+    allows (COMPAT-2), else fork its context and retire it (COMPAT-3). Either way the session
+    now owns its task; a rejected continuation retires it (CACHE-3)."""
+    engine = session.engine
+    session.adopt(parked.task, rollout)
+    entry = CacheEntry(parked.response_id, rollout.ctx, rollout.backend, rollout)
+    live = entry.resumable_by(job.backend, job.mode) if job.params.generate else None
+    if live is None:
+        engine.counters["create.cache_hit"] += 1
+        ctx = rollout.ctx.fork()
+        rollout.retire()
+        return _new_rollout(session, job, ctx, INCREMENTAL), True
+    engine.counters["create.fast_path"] += 1
+    engine.counters["create.unparked"] += 1
+    engine.hydrated.discard(parked.response_id)  # the shared context moves on (HYD-3)
+    try:
+        live.continue_standard(job.items, job.texts, job.turn, job.settings)
+    except Exception:
+        live.retire()
+        raise
+    return live, False
+
+
 def _new_rollout(session: Connection, job: Admission, ctx: Context | None, path: str) -> Rollout:
     rollout = Rollout(session.engine, job.backend, job.settings, job.turn, job.mode, context=ctx)
+    rollout.owner = session.owner  # what it stores and parks belongs to the requester (OWN-1)
     rollout.prepare(job.items, job.texts, path=path)
     return rollout
 
 
-def _after_turn(lane: Lane, job: Admission, turn: Turn, rollout: Rollout, status: str) -> None:
-    """Update the lane cache after a response's terminal frame (CACHE-1..CACHE-3). After
-    steering, ``turn`` is the last successor: it is the lane's latest."""
+def _after_turn(
+    engine: Engine, lane: Lane, job: Admission, turn: Turn, rollout: Rollout, status: str
+) -> None:
+    """Update the lane cache after a response's terminal frame (CACHE-1..CACHE-3), and publish a
+    stored response's context to the process's hydration cache (HYD-1). After steering,
+    ``turn`` is the last successor: it is the lane's latest."""
     if status in ("completed", "incomplete"):
         live = rollout if rollout.waiting else None
         lane.replace(CacheEntry(turn.stream.id, rollout.ctx, job.backend, live))
+        if job.settings.store:
+            engine.hydrated.publish(turn.stream.id, rollout.ctx, job.backend, rollout.owner)
     elif job.prev is not None and turn is job.turn:
         lane.evict(job.prev)

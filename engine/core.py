@@ -9,8 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.benchclock import BenchClock
+from engine.hydration import HydrationCache
 from engine.metrics import Metrics
 from engine.models.router import Router, simulator_router
+from engine.parking import ParkingLot
 from engine.pipeline import StageStats
 from engine.post import PostInference
 from engine.store import DEFAULT_TTL_S, MemoryStore, ResponseRecord, ResponseStore, StoreError
@@ -44,6 +46,8 @@ class EngineConfig:
     background_orphan_after_s: float = 900.0
     safety_policy: str = "flag"  # "flag" records findings; "redact" also masks secrets (SAFE-3)
     bench_timings: bool = False  # per-turn stage timings for the benchmark (OBS-5)
+    hydration_cache_tokens: int = 4_000_000  # per-process context cache, in tokens (HYD-2)
+    park_seconds: float = 60.0  # a suspended rollout outlives its socket this long (PARK-1)
 
 
 class Engine:
@@ -64,6 +68,10 @@ class Engine:
         self.stats = StageStats()
         self.counters: Counter[str] = Counter()  # create paths and cache events, for /metrics
         self.metrics = Metrics(self.counters)
+        self.hydrated = HydrationCache(self.config.hydration_cache_tokens, self.counters)
+        self.parking = ParkingLot(self.config.park_seconds, self.counters)
+        self._event_sync: asyncio.Task[None] | None = None
+        self.store.on_delete(self._forget)
         self.post = PostInference(
             self.metrics, self.config.post_queue_size, self.config.ledger_path
         )
@@ -80,9 +88,16 @@ class Engine:
         await asyncio.to_thread(encoding)
         await self.store.open()
         await self.post.start()
+        if self.metrics.shared_dir:  # one of several workers (WORK-3)
+            self._event_sync = asyncio.create_task(self.metrics.sync_forever(), name="metrics")
 
     async def stop(self) -> None:
+        await self.parking.close()  # parked rollouts finish (and account) before the worker stops
         await self.post.stop()
+        if self._event_sync is not None:
+            self._event_sync.cancel()
+            await asyncio.gather(self._event_sync, return_exceptions=True)
+            self.metrics.sync_events()
         if self._writes:
             await asyncio.gather(*self._writes, return_exceptions=True)
         await self.store.close()
@@ -105,3 +120,8 @@ class Engine:
             await self.store.put(record)
         except StoreError as exc:
             log.warning("store: cancelled response %s not stored: %s", record.id, exc)
+
+    def _forget(self, response_id: str) -> None:
+        """A deleted response leaves this process's caches too: hydration, parking (HYD-5)."""
+        self.hydrated.discard(response_id)
+        self.parking.discard(response_id)

@@ -1,17 +1,27 @@
-"""Prometheus metrics (SPEC: OBS-1..OBS-3). One registry per engine, so several engines (tests,
-benchmarks) never collide. Stage timings are observed by the post-inference worker, off the
-critical path; cache counters are read from the engine at scrape time."""
+"""Prometheus metrics (SPEC: OBS-1..OBS-3, WORK-3). One registry per engine, so several engines
+(tests, benchmarks) never collide. Stage timings are observed by the post-inference worker, off
+the critical path; cache counters are read from the engine at scrape time.
+
+Under ``rollout serve --workers N`` (``PROMETHEUS_MULTIPROC_DIR`` set) every worker's values
+live in shared memory-mapped files and any worker's ``/metrics`` aggregates all of them. The
+engine's counters are then copied into a shared counter at scrape time and every
+``EVENT_SYNC_S`` seconds, so another worker's view of them is at most that old."""
 
 from __future__ import annotations
 
+import asyncio
 import collections
+import os
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+EVENT_SYNC_S = 1.0
 _BUCKETS = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
 )  # fmt: skip
@@ -55,7 +65,38 @@ class Metrics:
         self.findings = Counter(
             "rollout_safety_findings", "Safety findings by kind", ["kind"], registry=self.registry
         )
-        self.registry.register(_EngineCounters(counters))
+        self.shared_dir = os.environ.get(MULTIPROC_ENV)
+        self._counters = counters
+        self._synced: collections.Counter[str] = collections.Counter()
+        self.events: Counter | None = None
+        if self.shared_dir:
+            self.events = Counter(
+                "rollout_events", "Create paths and cache events (fast_path, cache_hit …)",
+                ["event"], registry=self.registry,
+            )  # fmt: skip
+        else:
+            self.registry.register(_EngineCounters(counters))
+
+    def sync_events(self) -> None:
+        """Copy what the engine counted since the last sync into the shared counter."""
+        if self.events is None:
+            return
+        for name, value in self._counters.items():
+            delta = value - self._synced[name]
+            if delta > 0:
+                self.events.labels(name).inc(delta)
+                self._synced[name] = value
+
+    async def sync_forever(self) -> None:
+        """The engine's owned task in multiprocess mode: keep other workers' view fresh."""
+        while True:
+            await asyncio.sleep(EVENT_SYNC_S)
+            self.sync_events()
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        if not self.shared_dir:
+            return generate_latest(self.registry)
+        self.sync_events()
+        merged = CollectorRegistry()
+        MultiProcessCollector(merged, path=self.shared_dir)  # type: ignore[no-untyped-call]
+        return generate_latest(merged)

@@ -58,8 +58,10 @@ class Session:
         *,
         transport: str = "ws",
         default_mode: Mode = Mode.STANDARD,
+        owner: str | None = None,
     ) -> None:
         self.engine = engine
+        self.owner = owner  # the API-key identity of this connection or request (OWN-1)
         self.sink = sink
         self.transport = transport
         self.default_mode = default_mode
@@ -253,6 +255,11 @@ class Session:
         self.rollouts[task] = rollout
         task.add_done_callback(self._reap)
 
+    def adopt(self, task: asyncio.Task[None], rollout: Rollout) -> None:
+        """Take over a running rollout's task (a parked rollout resumed here, PARK-3)."""
+        self.rollouts[task] = rollout
+        task.add_done_callback(self._reap)
+
     def _reap(self, task: asyncio.Task[None]) -> None:
         self.rollouts.pop(task, None)
         if not task.cancelled() and task.exception() is not None:
@@ -266,8 +273,11 @@ class Session:
         workers = [lane.worker for lane in self.lanes.values() if lane.worker is not None]
         for worker in workers:
             worker.cancel()
+        parked = self._park_suspended()
         for task, rollout in list(self.rollouts.items()):
-            if rollout.waiting:
+            if task in parked:
+                del self.rollouts[task]  # the parking lot owns it now (PARK-1)
+            elif rollout.waiting:
                 rollout.retire()
             else:
                 task.cancel()
@@ -277,6 +287,26 @@ class Session:
         self.append_targets.clear()
         for lane in self.lanes.values():
             lane.latest = None
+
+    def _park_suspended(self) -> set[asyncio.Task[None]]:
+        """A closing WebSocket parks each standard-mode rollout suspended at its lane's latest
+        response instead of retiring it (PARK-1). Returns the tasks handed over."""
+        if self.transport != "ws" or self.draining:
+            return set()
+        tasks = {rollout: task for task, rollout in self.rollouts.items()}
+        parked: set[asyncio.Task[None]] = set()
+        for lane in self.lanes.values():
+            entry = lane.latest
+            rollout = entry.rollout if entry is not None else None
+            if entry is None or rollout is None or rollout.mode is not Mode.STANDARD:
+                continue
+            task = tasks.get(rollout)
+            if task is not None and self.engine.parking.park(
+                entry.response_id, rollout, task, self.owner
+            ):
+                entry.rollout = None
+                parked.add(task)
+        return parked
 
     async def drain(self) -> None:
         """Wait until every queued create has been served (HTTP uses one create per session)."""

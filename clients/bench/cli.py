@@ -167,7 +167,7 @@ def run_load(args: argparse.Namespace) -> int:
     """``--load``: prints and optionally writes the load report; exit 1 if anything was lost."""
     settings = LoadSettings(args.load_connections, args.load_turns, args.load_http_clients)
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-        report = runner.run(main_load(settings))
+        report = runner.run(main_load(settings, args.url))
     print(json.dumps(report, indent=1))
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")

@@ -173,30 +173,30 @@ async def _sample_rss(pid: int, stop: asyncio.Event, peak: list[int]) -> None:
         await asyncio.sleep(0.05)
 
 
-async def run_load(settings: LoadSettings, server: ServerProcess) -> dict[str, Any]:
-    """Drive ``server`` and return the report (no assertions: figures for the note)."""
+async def run_load(settings: LoadSettings, url: str, pid: int | None) -> dict[str, Any]:
+    """Drive the server at ``url`` and return the report (no assertions: figures for the note).
+    ``pid`` is the bench's own server (for RSS); None for a running server (``--url``)."""
     counts, stop, peak = LoadCounts(), asyncio.Event(), [0]
-    baseline = rss_bytes(server.pid)
+    baseline = rss_bytes(pid) if pid is not None else 0
     connector = aiohttp.TCPConnector(limit=0)
-    started, cpu0 = time.perf_counter(), cpu_seconds(server.pid)
+    started, cpu0 = time.perf_counter(), (cpu_seconds(pid) if pid is not None else 0.0)
     async with aiohttp.ClientSession(connector=connector) as session:
-        sampler = asyncio.create_task(_sample_rss(server.pid, stop, peak))
-        http = [
-            asyncio.create_task(_http_client(session, server.url, stop, counts))
-            for _ in range(settings.http_clients)
-        ]
+        tasks = [_sample_rss(pid, stop, peak)] if pid is not None else []
+        tasks += [_http_client(session, url, stop, counts) for _ in range(settings.http_clients)]
+        background = [asyncio.create_task(task) for task in tasks]
         await asyncio.gather(
-            *(_agent(session, server.url, n, settings, counts) for n in range(settings.connections))
+            *(_agent(session, url, n, settings, counts) for n in range(settings.connections))
         )
         stop.set()
-        await asyncio.gather(sampler, *http)
-    elapsed, cpu = time.perf_counter() - started, cpu_seconds(server.pid) - cpu0
+        await asyncio.gather(*background)
+    elapsed = time.perf_counter() - started
+    cpu = cpu_seconds(pid) - cpu0 if pid is not None else 0.0
     await asyncio.sleep(1.0)  # let the server notice the closes and release the rollouts
-    report = _report(settings, counts, elapsed, baseline, peak[0], rss_bytes(server.pid))
+    after = rss_bytes(pid) if pid is not None else 0
+    report = _report(settings, counts, elapsed, baseline, peak[0], after)
     # Turns per second of wall time are bounded by this machine (the client shares its cores);
     # per server CPU-second is what one server process can serve when it has a core to itself.
-    report["turns_per_s"] = round(counts.turns / elapsed, 1) if elapsed else None
-    report["server_cpu_s"] = round(cpu, 2)
+    report["server_cpu_s"] = round(cpu, 2) if pid is not None else None
     report["turns_per_server_cpu_s"] = round(counts.turns / cpu, 1) if cpu else None
     return report
 
@@ -219,6 +219,7 @@ def _report(
             "http_clients": settings.http_clients,
         },
         "elapsed_s": round(elapsed, 2),
+        "turns_per_s": round(counts.turns / elapsed, 1) if elapsed > 0 else None,
         "turns": counts.turns,
         "turns_expected": expected,
         "responses": counts.responses,
@@ -235,6 +236,10 @@ def _report(
     }
 
 
-async def main_load(settings: LoadSettings) -> dict[str, Any]:
+async def main_load(settings: LoadSettings, url: str | None = None) -> dict[str, Any]:
+    """On the bench's own server (tps 0), or on a running one at ``url`` (no RSS figures: e.g.
+    ``rollout serve --bench-models --tps 0 --workers N``, WORK-1)."""
+    if url is not None:
+        return await run_load(settings, url.rstrip("/"), None)
     async with ServerProcess(tokens_per_second=0) as server:
-        return await run_load(settings, server)
+        return await run_load(settings, server.url, server.pid)

@@ -21,6 +21,7 @@ from engine.core import Engine, EngineConfig
 from engine.models.router import Router
 from engine.server.config import ServerConfig, load_api_keys, warn_if_open
 from engine.server.keys import ENGINE
+from engine.server.workers import WORKER_FLAG, follow_parent, reserve_port, run_workers
 from engine.store import (
     DEFAULT_MAX_RECORD_BYTES,
     DEFAULT_TTL_S,
@@ -87,6 +88,20 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         default=DEFAULT_MAX_RECORD_BYTES,
         help="largest stored response record",
     )
+    lim.add_argument(
+        "--park-seconds", type=float, default=60.0,
+        help="a suspended rollout outlives its closed WebSocket this long (0: off)",
+    )  # fmt: skip
+    lim.add_argument(
+        "--hydration-cache-tokens", type=int, default=4_000_000,
+        help="per-process cache of recent stored contexts, in tokens (0: off)",
+    )  # fmt: skip
+    proc = p.add_argument_group("processes")
+    proc.add_argument(
+        "--workers", type=int, default=1,
+        help="server processes sharing the port (SO_REUSEPORT) and the store",
+    )  # fmt: skip
+    proc.add_argument(WORKER_FLAG, type=int, default=None, help=argparse.SUPPRESS)
     eng = p.add_argument_group("engine")
     eng.add_argument("--tps", type=float, default=1000.0, help="simulated model tokens/second")
     eng.add_argument("--safety-policy", choices=["flag", "redact"], default="flag")
@@ -124,6 +139,8 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         ledger_path=args.ledger,
         safety_policy=args.safety_policy,
         bench_timings=args.bench_timings,
+        park_seconds=args.park_seconds,
+        hydration_cache_tokens=args.hydration_cache_tokens,
     )
 
 
@@ -155,6 +172,8 @@ def serve(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
+    if args.workers > 1 and args.worker_index is None:
+        return _serve_workers(args)
     config = engine_config(args)
     try:
         router = _router(args, config)
@@ -166,6 +185,8 @@ def serve(args: argparse.Namespace) -> int:
         return 2
     warn_if_open(server, args.host)
     app = create_app(Engine(config, router=router, store=store), server=server)
+    if args.worker_index is not None:
+        follow_parent()
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
             runner.run(_run_app(app, args, tls, server.shutdown_grace_s, router))
@@ -175,6 +196,28 @@ def serve(args: argparse.Namespace) -> int:
         print(f"rollout serve: store: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def _serve_workers(args: argparse.Namespace) -> int:
+    """The parent of ``--workers N`` (WORK-1): checks what it can, then only supervises."""
+    try:
+        _router(args, engine_config(args))
+        tls_context(args.tls_cert, args.tls_key)
+        store = response_store(args)  # each worker opens its own connection to it
+        port = reserve_port(args.host, args.port)
+    except (ValueError, OSError) as exc:
+        print(f"rollout serve: {exc}", file=sys.stderr)
+        return 2
+    with port:
+        number = port.getsockname()[1]
+        _banner(args, number, None, args.tls_cert is not None, store)
+        print(f"  workers:   {args.workers} processes on port {number} (SO_REUSEPORT)", flush=True)
+        if args.announce_port:
+            print(f"PORT {number}", flush=True)
+        # The workers get the parent's own serve arguments (``cli.main`` parsed them from
+        # sys.argv), with the port made concrete.
+        argv = [*sys.argv[sys.argv.index("serve") + 1 :], "--port", str(number)]
+        return run_workers(argv, args.workers)
 
 
 def response_store(args: argparse.Namespace) -> ResponseStore:
@@ -273,12 +316,17 @@ async def _run_app(
         loop.add_signal_handler(sig, stop.set)
     runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=grace)
     await runner.setup()
-    site = web.TCPSite(runner, args.host, args.port, ssl_context=tls, backlog=args.backlog)
+    # Workers of one pool share the port; the kernel spreads connections over them (WORK-1).
+    worker = args.worker_index is not None
+    site = web.TCPSite(
+        runner, args.host, args.port, ssl_context=tls, backlog=args.backlog, reuse_port=worker
+    )
     await site.start()
     port = runner.addresses[0][1]  # the bound one: --port 0 picks a free port
-    _banner(args, port, router, tls is not None, app[ENGINE].store)
-    if args.announce_port:
-        print(f"PORT {port}", flush=True)  # read by clients/bench/proc.py
+    if not worker:  # a pool's parent has said all this for its workers
+        _banner(args, port, router, tls is not None, app[ENGINE].store)
+        if args.announce_port:
+            print(f"PORT {port}", flush=True)  # read by clients/bench/proc.py
     try:
         await stop.wait()
     finally:

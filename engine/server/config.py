@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import logging
 import os
@@ -27,6 +28,15 @@ class ServerConfig:
         for key in self.api_keys:
             ok |= hmac.compare_digest(key.encode(), presented.encode())
         return ok
+
+    def owner_of(self, authorization: str) -> str | None:
+        """The identity that owns what a request creates (OWN-1): a digest of its API key (the
+        key itself is never stored), or None on an open server, where everything is shared.
+        Called after the auth middleware accepted the key."""
+        if not self.api_keys:
+            return None
+        _, _, presented = authorization.partition(" ")
+        return hashlib.sha256(presented.strip().encode()).hexdigest()[:32]
 
 
 def load_api_keys(path: Path | None, env_var: str | None) -> frozenset[str]:

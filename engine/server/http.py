@@ -7,6 +7,7 @@ stateless baseline (full pre-inference over the whole input); with it, it hydrat
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from typing import Any
 
@@ -20,7 +21,7 @@ from engine.inspect import note_event
 from engine.metrics import CONTENT_TYPE
 from engine.rollout import ClientGone
 from engine.server import background
-from engine.server.keys import BACKGROUND, ENGINE, INSPECTOR, REQUESTS, SESSIONS
+from engine.server.keys import BACKGROUND, ENGINE, INSPECTOR, REQUESTS, SERVER, SESSIONS
 from engine.session import Session
 from engine.store import ResponseRecord, StoreError
 from engine.store.errors import wire_error
@@ -96,7 +97,7 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     if engine.bench_clock is not None:  # --bench-timings (OBS-5)
         sink = TimedSink(http_sink)
         sink.add_decode(time.perf_counter() - start)
-    session = Session(engine, sink, transport="http")
+    session = Session(engine, sink, transport="http", owner=_owner(request))
     live = request.app[REQUESTS]  # the inspector lists in-flight HTTP creates (INSP-4)
     live.add(session)
     try:
@@ -157,6 +158,10 @@ def _finish(sink: HttpSink) -> web.StreamResponse:
     return json_response(sink.terminal)
 
 
+def _owner(request: web.Request) -> str | None:
+    return request.app[SERVER].owner_of(request.headers.get("Authorization", ""))
+
+
 def _stored(request: web.Request) -> tuple[Engine, str]:
     return request.app[ENGINE], request.match_info["response_id"]
 
@@ -171,20 +176,27 @@ async def bench_timings(request: web.Request) -> web.Response:
 
 
 async def _record(request: web.Request) -> ResponseRecord:
-    """The stored record named by the path, or the error that says why not (STORE-8, STORE-9)."""
+    """The stored record named by the path, or the error that says why not (STORE-8, STORE-9).
+    Another key's response is not found, exactly like a missing one (OWN-2)."""
     engine, response_id = _stored(request)
     try:
         record = await engine.store.get(response_id)
     except StoreError as exc:
         raise wire_error(exc) from None
-    if record is None:
+    if record is None or record.owner != _owner(request):
         raise response_not_found(response_id)
     return record
 
 
 async def delete_response(request: web.Request) -> web.Response:
-    """Removes it from the store and from every cache of this process (STORE-11)."""
+    """Removes it from the store and from every cache of this process (STORE-11, HYD-5)."""
     engine, response_id = _stored(request)
+    try:
+        await _record(request)  # only its owner may delete it (OWN-2)
+    except ProtocolError as err:
+        if err.code != "store_record_corrupt":
+            raise
+        # A record nobody can read has no owner to check: removing it is the way out (STORE-9).
     run = request.app[BACKGROUND].live.get(response_id)
     if run is not None:  # a running background response is cancelled first (BG-9)
         await run.cancel()
@@ -270,6 +282,9 @@ async def stats(request: web.Request) -> web.Response:
             "backends": _backend_stats(engine),
             "open_sessions": len(request.app[SESSIONS]),
             "store": {"kind": engine.store.kind, "available": engine.store.available},
+            "hydration_cache": {"entries": len(engine.hydrated), "tokens": engine.hydrated.tokens},
+            "parked": len(engine.parking),
+            "pid": os.getpid(),  # which worker answered (WORK-1)
         }
     )
 

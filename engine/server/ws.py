@@ -212,7 +212,8 @@ async def serve_socket(
     await ws.prepare(request)
     sessions: set[Session] = request.app[SESSIONS]
     sink = _make_sink(ws, engine, config, request.app[INSPECTOR].errors)
-    session = Session(engine, sink, transport="ws", default_mode=default_mode(request))
+    owner = config.owner_of(request.headers.get("Authorization", ""))
+    session = Session(engine, sink, transport="ws", default_mode=default_mode(request), owner=owner)
     sessions.add(session)
     engine.counters["ws.connections"] += 1  # accepted sockets (OBS-4)
     try:

@@ -288,9 +288,13 @@ def migrate(conn: sqlite3.Connection) -> int:
             continue
         conn.execute("BEGIN IMMEDIATE")
         try:
-            for statement in statements:
-                conn.execute(statement)
-            conn.execute("INSERT INTO schema_version (version) VALUES (?)", (version,))
+            # Workers of one pool open the file together: another may have migrated while this
+            # one waited for the write lock (WORK-1), so check again under the lock.
+            row = conn.execute("SELECT max(version) FROM schema_version").fetchone()
+            if version > int(row[0] or 0):
+                for statement in statements:
+                    conn.execute(statement)
+                conn.execute("INSERT INTO schema_version (version) VALUES (?)", (version,))
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")

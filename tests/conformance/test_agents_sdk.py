@@ -182,7 +182,7 @@ async def test_agents_http_run_invokes_tool_and_finishes(
     assert server.engine.counters["create.stateless"] == 2
 
 
-async def test_agents_http_auto_previous_response_id_hydrates_from_store(
+async def test_agents_http_auto_previous_response_id_continues_by_id(
     server: LiveServer, http_client: AsyncOpenAI
 ) -> None:
     calls: list[str] = []
@@ -193,7 +193,7 @@ async def test_agents_http_auto_previous_response_id_hydrates_from_store(
     )
     assert calls == ["Athens"]
     assert result.final_output == "Based on the tool results: sunny in Athens"
-    assert server.engine.counters["create.store_hydrate"] == 1
+    assert server.engine.counters["create.hydrated"] == 1  # a recent response of this process
 
 
 async def test_agents_http_streamed_run(server: LiveServer, http_client: AsyncOpenAI) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import aiohttp
@@ -349,9 +349,13 @@ async def test_ws_store_false_state_is_connection_local(client: AsyncOpenAI) -> 
 
 
 async def test_ws_store_true_cache_miss_hydrates_from_store(
-    client: AsyncOpenAI, server: LiveServer
+    server_factory: Callable[..., Any],
 ) -> None:
-    """COMPAT-4 over WebSocket."""
+    """COMPAT-4 over WebSocket: with parking (PARK-1) and the hydration cache (HYD-1) off, a new
+    connection's continuation is served from the store."""
+    config = EngineConfig(tokens_per_second=0, park_seconds=0, hydration_cache_tokens=0)
+    server: LiveServer = await server_factory(config)
+    client = AsyncOpenAI(base_url=server.base_url, api_key="x", max_retries=0)
     async with client.responses.connect() as conn:
         first = final(await create(conn, input="Weather in Rome?", tools=[WEATHER]))
     call = first.output[0]
@@ -365,6 +369,37 @@ async def test_ws_store_true_cache_miss_hydrates_from_store(
     assert final(events).output_text == "Based on the tool results: hot"
     assert server.engine.counters["create.cache_miss"] == 1
     assert server.engine.counters["create.store_hydrate"] == 1
+    await client.close()
+
+
+async def test_ws_new_connection_resumes_parked_rollout(
+    client: AsyncOpenAI, server: LiveServer
+) -> None:
+    """PARK-1, PARK-3: the same continuation with the defaults resumes the parked coroutine."""
+    async with client.responses.connect() as conn:
+        first = final(await create(conn, input="Weather in Rome?", tools=[WEATHER]))
+    await _until(lambda: server.engine.counters["park.parked"] == 1)
+    call = first.output[0]
+    async with client.responses.connect() as conn:
+        events = await create(
+            conn,
+            previous_response_id=first.id,
+            input=[call_output(call.call_id, "hot")],
+            tools=[WEATHER],
+        )
+    assert final(events).output_text == "Based on the tool results: hot"
+    counters = server.engine.counters
+    assert counters["create.unparked"] == counters["create.fast_path"] == 1
+    assert counters["create.store_hydrate"] == 0
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    """Server-side effects of a client's close land a moment later: wait for them."""
+    for _ in range(400):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("condition never held")
 
 
 async def test_ws_background_true_rejected_with_error_event(client: AsyncOpenAI) -> None:

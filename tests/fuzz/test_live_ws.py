@@ -1555,7 +1555,10 @@ def _router() -> Router:
 
 @pytest.fixture
 def ws_env() -> Any:
-    env = LiveEnv(EngineConfig(tokens_per_second=0, max_queued_creates=MAX_QUEUED), _router())
+    # Parking (PARK-1) is off here: this model has a closed connection's rollouts retired
+    # (WS-12). tests/server/test_park_functional.py covers parked rollouts.
+    config = EngineConfig(tokens_per_second=0, max_queued_creates=MAX_QUEUED, park_seconds=0)
+    env = LiveEnv(config, _router())
     try:
         yield env
     finally:

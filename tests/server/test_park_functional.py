@@ -1,0 +1,190 @@
+"""Rollouts that outlive a socket, and who may see them (PARK-1..PARK-6, OWN-1..OWN-3).
+
+A real server with two API keys; the official SDK's ``responses.connect()`` as the client. The
+first connection leaves a rollout suspended on a tool call and closes; a second connection of
+the same key continues from that response and must resume the very same coroutine (one
+rollout id, the history processed once). Another key must get not-found, never the data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import openai
+import pytest
+from openai import AsyncOpenAI
+
+from engine.core import EngineConfig
+from engine.server.config import ServerConfig
+from tests.conftest import LiveServer
+
+KEYS = ServerConfig(api_keys=frozenset({"key-alice", "key-bob"}))
+TOOLS: list[Any] = [
+    {"type": "function", "name": name, "parameters": {"type": "object", "properties": {}}}
+    for name in ("list_dir", "read_file", "search", "edit_file", "run_tests")
+]
+MODEL = "sim-coding-agent"
+
+
+@pytest.fixture
+async def keyed(server_factory: Callable[..., Any]) -> LiveServer:
+    live: LiveServer = await server_factory(EngineConfig(tokens_per_second=0), server=KEYS)
+    return live
+
+
+@pytest.fixture
+async def clients(keyed: LiveServer) -> AsyncIterator[tuple[AsyncOpenAI, AsyncOpenAI]]:
+    alice = AsyncOpenAI(base_url=keyed.base_url, api_key="key-alice", max_retries=0)
+    bob = AsyncOpenAI(base_url=keyed.base_url, api_key="key-bob", max_retries=0)
+    try:
+        yield alice, bob
+    finally:
+        await alice.close()
+        await bob.close()
+
+
+async def _turn(conn: Any) -> Any:
+    """Events of one create up to its terminal event (or an error event)."""
+    async for event in conn:
+        if event.type in ("response.completed", "error"):
+            return event
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    """What a client's close causes on the server lands a moment later: wait for it."""
+    for _ in range(500):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("condition never held")
+
+
+def _answer(response: Any) -> list[Any]:
+    call = response.output[-1]
+    assert call.type == "function_call"
+    return [{"type": "function_call_output", "call_id": call.call_id, "output": "ok"}]
+
+
+async def _first_turn(client: AsyncOpenAI, store: bool) -> Any:
+    """One connection: a create that ends suspended on a tool call; then the socket closes."""
+    async with client.responses.connect() as conn:
+        await conn.response.create(model=MODEL, input="Fix the tests.", tools=TOOLS, store=store)
+        done = await _turn(conn)
+    assert done.type == "response.completed"
+    return done.response
+
+
+async def _continue(client: AsyncOpenAI, response: Any, store: bool) -> Any:
+    async with client.responses.connect() as conn:
+        await conn.response.create(
+            model=MODEL,
+            previous_response_id=response.id,
+            input=_answer(response),
+            tools=TOOLS,
+            store=store,
+        )
+        return await _turn(conn)
+
+
+@pytest.mark.parametrize("store", [False, True])
+async def test_parked_rollout_resumed_by_a_new_connection(
+    keyed: LiveServer, clients: tuple[AsyncOpenAI, AsyncOpenAI], store: bool
+) -> None:
+    """PARK-1, PARK-3: the rollout waits; the owner's new connection resumes the same coroutine
+    on the fast path, pre-inference only over the new items. ``store: false`` too: it stays
+    local to this process, not to the closed connection (PARK-5)."""
+    alice, _ = clients
+    engine = keyed.engine
+    first = await _first_turn(alice, store)
+    await _until(lambda: len(engine.parking) == 1)
+    second = await _continue(alice, first, store)
+    assert second.type == "response.completed", second
+    assert second.response.previous_response_id == first.id
+    assert engine.counters["create.unparked"] == engine.counters["create.fast_path"] == 1
+    assert engine.counters["park.parked"] == 2  # the second connection closed suspended too
+    await _until(lambda: len(engine.parking) == 1)
+    await keyed.runner.cleanup()  # shutdown retires what is parked and drains accounting
+    records = list(engine.post.recent)
+    assert [r.response_ids for r in records] == [[first.id], [second.response.id]]
+    assert len({r.rollout_id for r in records}) == 1  # one coroutine served both responses
+    assert sum(r.stage_runs.get("validate.full", 0) for r in records) == 1
+    assert [r.stage_runs.get("validate.incremental", 0) for r in records] == [0, 1]
+
+
+async def test_park_expiry_retires_the_rollout_and_accounts_once(
+    server_factory: Callable[..., Any],
+) -> None:
+    """PARK-2: unclaimed, the parked rollout is retired when its time is up: it ends, its stage
+    statistics are added once, no further usage record (its response was billed, POST-1), and
+    the id is no longer continuable (``store: false``)."""
+    config = EngineConfig(tokens_per_second=0, park_seconds=0.05)
+    live: LiveServer = await server_factory(config)
+    client = AsyncOpenAI(base_url=live.base_url, api_key="x", max_retries=0)
+    engine = live.engine
+    first = await _first_turn(client, store=False)
+    await _until(lambda: engine.counters["park.expired"] == 1)
+    await _until(lambda: engine.stats.runs["validate.full"] == 1)  # _finish ran: stats added
+    assert len(engine.parking) == 0
+    late = await _continue(client, first, store=False)
+    assert late.type == "error" and late.error.code == "previous_response_not_found"
+    await engine.post.stop()
+    assert [r.response_ids for r in engine.post.recent] == [[first.id]]
+    assert engine.stats.runs["validate.full"] == 1  # accounted exactly once
+    await client.close()
+
+
+async def test_another_key_gets_not_found_and_the_owner_still_resumes(
+    keyed: LiveServer, clients: tuple[AsyncOpenAI, AsyncOpenAI]
+) -> None:
+    """OWN-2: another key's continuation is ``previous_response_not_found`` exactly as for an
+    unknown id, and it disturbs nothing: the owner then resumes the parked rollout."""
+    alice, bob = clients
+    first = await _first_turn(alice, store=True)
+    await _until(lambda: len(keyed.engine.parking) == 1)
+    refused = await _continue(bob, first, store=True)
+    assert refused.type == "error"
+    assert (refused.error.code, refused.error.param) == (
+        "previous_response_not_found",
+        "previous_response_id",
+    )
+    assert first.id in refused.error.message  # the id it was given, nothing else
+    resumed = await _continue(alice, first, store=True)
+    assert resumed.type == "response.completed"
+    assert keyed.engine.counters["create.unparked"] == 1
+
+
+async def test_stored_responses_belong_to_their_key_over_http(
+    keyed: LiveServer, clients: tuple[AsyncOpenAI, AsyncOpenAI]
+) -> None:
+    """OWN-2 over HTTP: retrieve, list input items, cancel, delete and continue are not-found
+    for another key; the owner can do all of them."""
+    alice, bob = clients
+    made = await alice.responses.create(model=MODEL, input="Fix the tests.", tools=TOOLS)
+    for attempt in (
+        bob.responses.retrieve(made.id),
+        bob.responses.input_items.list(made.id),
+        bob.responses.cancel(made.id),
+        bob.responses.delete(made.id),
+    ):
+        with pytest.raises(openai.NotFoundError) as info:
+            await attempt
+        assert info.value.code == "response_not_found"
+    with pytest.raises(openai.BadRequestError) as refused:
+        await bob.responses.create(
+            model=MODEL, previous_response_id=made.id, input=_answer(made), tools=TOOLS
+        )
+    assert refused.value.code == "previous_response_not_found"
+    assert (await alice.responses.retrieve(made.id)).id == made.id
+    follow = await alice.responses.create(
+        model=MODEL, previous_response_id=made.id, input=_answer(made), tools=TOOLS
+    )
+    assert follow.previous_response_id == made.id
+    await alice.responses.delete(made.id)
+    with pytest.raises(openai.NotFoundError):
+        await alice.responses.retrieve(made.id)
+    queued = await alice.responses.create(model=MODEL, input="Fix the tests.", background=True)
+    with pytest.raises(openai.NotFoundError):  # a background response too, live or settled
+        await bob.responses.retrieve(queued.id)
+    assert (await alice.responses.retrieve(queued.id)).id == queued.id

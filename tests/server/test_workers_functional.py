@@ -1,0 +1,275 @@
+"""``rollout serve --workers 2`` end to end (WORK-1..WORK-4): a real parent process, two real
+workers on one port, real clients on fresh connections, SIGTERM to the parent."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import openai
+import pytest
+from openai import AsyncOpenAI
+
+from engine.server.workers import worker_argv
+
+TOOLS: list[Any] = [
+    {"type": "function", "name": "read_file", "parameters": {"type": "object", "properties": {}}}
+]
+
+
+async def _announced_port(proc: asyncio.subprocess.Process) -> int:
+    assert proc.stdout is not None
+    while line := await asyncio.wait_for(proc.stdout.readline(), 60):
+        if line.startswith(b"PORT "):
+            return int(line.split()[1])
+    raise AssertionError("the pool exited before announcing its port")
+
+
+async def _stats(port: int) -> dict[str, Any]:
+    """``/debug/stats`` over a fresh connection, so the kernel may pick either worker."""
+    async with (
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as http,
+        http.get(f"http://127.0.0.1:{port}/debug/stats") as resp,
+    ):
+        assert resp.status == 200
+        data: dict[str, Any] = await resp.json()
+        return data
+
+
+async def _wait_healthy(port: int) -> None:
+    for _ in range(200):
+        try:
+            await _stats(port)
+            return
+        except aiohttp.ClientError:
+            await asyncio.sleep(0.1)
+    raise AssertionError("server did not start")
+
+
+@pytest.fixture(params=["memory://"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The workers' ``--store``: memory (per process) unless a test asks for a shared file."""
+    url: str = request.param
+    return f"sqlite:///{tmp_path / 'shared.db'}" if url == "sqlite" else url
+
+
+@pytest.fixture
+async def pool(store_url: str) -> AsyncIterator[tuple[int, asyncio.subprocess.Process]]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "cli", "serve", "--port", "0", "--announce-port",
+        "--workers", "2", "--tps", "0", "--log-level", "WARNING", "--store", store_url,
+        stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        port = await _announced_port(proc)  # the pool's one port, picked by the parent (WORK-1)
+        await _wait_healthy(port)
+        await _worker_views(port)  # both listen: until then the kernel picks the one that does
+        yield port, proc
+    finally:
+        if proc.returncode is None:
+            proc.kill()  # the workers follow their parent (WORK-2)
+            await proc.wait()
+
+
+async def _worker_views(port: int, want: int = 2) -> dict[int, dict[str, Any]]:
+    """The latest ``/debug/stats`` of each worker, polled until ``want`` workers answered."""
+    views: dict[int, dict[str, Any]] = {}
+    for _ in range(600):  # a worker still starting (a loaded machine) is not listening yet
+        data = await _stats(port)
+        views[data["pid"]] = data
+        if len(views) >= want:
+            return views
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"only {len(views)} worker(s) ever answered")
+
+
+def _events_total(body: str, event: str) -> float:
+    found = re.search(rf'rollout_events_total{{event="{re.escape(event)}"}} ([0-9.e+]+)', body)
+    return float(found.group(1)) if found else 0.0
+
+
+async def test_two_workers_share_the_port_metrics_and_drain_on_sigterm(
+    pool: tuple[int, asyncio.subprocess.Process],
+) -> None:
+    """WORK-1: two processes answer on one port; WORK-3: any worker's /metrics counts every
+    worker's responses; WORK-2: SIGTERM to the parent stops both, cleanly."""
+    port, proc = pool
+    base = f"http://127.0.0.1:{port}/v1"
+    requests = 24
+    for n in range(requests):  # a fresh connection each: the kernel spreads them
+        async with AsyncOpenAI(base_url=base, api_key="x", max_retries=0) as client:
+            done = await client.responses.create(model="sim", input=f"hello {n}", store=False)
+            assert done.status == "completed"
+    views = await _worker_views(port)
+    pids = set(views)
+    assert len(pids) == 2
+    for _ in range(400):  # each worker's own counters, refreshed until they add up
+        views.update(await _worker_views(port))
+        served = [v["counters"].get("create.stateless", 0) for v in views.values()]
+        if sum(served) == requests:
+            break
+    assert sum(served) == requests and min(served) > 0  # both served some
+    body = ""
+    for _ in range(400):  # WORK-3: one scrape covers both (responses are counted post-inference)
+        async with (
+            aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as http,
+            http.get(f"http://127.0.0.1:{port}/metrics") as resp,
+        ):
+            body = await resp.text()
+        if (
+            f'rollout_responses_total{{mode="standard",status="completed"}} {requests}.0' in body
+            and _events_total(body, "create.stateless") == requests
+        ):
+            break
+        await asyncio.sleep(0.05)
+    assert f'rollout_responses_total{{mode="standard",status="completed"}} {requests}.0' in body
+    assert _events_total(body, "create.stateless") == requests
+    proc.send_signal(signal.SIGTERM)
+    assert await asyncio.wait_for(proc.wait(), 30) == 0
+    for pid in pids:  # no worker outlives the parent
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+async def test_state_is_per_process_with_the_memory_store(
+    pool: tuple[int, asyncio.subprocess.Process],
+) -> None:
+    """WORK-4: with the in-memory store each worker keeps its own state. A stored response is
+    found by the worker that made it and not found by the other; a rollout parked by a closed
+    socket (``store: false``) resumes only on its own worker: elsewhere its id is
+    ``previous_response_not_found``, never served."""
+    port, _ = pool
+    base = f"http://127.0.0.1:{port}/v1"
+    async with AsyncOpenAI(base_url=base, api_key="x", max_retries=0) as client:
+        stored = await client.responses.create(model="sim", input="Keep this.")
+        statuses = set()
+        for _ in range(60):
+            statuses.add(await _get_status(port, stored.id))
+            if statuses == {200, 404}:
+                break
+        assert statuses == {200, 404}
+        async with client.responses.connect() as conn:
+            await conn.response.create(model="sim", input="Read it.", tools=TOOLS, store=False)
+            first = (await _terminal(conn)).response
+        call = first.output[-1]
+        answer = [{"type": "function_call_output", "call_id": call.call_id, "output": "x"}]
+        outcomes: list[str] = []
+        for _ in range(60):  # fresh connections land on either worker
+            async with client.responses.connect() as conn:
+                await conn.response.create(
+                    model="sim",
+                    previous_response_id=first.id,
+                    input=answer,
+                    tools=TOOLS,
+                    store=False,
+                )
+                event = await _terminal(conn)
+            outcomes.append(event.error.code if event.type == "error" else event.type)
+            if event.type == "response.completed":
+                break
+    assert outcomes[-1] == "response.completed"  # resumed on the worker that parked it
+    assert set(outcomes[:-1]) <= {"previous_response_not_found"}
+
+
+async def _get_status(port: int, response_id: str) -> int:
+    async with (
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as http,
+        http.get(f"http://127.0.0.1:{port}/v1/responses/{response_id}") as resp,
+    ):
+        return resp.status
+
+
+@pytest.mark.parametrize("store_url", [pytest.param("sqlite", id="sqlite")], indirect=True)
+async def test_chain_alternates_between_workers_on_a_shared_sqlite_store(
+    pool: tuple[int, asyncio.subprocess.Process],
+) -> None:
+    """WORK-4: with a shared store any worker continues any ``store: true`` chain. Turns over
+    fresh connections land on both workers; each continues from the last response wherever it
+    was made (its own hydration cache, HYD-1, or the shared file, COMPAT-4); a delete made on
+    one worker is seen by the other's cache (HYD-5)."""
+    port, _ = pool
+    base = f"http://127.0.0.1:{port}/v1"
+    turns = 16
+    async with AsyncOpenAI(base_url=base, api_key="x", max_retries=0) as client:
+        response = await client.responses.create(model="sim", input="Read it.", tools=TOOLS)
+        for _ in range(turns):
+            call = response.output[-1]
+            assert call.type == "function_call"
+            response = await _fresh_create(
+                base,
+                model="sim",
+                previous_response_id=response.id,
+                input=[
+                    {"type": "function_call_output", "call_id": call.call_id, "output": "x"},
+                    {"role": "user", "content": "Read it again."},
+                ],
+                tools=TOOLS,
+            )
+        views = await _worker_views(port)
+        for _ in range(100):
+            views.update(await _worker_views(port))
+        continued = {
+            pid: v["counters"].get("create.hydrated", 0)
+            + v["counters"].get("create.store_hydrate", 0)
+            for pid, v in views.items()
+        }
+        assert sum(continued.values()) == turns and min(continued.values()) > 0
+        assert sum(v["counters"].get("create.store_hydrate", 0) for v in views.values()) > 0
+        await client.responses.delete(response.id)
+        for _ in range(20):  # whichever worker answers, its cache must not serve it
+            with pytest.raises(openai.BadRequestError) as info:
+                await _fresh_create(
+                    base, model="sim", previous_response_id=response.id, input="more"
+                )
+            assert info.value.code == "previous_response_not_found"
+
+
+async def _fresh_create(base: str, **params: Any) -> Any:
+    """A create on a new client (a new connection), so the kernel may pick either worker."""
+    async with AsyncOpenAI(base_url=base, api_key="x", max_retries=0) as client:
+        return await client.responses.create(**params)
+
+
+async def _terminal(conn: Any) -> Any:
+    async for event in conn:
+        if event.type in ("response.completed", "error"):
+            return event
+
+
+def test_worker_argv_drops_only_the_workers_flag() -> None:
+    argv = ["--port", "9000", "--workers", "4", "--tps", "5", "--workers=3", "--ledger", "x"]
+    assert worker_argv(argv) == ["--port", "9000", "--tps", "5", "--ledger", "x"]
+
+
+async def test_workers_follow_a_killed_parent(pool: tuple[int, asyncio.subprocess.Process]) -> None:
+    """WORK-2: even a parent killed by SIGKILL takes its workers with it (they drain and exit)."""
+    port, proc = pool
+    pids = set(await _worker_views(port))
+    proc.kill()
+    await proc.wait()
+    for _ in range(500):
+        alive = [pid for pid in pids if _alive(pid)]
+        if not alive:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"workers {alive} outlived their parent")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # An exited child of the killed parent may linger as a zombie until init reaps it.
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ", 1)[1][0] != "Z"
+    except FileNotFoundError:  # reaped meanwhile
+        return False

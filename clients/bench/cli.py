@@ -25,7 +25,7 @@ from clients.bench import report, table
 from clients.bench.codex import CODEX_CALLS
 from clients.bench.load import LoadSettings, main_load
 from clients.bench.memory import MemorySettings, run_memory
-from clients.bench.modes import ALL_MODES, MODES
+from clients.bench.modes import ALL_MODES, MODES, STORE_MODES
 from clients.bench.progress import Progress
 from clients.bench.runner import ScenarioConfig, run_scenarios
 from clients.bench.scenario import SCRIPT_CALLS
@@ -43,6 +43,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--history-scale", type=int, default=1, help="tool output size multiplier")
     p.add_argument("--tool-latency", type=float, default=0.0, help="simulated tool time, ms")
     p.add_argument("--repeat", type=int, default=3, help="runs per mode and speed (medians)")
+    p.add_argument(
+        "--store",
+        default=None,
+        help="the server's store: memory (default), sqlite, redis or a URL; "
+        "adds the ws_compat_store mode (store: true)",
+    )
     p.add_argument(
         "--quick", action="store_true", help="1,000 tokens/s only (the 26-call scenario)"
     )
@@ -82,9 +88,13 @@ def add_bench_parser(
 def scenario_config(args: argparse.Namespace) -> ScenarioConfig:
     speeds = [1000.0] if args.quick else [float(s) for s in args.speeds.split(",") if s]
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if args.store is not None:
+        modes += [m for m in STORE_MODES if m not in modes]
     unknown = [m for m in modes if m not in ALL_MODES]
     if unknown or not modes or not speeds:
-        raise ValueError(f"bad --modes/--speeds (modes are {', '.join(MODES)})")
+        raise ValueError(f"bad --modes/--speeds (modes are {', '.join(ALL_MODES)})")
+    if args.store is not None and args.url is not None:
+        raise ValueError("--store chooses the bench's own server's store: not with --url")
     scenario = args.scenario or "coding"
     turns = args.turns or (CODEX_CALLS if scenario == "codex" else SCRIPT_CALLS)
     if turns < 1 or args.history_scale < 1 or args.repeat < 1:
@@ -98,6 +108,7 @@ def scenario_config(args: argparse.Namespace) -> ScenarioConfig:
         tool_latency_s=args.tool_latency / 1000.0,
         repeat=args.repeat,
         url=args.url,
+        store=args.store or "memory",
     )
 
 
@@ -112,6 +123,7 @@ def _settings(args: argparse.Namespace, config: ScenarioConfig | None) -> dict[s
         "tool_latency_ms": args.tool_latency,
         "repeat": config.repeat if config else None,
         "server": args.url or "subprocess: rollout serve --bench-models",
+        "store": config.store if config else None,
         "stream": bool(args.stream),
         "memory": bool(args.memory),
         "python": platform.python_version(),

@@ -9,7 +9,9 @@ Per turn (all measured on the client, loopback):
   unlimited). What is left is the server's own work: reading and decoding the request,
   pre-inference, routing, resuming the coroutine, building and writing the events;
 * ``first_item``: time to ``response.output_item.added``; for a tool-call turn the simulator
-  emits it before any pacing, so it is an overhead figure free of timer granularity.
+  emits it before any pacing, so it is an overhead figure free of timer granularity;
+* ``tail``: from the model's last delta to the terminal event: closing the items and, for
+  ``store: true``, the durable write that precedes the terminal event (STORE-6, BENCH-6).
 
 Tool time is measured separately (``tool_s``) and is never inside a turn's clock.
 """
@@ -91,6 +93,14 @@ class RunResult:
         return self._ms(lambda t: t.t_first_item)
 
     @property
+    def tail_ms(self) -> list[float]:
+        out = []
+        for turn in self.turns:
+            last = turn.t_last_delta
+            out.append(float("nan") if last is None else (turn.t_end - last) * 1000.0)
+        return out
+
+    @property
     def server_cpu_ms(self) -> list[float | None]:
         return [_ns_ms(t.server_cpu_ns) for t in self.turns]
 
@@ -123,6 +133,7 @@ class RunResult:
             "ttft_ms": _rounded(self.ttft_ms),
             "first_item_ms": _rounded(self.first_item_ms),
             "turn_ms": _rounded(self._ms(lambda t: t.t_end)),  # request sent -> turn's last event
+            "tail_ms": _rounded(self.tail_ms),
             "server_cpu_ms": self.server_cpu_ms,
             "server_wait_ms": self.server_wait_ms,
             "events": sum(t.events for t in self.turns),

@@ -8,7 +8,9 @@
 * ``http_previous_id``: ``previous_response_id`` + only the new items, ``store: true``, one
   keep-alive session (as the openai SDK pools connections);
 * ``ws_compat``: ``previous_response_id`` + only the new items on one socket, ``store: false``;
-* ``ws_append``: one response per rollout, ``response.append`` per tool result, ``store: false``.
+* ``ws_append``: one response per rollout, ``response.append`` per tool result, ``store: false``;
+* ``ws_compat_store`` (with ``--store``): ``ws_compat`` with ``store: true``, so every turn's
+  durable write is in its figures (BENCH-6).
 
 Every request body is encoded before its clock starts, so the client's JSON encoding (largest in
 the stateless mode) is not counted as server overhead. For ``http_stateless_cold`` the clock
@@ -28,7 +30,9 @@ from protocol.sse import SseDecoder
 
 MODES = ("http_stateless", "http_previous_id", "ws_compat", "ws_append")
 COLD_MODE = "http_stateless_cold"  # opt-in with --modes; never part of the default set
-ALL_MODES = (*MODES, COLD_MODE)
+STORE_MODE = "ws_compat_store"  # added by --store (BENCH-6)
+STORE_MODES = (STORE_MODE,)
+ALL_MODES = (*MODES, COLD_MODE, *STORE_MODES)
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 _JSON = {"Content-Type": "application/json"}
 RawSocket = aiohttp.ClientWebSocketResponse[Literal[False]]  # frames as bytes, not decoded
@@ -207,6 +211,15 @@ class WsCompat(_WsTransport):
         )
 
 
+class WsCompatStore(WsCompat):
+    """``ws_compat`` with every response stored: the durable write precedes each terminal
+    event (STORE-6), so the difference to ``ws_compat`` is the store's per-turn cost."""
+
+    async def first(self, body: dict[str, Any]) -> TurnResult:
+        self.base = {"type": "response.create", **body, "store": True}
+        return await self._turn(self.base)
+
+
 class WsAppend(_WsTransport):
     """Experimental append mode: one response; each tool result is a ``response.append``."""
 
@@ -230,6 +243,7 @@ def make_transport(mode: str, base_url: str) -> Transport:
         "ws_compat": WsCompat,
         "ws_append": WsAppend,
         COLD_MODE: HttpStatelessCold,
+        STORE_MODE: WsCompatStore,
     }
     if mode not in factories:
         raise ValueError(f"unknown mode {mode!r}; choose from {', '.join(ALL_MODES)}")

@@ -30,6 +30,7 @@ class ServerProcess:
     # Per-turn stage records (SPEC OBS-5): the scenario and --memory read them; load, stream
     # and the inspector's cost measure run without, so no record sits in the RSS they measure.
     bench_timings: bool = False
+    store: str = "memory://"  # --store (BENCH-6)
     port: int = 0
     _proc: asyncio.subprocess.Process | None = None
 
@@ -54,6 +55,7 @@ class ServerProcess:
             "--tps", repr(self.tokens_per_second),
             "--idle-timeout", repr(self.idle_timeout_s),
             "--api-keys-env", "", "--backlog", "2048", "--log-level", "WARNING", *timings,
+            "--store", self.store,
         ]  # fmt: skip
 
     async def __aenter__(self) -> Self:

@@ -30,6 +30,7 @@ def combine(results: list[RunResult]) -> Doc:
         "ttft_ms",
         "first_item_ms",
         "turn_ms",
+        "tail_ms",
         "server_cpu_ms",
         "server_wait_ms",
         *(f"server_{stage}_ms" for stage in SERVER_STAGES),
@@ -77,6 +78,8 @@ def _mode_summary(run: Doc, base: Doc | None) -> Doc:
         "overhead_last_ms": _edge(overhead, last=True),
         "ttft_median_ms": median(run["ttft_ms"]),
         "first_item_median_ms": median(run.get("first_item_ms", [])),
+        "tail_median_ms": median(run.get("tail_ms", [])),
+        **_turn_overhead(overhead, run.get("tail_ms", [])),
         "server_cpu_median_ms": median(run.get("server_cpu_ms", [])),
         "server_cpu_last_ms": _edge(run.get("server_cpu_ms", []), last=True),
         "server_wait_median_ms": median(run.get("server_wait_ms", [])),
@@ -99,6 +102,21 @@ def _mode_summary(run: Doc, base: Doc | None) -> Doc:
     return row
 
 
+def _turn_overhead(overhead: list[float | None], tail: list[float | None]) -> Doc:
+    """The server's whole share of a turn: before the model's first delta (``overhead``) and
+    after its last (``tail``: closing events and, with ``store: true``, the durable write)."""
+    if len(tail) != len(overhead):
+        return {}
+    total: list[float | None] = [
+        None if a is None or b is None else a + b for a, b in zip(overhead, tail, strict=True)
+    ]
+    return {
+        "turn_overhead_first_ms": _edge(total, last=False),
+        "turn_overhead_median_ms": median(total),
+        "turn_overhead_last_ms": _edge(total, last=True),
+    }
+
+
 SMALL_NEW, LARGE_NEW = 100, 500  # tokens a turn adds: an edit's reply vs a file read
 
 
@@ -118,6 +136,28 @@ def _by_new_size(overhead: list[float | None], new_tokens: list[int]) -> Doc:
 
 
 def _pair_ratios(modes: dict[str, Doc]) -> Doc:
+    return {**_store_ratios(modes), **_compat_append_ratios(modes)}
+
+
+def _store_ratios(modes: dict[str, Doc]) -> Doc:
+    """The durable write's cost per turn: ``ws_compat`` with and without ``store`` (BENCH-6)."""
+    stored, compat = modes.get("ws_compat_store"), modes.get("ws_compat")
+    if stored is None or "turn_overhead_median_ms" not in stored:
+        return {}
+    first, last = stored["turn_overhead_first_ms"], stored["turn_overhead_last_ms"]
+    out = {"store_last_over_first": _ratio(last, first)}
+    if compat is not None and "turn_overhead_median_ms" in compat:
+        out["store_on_minus_off_median_ms"] = (
+            stored["turn_overhead_median_ms"] - compat["turn_overhead_median_ms"]
+        )
+        out["store_on_minus_off_last_ms"] = last - compat["turn_overhead_last_ms"]
+        out["store_tail_on_minus_off_median_ms"] = (
+            stored["tail_median_ms"] - compat["tail_median_ms"]
+        )
+    return out
+
+
+def _compat_append_ratios(modes: dict[str, Doc]) -> Doc:
     compat, append = modes.get("ws_compat"), modes.get("ws_append")
     if compat is None or append is None:
         return {}
@@ -138,10 +178,37 @@ def _target(name: str, value: float, limit: float, met: bool, unit: str = "") ->
     return {"target": name, "value": value, "limit": limit, "met": bool(met), "unit": unit}
 
 
-def scenario_targets(summary: list[Doc]) -> list[Doc]:
-    """Issue 11's scenario targets, evaluated wherever this run has the data for them. They are
-    reported, never asserted: a miss is a finding (docs/benchmark.md says what floors them)."""
+def store_targets(summary: list[Doc]) -> list[Doc]:
+    """Durable writes stay flat and cheap (issue 10): last/first ≤ 1.5x, ≤ +0.3 ms median."""
     out: list[Doc] = []
+    for block in summary:
+        tps = block["tps"]
+        if "store_last_over_first" in block:
+            flat = block["store_last_over_first"]
+            out.append(
+                _target(
+                    f"ws_compat_store last/first turn overhead @{tps:g}",
+                    flat,
+                    1.5,
+                    flat <= 1.5,
+                    "x",
+                )
+            )
+        if "store_on_minus_off_median_ms" in block:
+            extra = block["store_on_minus_off_median_ms"]
+            out.append(
+                _target(
+                    f"store on - off median turn overhead @{tps:g}", extra, 0.3, extra <= 0.3, "ms"
+                )
+            )
+    return out
+
+
+def scenario_targets(summary: list[Doc]) -> list[Doc]:
+    """Issue 11's scenario targets (and issue 10's store targets), evaluated wherever this run
+    has the data for them. They are reported, never asserted: a miss is a finding
+    (docs/benchmark.md says what floors them)."""
+    out: list[Doc] = store_targets(summary)
     for block in summary:
         compat = block["modes"].get("ws_compat")
         if compat is None or "e2e_speedup_vs_stateless" not in compat:

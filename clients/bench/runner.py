@@ -21,6 +21,7 @@ from clients.bench.proc import ServerProcess
 from clients.bench.progress import Progress
 from clients.bench.report import combine
 from clients.bench.scenario import SCRIPT_CALLS, coding_model
+from clients.bench.stores import store_url
 
 STOCK_MODEL = "sim-coding-agent"
 
@@ -35,6 +36,7 @@ class ScenarioConfig:
     repeat: int = 1
     url: str | None = None
     scenario: str = "coding"  # or "codex"
+    store: str = "memory"  # --store: memory, sqlite, redis or a URL (BENCH-6)
 
     @property
     def model(self) -> str:
@@ -53,7 +55,10 @@ async def _server(config: ScenarioConfig, tps: float) -> AsyncIterator[tuple[str
     if config.url is not None:
         yield config.url, None
         return
-    async with ServerProcess(tps, bench_timings=True) as server:
+    async with (
+        store_url(config.store) as store,
+        ServerProcess(tps, bench_timings=True, store=store) as server,
+    ):
         yield server.url, server.pid
 
 

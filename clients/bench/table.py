@@ -93,6 +93,15 @@ def ratio_lines(block: Doc) -> list[str]:
             "  median overhead ms after small (<100 tok) / large (>=500 tok) tool outputs: "
             + " · ".join(split)
         )
+    if "store_on_minus_off_median_ms" in block:
+        lines.append(
+            "  store (turn overhead = before the first delta + after the last): "
+            "ws_compat_store - ws_compat median "
+            f"{_f(block['store_on_minus_off_median_ms'], 3, ' ms')}, last "
+            f"{_f(block['store_on_minus_off_last_ms'], 3, ' ms')}, tail median "
+            f"{_f(block['store_tail_on_minus_off_median_ms'], 3, ' ms')}; "
+            f"ws_compat_store last/first {_f(block['store_last_over_first'], 2, 'x')}"
+        )
     if "ws_compat_vs_append_overhead_diff_pct" in block:
         lines.append(
             "  ws_compat vs ws_append median overhead: "

@@ -66,6 +66,7 @@ class TurnResult:
     t_send: float
     t_first_item: float | None = None
     t_first_delta: float | None = None
+    t_last_delta: float | None = None  # the model's last delta: what follows is the turn's tail
     t_end: float = 0.0
     response_id: str = ""
     calls: list[Call] = field(default_factory=list)
@@ -93,6 +94,7 @@ class TurnReader:
         if kind in DELTA_TYPES:
             if turn.t_first_delta is None:
                 turn.t_first_delta = now
+            turn.t_last_delta = now
             return False
         if kind == FIRST_ITEM:
             if turn.t_first_item is None:

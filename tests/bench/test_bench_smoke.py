@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from clients.bench.cli import main
 from clients.bench.modes import MODES
 
@@ -31,6 +33,19 @@ def test_scenario_run_writes_json_and_png(tmp_path: Path) -> None:
     assert {r["history_tokens"] for r in doc["runs"]} == {doc["runs"][0]["history_tokens"]}
     assert doc["summary"][0]["modes"]["ws_compat"]["e2e_speedup_vs_stateless"] > 0
     assert png.read_bytes()[:8] == PNG_SIGNATURE
+
+
+@pytest.mark.parametrize("store", ["memory", "sqlite", "redis"])
+def test_store_run_adds_the_stored_mode(tmp_path: Path, store: str) -> None:
+    """BENCH-6: ``--store`` puts the server on that store and adds ``ws_compat_store``."""
+    out = tmp_path / "store.json"
+    argv = ["--speeds", "0", "--turns", "2", "--modes", "ws_compat", "--repeat", "1"]
+    assert main([*argv, "--store", store, "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["settings"]["store"] == store
+    assert [r["mode"] for r in doc["runs"]] == ["ws_compat", "ws_compat_store"]
+    assert all(len(r["tail_ms"]) == 3 for r in doc["runs"])
+    assert "store_on_minus_off_median_ms" in doc["summary"][0]
 
 
 def test_stream_and_memory_runs_report(tmp_path: Path) -> None:

@@ -8,10 +8,11 @@ import io
 import math
 
 import msgspec
+import pytest
 from rich.console import Console
 
 from clients.bench import codex, report, table
-from clients.bench.cli import add_bench_parser
+from clients.bench.cli import add_bench_parser, scenario_config
 from clients.bench.codex import codex_model
 from clients.bench.measure import simulator_ttft_s
 from clients.bench.modes import MODES
@@ -228,3 +229,26 @@ async def test_codex_outputs_follow_the_size_schedule() -> None:
     assert min(sizes) >= 200 and max(sizes) <= 8000
     again = await codex.CodexTools().run(calls[:1])
     assert again[0].output == results[0].output  # every mode gets the same bytes
+
+
+def test_store_runs_compare_whole_turn_overhead() -> None:
+    """BENCH-6: store on vs off is judged on the turn's whole server share (before the first
+    delta and after the last, where the durable write sits)."""
+    off = {**_run("ws_compat", 1.0, [1.0, 1.0, 1.0]), "tail_ms": [0.1, 0.1, 0.1]}
+    on = {**_run("ws_compat_store", 1.1, [1.0, 1.0, 1.0]), "tail_ms": [0.3, 0.3, 0.4]}
+    [block] = report.summarize([off, on])
+    assert block["store_on_minus_off_median_ms"] == pytest.approx(0.2)
+    assert block["store_tail_on_minus_off_median_ms"] == pytest.approx(0.2)
+    assert block["store_last_over_first"] == pytest.approx(1.4 / 1.3)
+    targets = {t["target"].split(" @")[0]: t["met"] for t in report.scenario_targets([block])}
+    assert targets["store on - off median turn overhead"] is True
+    assert targets["ws_compat_store last/first turn overhead"] is True
+
+
+def test_store_flag_adds_the_stored_mode() -> None:
+    parser = argparse.ArgumentParser()
+    add_bench_parser(parser.add_subparsers(dest="command"))
+    config = scenario_config(parser.parse_args(["bench", "--store", "sqlite", "--quick"]))
+    assert config.store == "sqlite" and config.modes[-1] == "ws_compat_store"
+    plain = scenario_config(parser.parse_args(["bench", "--quick"]))
+    assert plain.store == "memory" and "ws_compat_store" not in plain.modes

@@ -193,6 +193,21 @@ def sdk_oracle() -> Iterator[list[bytes]]:
 # ----------------------------------------------------------------------------- live server
 
 
+# The one function tool most tests offer: strict, one required string parameter.
+WEATHER: dict[str, Any] = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+        "additionalProperties": False,
+    },
+    "strict": True,
+}
+
+
 @dataclass
 class LiveServer:
     engine: Engine

@@ -15,23 +15,11 @@ from openai.resources.responses.responses import AsyncResponsesConnection
 from openai.types.responses import CompactedResponse, ResponseCompactionItem, ResponseUsage
 
 from engine.compaction_seal import unseal
-from tests.conftest import LiveServer
+from tests.conftest import WEATHER, LiveServer
 
 MODEL = "gpt-x"
 TERMINAL = {"response.completed", "response.failed", "response.incomplete"}
 LONG = " ".join(f"word{n}" for n in range(300))  # ~600 tokens of assistant or tool text
-WEATHER: dict[str, Any] = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "",
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string"}},
-        "required": ["city"],
-        "additionalProperties": False,
-    },
-    "strict": True,
-}
 
 
 def conversation() -> list[dict[str, Any]]:

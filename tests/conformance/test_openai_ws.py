@@ -29,7 +29,7 @@ from websockets.exceptions import InvalidStatus
 
 from engine.core import EngineConfig
 from engine.server.config import ServerConfig
-from tests.conftest import LiveServer
+from tests.conftest import WEATHER, LiveServer
 
 MODEL = "gpt-x"
 TERMINAL = {"response.completed", "response.failed", "response.incomplete"}
@@ -40,19 +40,6 @@ INTERNAL = re.compile(
     r"Traceback|msgspec|pydantic|Exception|Error\(|KeyError|TypeError|ValueError|"
     r"AttributeError|DecodeError|ValidationError|File \""
 )
-
-WEATHER: dict[str, Any] = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "",
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string"}},
-        "required": ["city"],
-        "additionalProperties": False,
-    },
-    "strict": True,
-}
 
 
 # ----------------------------------------------------------------------------- helpers

@@ -4,20 +4,7 @@ from __future__ import annotations
 
 from openai import AsyncOpenAI
 
-from tests.conftest import LiveServer
-
-WEATHER = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "",
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string"}},
-        "required": ["city"],
-        "additionalProperties": False,
-    },
-    "strict": True,
-}
+from tests.conftest import WEATHER, LiveServer
 
 
 async def test_http_create_text(server: LiveServer) -> None:

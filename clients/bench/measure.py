@@ -33,7 +33,7 @@ from clients.bench.wire import BenchError, TurnResult, now
 # The server's stages reported per turn (``--bench-timings`` records, SPEC OBS-5).
 SERVER_STAGES = (
     "pre_inference", "decode", "queue", "validate", "scan", "render", "header", "dispatch",
-    "send", "post",
+    "send", "post", "store",
 )  # fmt: skip
 PACER_MIN_SLEEP_S = 0.0005  # _Pacer sleeps only when at least this far ahead of schedule
 

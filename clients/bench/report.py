@@ -65,7 +65,7 @@ def summarize(runs: list[Doc]) -> list[Doc]:
         at = {r["mode"]: r for r in runs if r["tps"] == tps}
         base = at.get(BASELINE)
         modes = {mode: _mode_summary(run, base) for mode, run in at.items()}
-        out.append({"tps": tps, "modes": modes, **_pair_ratios(modes)})
+        out.append({"tps": tps, "modes": modes, **_pair_ratios(modes), **_store_turns(at)})
     return out
 
 
@@ -157,6 +157,24 @@ def _store_ratios(modes: dict[str, Doc]) -> Doc:
     return out
 
 
+def _store_turns(runs: dict[str, Doc]) -> Doc:
+    """The durable write's whole cost per turn, paired by turn: turn ``i`` of ``ws_compat_store``
+    minus turn ``i`` of ``ws_compat`` (request sent -> terminal event; the simulator paces both
+    identically). The tail alone cannot show a write committed in the same event-loop iteration
+    as the last delta (STORE-13): the frames leave together, so the write delays the delta too."""
+    stored, compat = runs.get("ws_compat_store"), runs.get("ws_compat")
+    if stored is None or compat is None or len(stored["turn_ms"]) != len(compat["turn_ms"]):
+        return {}
+    deltas: list[float | None] = [
+        None if a is None or b is None else a - b
+        for a, b in zip(stored["turn_ms"], compat["turn_ms"], strict=True)
+    ]
+    return {
+        "store_turn_on_minus_off_median_ms": median(deltas),
+        "store_turn_on_minus_off_last_ms": _edge(deltas, last=True),
+    }
+
+
 def _compat_append_ratios(modes: dict[str, Doc]) -> Doc:
     compat, append = modes.get("ws_compat"), modes.get("ws_append")
     if compat is None or append is None:
@@ -194,12 +212,10 @@ def store_targets(summary: list[Doc]) -> list[Doc]:
                     "x",
                 )
             )
-        if "store_on_minus_off_median_ms" in block:
-            extra = block["store_on_minus_off_median_ms"]
+        if "store_turn_on_minus_off_median_ms" in block:
+            extra = block["store_turn_on_minus_off_median_ms"]
             out.append(
-                _target(
-                    f"store on - off median turn overhead @{tps:g}", extra, 0.3, extra <= 0.3, "ms"
-                )
+                _target(f"store on - off median turn time @{tps:g}", extra, 0.3, extra <= 0.3, "ms")
             )
     return out
 

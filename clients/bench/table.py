@@ -95,10 +95,10 @@ def ratio_lines(block: Doc) -> list[str]:
         )
     if "store_on_minus_off_median_ms" in block:
         lines.append(
-            "  store (turn overhead = before the first delta + after the last): "
-            "ws_compat_store - ws_compat median "
-            f"{_f(block['store_on_minus_off_median_ms'], 3, ' ms')}, last "
-            f"{_f(block['store_on_minus_off_last_ms'], 3, ' ms')}, tail median "
+            "  store: ws_compat_store - ws_compat, whole turn paired by turn: median "
+            f"{_f(block.get('store_turn_on_minus_off_median_ms'), 3, ' ms')}, last "
+            f"{_f(block.get('store_turn_on_minus_off_last_ms'), 3, ' ms')}; overhead + tail "
+            f"median {_f(block['store_on_minus_off_median_ms'], 3, ' ms')}, tail median "
             f"{_f(block['store_tail_on_minus_off_median_ms'], 3, ' ms')}; "
             f"ws_compat_store last/first {_f(block['store_last_over_first'], 2, 'x')}"
         )

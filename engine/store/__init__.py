@@ -52,8 +52,10 @@ def open_store(
         from engine.store.sqlite import SqliteStore
 
         path, _, query = url.partition("?")
-        synchronous = parse_qs(query).get("synchronous", ["normal"])[-1]
-        return SqliteStore(sqlite_path(path), ttl_s, max_record_bytes, synchronous)
+        options = parse_qs(query)
+        synchronous = options.get("synchronous", ["normal"])[-1]
+        inline = _switch(options.get("inline", ["on"])[-1], "inline")
+        return SqliteStore(sqlite_path(path), ttl_s, max_record_bytes, synchronous, inline=inline)
     if scheme in ("redis", "rediss"):
         from engine.store.redis import RedisStore
 
@@ -72,6 +74,14 @@ def describe(store: ResponseStore) -> str:
         parts = urlsplit(store.url)
         return f"{parts.scheme}://{parts.hostname}:{parts.port or 6379}{parts.path}"
     return "memory (this process only)"
+
+
+def _switch(value: str, name: str) -> bool:
+    if value.lower() in ("on", "1", "true", "yes"):
+        return True
+    if value.lower() in ("off", "0", "false", "no"):
+        return False
+    raise ValueError(f"--store: {name} must be on or off, not {value!r}")
 
 
 def sqlite_path(url: str) -> Path:

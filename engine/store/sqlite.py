@@ -1,8 +1,10 @@
 """``sqlite:///PATH``: the embedded, durable store of one process (STORE-10).
 
-SQLite blocks, so it never runs on the event loop: one dedicated thread owns the one connection
-and serves a bounded queue of jobs. Writes that queue up while a commit is running are committed
-together in the next transaction (group commit). WAL mode lets reads proceed beside the writer.
+SQLite can block, so its work runs off the event loop: one dedicated thread owns the main
+connection and serves a bounded queue of jobs. Writes that queue up while a commit is running
+are committed together in the next transaction (group commit). The one exception is a small
+write while that queue holds none: it commits on the loop, on a connection that cannot wait,
+saving the two thread hand-offs (``sqlite_inline``, STORE-13). WAL mode lets reads proceed beside the writer.
 A commit is in the operating system's hands once it returns, so with the default
 ``synchronous=NORMAL`` an acknowledged write survives any crash of the server process
 (``kill -9`` included) without an fsync per turn; ``?synchronous=full`` also survives an OS crash
@@ -31,6 +33,7 @@ from engine.store.base import (
     StoreUnavailable,
 )
 from engine.store.sqlite_checkpoint import BACKSTOP_PAGES, Checkpointer
+from engine.store.sqlite_inline import InlineWriter
 
 log = logging.getLogger("rollout.store.sqlite")
 
@@ -73,6 +76,8 @@ class SqliteStore(ResponseStore):
         ttl_s: float = DEFAULT_TTL_S,
         max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
         synchronous: str = "NORMAL",
+        *,
+        inline: bool = True,
     ) -> None:
         super().__init__(ttl_s, max_record_bytes)
         self.path = path
@@ -83,6 +88,11 @@ class SqliteStore(ResponseStore):
         self._ready = threading.Event()
         self._open_error: BaseException | None = None
         self._checkpointer = Checkpointer(path)
+        # Small writes while the thread has none commit on the event loop, where they cannot
+        # block (STORE-13); only without an fsync per commit.
+        fast = inline and self.synchronous == "NORMAL"
+        self._inline = InlineWriter(path) if fast else None
+        self._queued_writes = 0  # writes handed to the thread and not yet settled
 
     # ------------------------------------------------------------------ lifecycle
     async def open(self) -> None:
@@ -95,6 +105,12 @@ class SqliteStore(ResponseStore):
             self._thread = None
             raise StoreUnavailable(f"cannot open {self.path}: {self._open_error}")
         self._checkpointer.start()
+        if self._inline is not None:
+            try:
+                await asyncio.to_thread(self._inline.open)
+            except sqlite3.Error as exc:  # the thread serves every write then
+                log.warning("sqlite store: no inline writer: %s", exc)
+                self._inline = None
 
     async def close(self) -> None:
         if self._thread is None:
@@ -102,6 +118,8 @@ class SqliteStore(ResponseStore):
         self._jobs.put(None)  # after every queued job: they all finish first
         await asyncio.to_thread(self._thread.join)
         self._thread = None
+        if self._inline is not None:
+            self._inline.close()
         await asyncio.to_thread(self._checkpointer.stop)
 
     # ------------------------------------------------------------------ primitives
@@ -129,7 +147,15 @@ class SqliteStore(ResponseStore):
                     )
                     conn.execute(sql, (expires_at, *refreshed))
 
+        inline = self._inline
+        if inline is not None and self._inline_ready(inline, len(blob)) and inline.commit(op):
+            return
         await self._submit(op, writes=True)
+
+    def _inline_ready(self, inline: InlineWriter, size: int) -> bool:
+        """Nothing queued for the thread (so nothing to overtake, and the write lock is likely
+        free), a small record and a checkpointing thread (STORE-13)."""
+        return self._queued_writes == 0 and inline.accepts(size) and self._checkpointer.alive
 
     async def _read(self, keys: Sequence[str]) -> list[bytes | None]:
         now = time.time()
@@ -176,8 +202,12 @@ class SqliteStore(ResponseStore):
         loop = asyncio.get_running_loop()
         async with self._slots:
             job = _Job(op, writes, loop, loop.create_future())
-            self._jobs.put_nowait(job)
-            return await job.future
+            self._queued_writes += writes
+            try:
+                self._jobs.put_nowait(job)
+                return await job.future
+            finally:
+                self._queued_writes -= writes
 
     # ------------------------------------------------------------------ the thread
     def _serve(self) -> None:

@@ -32,6 +32,11 @@ class Checkpointer:
         self._thread = threading.Thread(target=self._run, name="store-checkpoint", daemon=True)
         self._thread.start()
 
+    @property
+    def alive(self) -> bool:
+        """Checkpointing: writers that never checkpoint themselves rely on it (STORE-13)."""
+        return self._thread is not None and self._thread.is_alive()
+
     def stop(self) -> None:
         """The last checkpoint truncates the log: a stopped server leaves one small file."""
         if self._thread is None:

@@ -341,7 +341,7 @@ async def _still_stored(engine: Engine, response_id: str) -> bool:
     if store.kind in _DELETES_REACH_US:
         return True
     try:
-        found = await store.get(response_id) is not None
+        found = await store.exists(response_id)
     except StoreError as exc:
         raise wire_error(exc, "previous_response_id") from None
     if not found:

@@ -150,6 +150,14 @@ def _earliest(record: ResponseRecord) -> float | None:
     return min(record.expires_at, record.links_expire_at)
 
 
+class _Liveness(msgspec.Struct):
+    """The two fields ``exists`` needs: decoding skips everything else."""
+
+    deleted: bool = False
+    version: int = 0
+
+
+_LIVENESS = msgspec.json.Decoder(_Liveness)
 _CODEC = RecordCodec(ResponseRecord)
 _ENCODER, _DECODER = _CODEC, _CODEC  # encode(record) -> bytes, decode(bytes) -> record
 
@@ -202,6 +210,21 @@ class ResponseStore(abc.ABC):
     async def get(self, response_id: str) -> ResponseRecord | None:
         record = await self._get_any(response_id)
         return None if record is None or record.deleted else record
+
+    async def exists(self, response_id: str) -> bool:
+        """Stored, unexpired and not deleted, without decoding the record: what a cached
+        context needs confirmed before it is served (HYD-5). Raises ``RecordCorrupt`` for a
+        blob that is not a record."""
+        blob = await self._guard(self._read_one(response_id))
+        if blob is None:
+            return False
+        try:
+            probe = _LIVENESS.decode(blob)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            raise RecordCorrupt(response_id) from None
+        if probe.version != RECORD_VERSION:
+            raise RecordCorrupt(response_id)
+        return not probe.deleted
 
     async def _get_any(self, response_id: str) -> ResponseRecord | None:
         (blob,) = await self._guard(self._read([response_id]))
@@ -283,6 +306,11 @@ class ResponseStore(abc.ABC):
     @abc.abstractmethod
     async def _read(self, keys: Sequence[str]) -> list[bytes | None]:
         """The blobs of ``keys`` in order, None for missing or expired ones, in one round trip."""
+
+    async def _read_one(self, key: str) -> bytes | None:
+        """One blob; backends with a cheaper single read override it."""
+        (blob,) = await self._read([key])
+        return blob
 
     @abc.abstractmethod
     async def _replace(self, key: str, blob: bytes) -> None:

@@ -3,13 +3,14 @@
 SQLite can block, so its work runs off the event loop: one dedicated thread owns the main
 connection and serves a bounded queue of jobs. Writes that queue up while a commit is running
 are committed together in the next transaction (group commit). The one exception is a small
-write while that queue holds none: it commits on the loop, on a connection that cannot wait,
-saving the two thread hand-offs (``sqlite_inline``, STORE-13). WAL mode lets reads proceed beside the writer.
-A commit is in the operating system's hands once it returns, so with the default
-``synchronous=NORMAL`` an acknowledged write survives any crash of the server process
-(``kill -9`` included) without an fsync per turn; ``?synchronous=full`` also survives an OS crash
-or power loss, at one fsync per commit (STORE-6). Expired records are invisible at once and
-deleted by a sweep the thread runs when idle (STORE-7).
+write, or a liveness probe, while that queue holds no write: it runs on the loop, on a
+connection that cannot wait, saving the two thread hand-offs (``sqlite_inline``, STORE-13).
+WAL mode lets reads proceed beside the writer. A commit is in the operating system's hands
+once it returns, so with the default ``synchronous=NORMAL`` an acknowledged write survives any
+crash of the server process (``kill -9`` included) without an fsync per turn;
+``?synchronous=full`` also survives an OS crash or power loss, at one fsync per commit
+(STORE-6). Expired records are invisible at once and deleted by a sweep the thread runs when
+idle (STORE-7).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from engine.store.base import (
     StoreUnavailable,
 )
 from engine.store.sqlite_checkpoint import BACKSTOP_PAGES, Checkpointer
-from engine.store.sqlite_inline import InlineWriter
+from engine.store.sqlite_inline import InlineConnection
 
 log = logging.getLogger("rollout.store.sqlite")
 
@@ -91,7 +92,7 @@ class SqliteStore(ResponseStore):
         # Small writes while the thread has none commit on the event loop, where they cannot
         # block (STORE-13); only without an fsync per commit.
         fast = inline and self.synchronous == "NORMAL"
-        self._inline = InlineWriter(path) if fast else None
+        self._inline = InlineConnection(path) if fast else None
         self._queued_writes = 0  # writes handed to the thread and not yet settled
 
     # ------------------------------------------------------------------ lifecycle
@@ -152,7 +153,7 @@ class SqliteStore(ResponseStore):
             return
         await self._submit(op, writes=True)
 
-    def _inline_ready(self, inline: InlineWriter, size: int) -> bool:
+    def _inline_ready(self, inline: InlineConnection, size: int) -> bool:
         """Nothing queued for the thread (so nothing to overtake, and the write lock is likely
         free), a small record and a checkpointing thread (STORE-13)."""
         return self._queued_writes == 0 and inline.accepts(size) and self._checkpointer.alive
@@ -172,6 +173,15 @@ class SqliteStore(ResponseStore):
 
         result: list[bytes | None] = await self._submit(op, writes=False)
         return result
+
+    async def _read_one(self, key: str) -> bytes | None:
+        """Read on the loop while no write is queued for the thread (STORE-13)."""
+        inline = self._inline
+        if inline is not None and self._queued_writes == 0:
+            done, blob = inline.read(key, time.time())
+            if done:
+                return blob
+        return await super()._read_one(key)
 
     async def _replace(self, key: str, blob: bytes) -> None:
         def op(conn: sqlite3.Connection) -> None:

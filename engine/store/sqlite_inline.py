@@ -1,10 +1,11 @@
-"""The idle fast path of the SQLite store's writes (STORE-13).
+"""The idle fast path of the SQLite store's writes and liveness probes (STORE-13).
 
 Handing a write to the store's thread and back costs two thread wake-ups and two GIL hand-offs:
 on this kind of machine 150-250 µs of latency for a commit whose own work is 40-70 µs, all of
 it on the turn's critical path (the write is acknowledged before the terminal frame, STORE-6).
-So when nothing is queued for the thread, a small write commits right here, on the caller's
-thread, on a connection of its own that can never wait:
+So when no write is queued for the thread, a small write commits right here, on the caller's
+thread, on a connection of its own that can never wait (and a continuation's "is it still
+stored?" probe reads the same way):
 
 * ``busy_timeout = 0``: if anyone else holds the write lock (the store's thread, another worker
   process on the same file) the attempt fails at once and the write goes to the thread;
@@ -13,10 +14,10 @@ thread, on a connection of its own that can never wait:
 * no checkpoint: ``wal_autocheckpoint = 0``; the checkpoint thread does that work;
 * bounded size: records up to ``MAX_BYTES``; bigger ones (long chains' snapshots) go to the
   thread;
-* a stall guard: one inline commit slower than ``STALL_S`` (a throttled or slow disk) turns the
-  fast path off for ``COOLDOWN_S``.
+* a stall guard: one inline operation slower than ``STALL_S`` (a throttled or slow disk) turns
+  the fast path off for ``COOLDOWN_S``.
 
-Any failure here is not an answer: the write is handed to the thread, which decides.
+Any failure here is not an answer: the operation is handed to the thread, which decides.
 """
 
 from __future__ import annotations
@@ -31,18 +32,20 @@ from typing import Any
 log = logging.getLogger("rollout.store.sqlite")
 
 MAX_BYTES = 64 * 1024  # larger records are committed by the store's thread
-STALL_S = 0.002  # an inline commit slower than this ...
-COOLDOWN_S = 30.0  # ... sends every write to the thread for this long
+STALL_S = 0.002  # an inline operation slower than this ...
+COOLDOWN_S = 30.0  # ... sends every operation to the thread for this long
 
 Op = Callable[[sqlite3.Connection], Any]
 
 
-class InlineWriter:
-    """Commits small writes on the calling thread when that cannot block (see the module)."""
+class InlineConnection:
+    """Commits small writes and reads single records on the calling thread when that cannot
+    block (see the module)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.commits = 0  # writes committed here
+        self.reads = 0  # reads served here
         self.declined = 0  # attempts handed to the thread (busy, failed)
         self._conn: sqlite3.Connection | None = None
         self._resume_at = 0.0  # monotonic time the stall guard turns the fast path back on
@@ -86,6 +89,26 @@ class InlineWriter:
         self.commits += 1
         return True
 
+    def read(self, key: str, now: float) -> tuple[bool, bytes | None]:
+        """``(True, blob or None)`` when read here; ``(False, None)``: ask the thread."""
+        conn = self._conn
+        if conn is None or time.monotonic() < self._resume_at:
+            return False, None
+        start = time.perf_counter()
+        try:
+            row = conn.execute(
+                "SELECT record FROM responses WHERE id = ?"
+                " AND (expires_at IS NULL OR expires_at > ?)",
+                (key, now),
+            ).fetchone()
+        except Exception as exc:
+            self._abandon(conn, exc)
+            return False, None
+        finally:
+            self._check_stall(time.perf_counter() - start)
+        self.reads += 1
+        return True, None if row is None else bytes(row[0])
+
     def _abandon(self, conn: sqlite3.Connection, exc: Exception) -> None:
         self.declined += 1
         try:
@@ -100,7 +123,7 @@ class InlineWriter:
         if elapsed > STALL_S:
             self._resume_at = time.monotonic() + COOLDOWN_S
             log.warning(
-                "sqlite store: an inline commit took %.1f ms; writes go to the store's thread"
+                "sqlite store: an inline operation took %.1f ms; all go to the store's thread"
                 " for %.0f s",
                 elapsed * 1000,
                 COOLDOWN_S,

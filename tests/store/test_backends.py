@@ -104,8 +104,12 @@ async def test_delete_removes_and_notifies(store: ResponseStore) -> None:
     records, _ = await _chain(store, 4)
     heard: list[str] = []
     store.on_delete(heard.append)
+    assert await store.exists(records[1].id) is True
     assert await store.delete(records[1].id) is True
     assert await store.get(records[1].id) is None
+    assert await store.exists(records[1].id) is False  # a tombstone is not a response
+    assert await store.exists(records[3].id) is True
+    assert await store.exists("resp_never") is False
     assert await store.hydrate(records[1].id) is None
     later = await store.hydrate(records[3].id)  # still continuable: the tombstone is a link
     assert later is not None and len(later.items) == 8
@@ -154,6 +158,8 @@ async def test_corrupt_record_is_a_clean_error(store: ResponseStore) -> None:
             await store.get(rid)
         with pytest.raises(RecordCorrupt):
             await store.hydrate(rid)
+    with pytest.raises(RecordCorrupt):
+        await store.exists("resp_bad")
     assert store.available  # a bad record is not an outage
 
 

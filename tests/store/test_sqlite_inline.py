@@ -14,7 +14,7 @@ import pytest
 from engine.store import ResponseRecord, chain_record, open_store
 from engine.store import sqlite_inline as inline_module
 from engine.store.sqlite import SqliteStore
-from engine.store.sqlite_inline import MAX_BYTES, InlineWriter
+from engine.store.sqlite_inline import MAX_BYTES, InlineConnection
 from protocol.items import Message
 from protocol.response import Response
 
@@ -24,7 +24,7 @@ def _record(n: int, text: str = "hello") -> ResponseRecord:
     return chain_record(response, [], [Message(role="user", content=text)], None)
 
 
-def _inline(store: SqliteStore) -> InlineWriter:
+def _inline(store: SqliteStore) -> InlineConnection:
     writer = store._inline
     assert writer is not None
     return writer
@@ -52,6 +52,14 @@ async def test_an_idle_store_commits_small_writes_inline(store: SqliteStore) -> 
     assert _inline(store).commits == 1
     assert _on_disk(store.path, "resp_0001")  # committed before put returned
     assert (await store.get("resp_0001")) is not None
+
+
+async def test_an_idle_store_probes_liveness_inline(store: SqliteStore) -> None:
+    await store.put(_record(20))
+    assert await store.exists("resp_0020") and not await store.exists("resp_none")
+    assert _inline(store).reads == 2
+    await store.delete("resp_0020")
+    assert not await store.exists("resp_0020")
 
 
 async def test_a_large_record_goes_to_the_thread(store: SqliteStore) -> None:

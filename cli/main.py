@@ -1,27 +1,52 @@
-"""``rollout serve | agent | bench``: parse the subcommand, hand it to its side, nothing else."""
+"""``rollout serve | agent | bench``: parse the subcommand, hand it to its side, nothing else.
+
+Each side is imported only when its subcommand runs: ``rollout serve`` never loads the clients
+(rich, the benchmark) and ``rollout bench`` never loads the server it starts in a subprocess.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 
-from clients.bench.cli import add_bench_parser, run_bench
-from clients.demo import add_agent_parser, run_agent
-from engine.server.cli import add_serve_parser, serve
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Handler:
+    from engine.server.cli import add_serve_parser, serve
+
+    add_serve_parser(sub)
+    return serve
+
+
+def _agent(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Handler:
+    from clients.demo import add_agent_parser, run_agent
+
+    add_agent_parser(sub)
+    return run_agent
+
+
+def _bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Handler:
+    from clients.bench.cli import add_bench_parser, run_bench
+
+    add_bench_parser(sub)
+    return run_bench
+
+
+COMMANDS = {"serve": _serve, "agent": _agent, "bench": _bench}
+DESCRIPTION = "The rollout engine: serve the Responses API, run the demo agent, benchmark a server."
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="rollout", description=__doc__)
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(prog="rollout", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True)
-    add_serve_parser(sub)
-    add_agent_parser(sub)
-    add_bench_parser(sub)
+    named = argv[0] if argv and argv[0] in COMMANDS else None
+    # Only the named side is imported; without one (help, a typo) every side is, for the usage.
+    handlers = {name: register(sub) for name, register in COMMANDS.items() if named in (None, name)}
     args = parser.parse_args(argv)
-    if args.command == "serve":
-        return serve(args)
-    if args.command == "bench":
-        return run_bench(args)
-    return run_agent(args)
+    return handlers[args.command](args)
 
 
 if __name__ == "__main__":

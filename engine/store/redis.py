@@ -1,11 +1,14 @@
 """``redis://HOST:PORT/DB`` and ``rediss://…``: the store shared by many processes and hosts
 (STORE-10), over redis-py's asyncio client with the hiredis parser. Valkey works the same.
 
-A write is one transaction (``MULTI``: ``SET … EX`` plus ``EXPIRE … GT`` on the records its
-context needs), a hydration one ``MGET``. Timeouts are short and a failed command is retried once
-on a fresh connection (a restarted server leaves stale pooled sockets), so an outage turns into
-prompt ``store_unavailable`` errors and the next request after the server returns succeeds
-(STORE-8). Deletes are published on a channel so every process drops the response from its
+A turn's write is one ``SET … PXAT`` (a ``MULTI`` transaction with ``PEXPIREAT … GT`` on the
+records its context needs when their expiry must be extended), a hydration one ``MGET``. The
+common write goes over a *lane* when it is free: one dedicated redis-py ``Connection`` used
+directly, skipping the pool and client layers that cost more than the round trip itself
+(STORE-14); everything else, and a write that finds the lane busy, uses the pooled client.
+Timeouts are short and a failed command is retried once on a fresh connection (a restarted
+server leaves stale sockets), so an outage turns into prompt ``store_unavailable`` errors and the
+next request after the server returns succeeds (STORE-8). Deletes are published on a channel so every process drops the response from its
 caches (STORE-11). How much a Redis crash can lose is Redis's own setting (``appendfsync``).
 """
 
@@ -18,6 +21,7 @@ from collections.abc import Awaitable, Sequence
 from typing import Any, cast
 
 import redis.asyncio as aioredis
+from redis.asyncio.connection import AbstractConnection, ConnectionPool
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
@@ -50,13 +54,18 @@ class RedisStore(ResponseStore):
         super().__init__(ttl_s, max_record_bytes)
         self.url = url
         self._client: aioredis.Redis | None = None
+        self._lane: _Lane | None = None
         self._listener: asyncio.Task[None] | None = None
+        self.lane_writes = 0  # writes acknowledged over the lane (STORE-14)
+        self.pooled_writes = 0  # writes through the pooled client (refresh, lane busy or failed)
+        self.lane_failures = 0  # lane attempts that failed and fell back to the pool
 
     async def open(self) -> None:
         """Connects lazily: a Redis that is down at start only makes requests fail (STORE-8)."""
         if self._client is not None:
             return
         self._client = _client(self.url, COMMAND_TIMEOUT_S)
+        self._lane = _Lane(self._client.connection_pool)
         self._listener = asyncio.create_task(self._listen(), name="store-redis-deletes")
         await self.health()
 
@@ -66,6 +75,9 @@ class RedisStore(ResponseStore):
             with contextlib.suppress(asyncio.CancelledError):
                 await self._listener
             self._listener = None
+        if self._lane is not None:
+            await self._lane.close()
+            self._lane = None
         if self._client is not None:
             await self._client.aclose()
             self._client = None
@@ -75,9 +87,25 @@ class RedisStore(ResponseStore):
         self, key: str, blob: bytes, links: Sequence[str], refresh: bool, expires_at: float | None
     ) -> None:
         at_ms = None if expires_at is None else int(expires_at * 1000)
+        lane = self._lane
+        if not refresh and lane is not None and not lane.busy:  # the usual turn (STORE-14)
+            try:
+                await lane.set(KEY_PREFIX + key, blob, at_ms)
+            except (RedisError, OSError) as exc:  # builtin TimeoutError is an OSError
+                self.lane_failures += 1
+                log.debug("redis store: lane write failed (%s); retrying pooled", exc)
+                async with asyncio.timeout(COMMAND_TIMEOUT_S):  # the retry adds one timeout
+                    await self._write_pooled(key, blob, links, refresh, at_ms)
+            else:
+                self.lane_writes += 1
+            return
+        await self._write_pooled(key, blob, links, refresh, at_ms)
 
+    async def _write_pooled(
+        self, key: str, blob: bytes, links: Sequence[str], refresh: bool, at_ms: int | None
+    ) -> None:
         async def op(client: aioredis.Redis) -> None:
-            if not refresh:  # the usual turn: one command
+            if not refresh:  # one command
                 await client.set(KEY_PREFIX + key, blob, pxat=at_ms)
                 return
             async with client.pipeline(transaction=True) as pipe:
@@ -90,6 +118,7 @@ class RedisStore(ResponseStore):
                 await pipe.execute()
 
         await self._call(op)
+        self.pooled_writes += 1
 
     async def _read(self, keys: Sequence[str]) -> list[bytes | None]:
         async def op(client: aioredis.Redis) -> list[bytes | None]:
@@ -130,7 +159,7 @@ class RedisStore(ResponseStore):
             raise StoreUnavailable("the Redis store is not open")
         try:
             return await op(self._client)
-        except (RedisError, OSError) as exc:
+        except (RedisError, OSError) as exc:  # OSError includes the builtin TimeoutError
             raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from None
 
     # ------------------------------------------------------------------ deletes elsewhere
@@ -161,3 +190,48 @@ def _client(url: str, timeout: float | None) -> aioredis.Redis:
         health_check_interval=30,
     )
     return client
+
+
+class _Lane:
+    """One dedicated connection for the per-turn ``SET`` while it is free (STORE-14).
+
+    Built from the pool's own settings (host, TLS, auth, db), driven with redis-py's
+    ``Connection`` directly: no pool checkout/release, no client retry wrapper, no per-command
+    task (``socket_timeout`` on a connection wraps each send in ``asyncio.wait_for``, which
+    spawns a task on Python 3.11). One ``asyncio.timeout`` bounds connect, send and reply
+    instead. Any failure or cancellation disconnects it, so it never holds an unread reply; it
+    reconnects on its next use. No idle health-check ``PING``: a stale lane fails its write,
+    which the caller retries through the pool (the ``SET`` is idempotent: same key, value and
+    absolute expiry)."""
+
+    def __init__(self, pool: ConnectionPool) -> None:
+        kwargs = {**pool.connection_kwargs, "socket_timeout": None, "health_check_interval": 0}
+        self._conn: AbstractConnection = pool.connection_class(**kwargs)
+        self.busy = False
+
+    async def set(self, key: str, blob: bytes, at_ms: int | None) -> None:
+        conn = self._conn
+        command = (
+            conn.pack_command("SET", key, blob)
+            if at_ms is None
+            else conn.pack_command("SET", key, blob, "PXAT", at_ms)
+        )
+        self.busy = True
+        try:
+            async with asyncio.timeout(COMMAND_TIMEOUT_S):
+                await conn.send_packed_command(command, check_health=False)
+                reply = await conn.read_response()
+            if reply not in (b"OK", "OK"):  # bytes, or str with decode_responses
+                raise RedisError(f"unexpected reply to SET: {reply!r}")
+        except BaseException:  # failure, timeout or cancellation: drop any unread reply
+            await self._disconnect()
+            raise
+        finally:
+            self.busy = False
+
+    async def _disconnect(self) -> None:
+        with contextlib.suppress(Exception):
+            await self._conn.disconnect(nowait=True)
+
+    async def close(self) -> None:
+        await self._disconnect()

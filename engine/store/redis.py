@@ -8,8 +8,9 @@ directly, skipping the pool and client layers that cost more than the round trip
 (STORE-14); everything else, and a write that finds the lane busy, uses the pooled client.
 Timeouts are short and a failed command is retried once on a fresh connection (a restarted
 server leaves stale sockets), so an outage turns into prompt ``store_unavailable`` errors and the
-next request after the server returns succeeds (STORE-8). Deletes are published on a channel so every process drops the response from its
-caches (STORE-11). How much a Redis crash can lose is Redis's own setting (``appendfsync``).
+next request after the server returns succeeds (STORE-8). Deletes are published on a channel so
+every process drops the response from its caches (STORE-11). How much a Redis crash can lose is
+Redis's own setting (``appendfsync``).
 """
 
 from __future__ import annotations

@@ -95,12 +95,20 @@ class RedisStore(ResponseStore):
             except (RedisError, OSError) as exc:  # builtin TimeoutError is an OSError
                 self.lane_failures += 1
                 log.debug("redis store: lane write failed (%s); retrying pooled", exc)
-                async with asyncio.timeout(COMMAND_TIMEOUT_S):  # the retry adds one timeout
-                    await self._write_pooled(key, blob, links, refresh, at_ms)
+                await self._retry_pooled(key, blob, at_ms)
             else:
                 self.lane_writes += 1
             return
         await self._write_pooled(key, blob, links, refresh, at_ms)
+
+    async def _retry_pooled(self, key: str, blob: bytes, at_ms: int | None) -> None:
+        """After a lane failure: the pooled client, bounded so the whole write takes at most two
+        command timeouts (as a pooled write and its retry on a fresh connection do)."""
+        try:
+            async with asyncio.timeout(COMMAND_TIMEOUT_S):
+                await self._write_pooled(key, blob, (), False, at_ms)
+        except TimeoutError:  # raised only when this bound fires
+            raise StoreUnavailable("the Redis store did not answer in time") from None
 
     async def _write_pooled(
         self, key: str, blob: bytes, links: Sequence[str], refresh: bool, at_ms: int | None

@@ -219,12 +219,7 @@ class _Lane:
         self.busy = False
 
     async def set(self, key: str, blob: bytes, at_ms: int | None) -> None:
-        conn = self._conn
-        command = (
-            conn.pack_command("SET", key, blob)
-            if at_ms is None
-            else conn.pack_command("SET", key, blob, "PXAT", at_ms)
-        )
+        conn, command = self._conn, _set_command(key, blob, at_ms)
         self.busy = True
         try:
             async with asyncio.timeout(COMMAND_TIMEOUT_S):
@@ -244,3 +239,19 @@ class _Lane:
 
     async def close(self) -> None:
         await self._disconnect()
+
+
+def _set_command(key: str, blob: bytes, at_ms: int | None) -> list[bytes]:
+    """``SET key blob [PXAT at_ms]`` framed in RESP, the blob not copied: a third of the cost of
+    redis-py's general ``pack_command`` on a cold turn (its per-argument encoding loop)."""
+    name = key.encode()
+    head = b"*%d\r\n$3\r\nSET\r\n$%d\r\n%b\r\n$%d\r\n" % (
+        3 if at_ms is None else 5,
+        len(name),
+        name,
+        len(blob),
+    )
+    if at_ms is None:
+        return [head, blob, b"\r\n"]
+    at = b"%d" % at_ms
+    return [head, blob, b"\r\n$4\r\nPXAT\r\n$%d\r\n%b\r\n" % (len(at), at)]

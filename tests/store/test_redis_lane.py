@@ -11,10 +11,11 @@ from typing import cast
 
 import pytest
 import redis.asyncio as aioredis
+from redis.asyncio.connection import Connection
 
 import engine.store.redis as redis_store
 from engine.store import ResponseRecord, StoreUnavailable, chain_record
-from engine.store.redis import RedisStore
+from engine.store.redis import KEY_PREFIX, RedisStore, _set_command
 from protocol.items import Message
 from protocol.response import Response
 from tests.store._procs import RedisServer
@@ -70,6 +71,38 @@ async def test_idle_turns_take_the_lane_and_refreshes_the_pool(store: RedisStore
     await store.put(stale)
     assert (store.lane_writes, store.pooled_writes) == (5, 1)
     await _assert_stored(store, stale)
+
+
+def test_lane_framing_is_redis_pys() -> None:
+    packer = Connection()
+    blob = b'{"id":"resp_x"}' * 700  # past redis-py's 6,000-byte chunking cutoff
+    for at_ms in (None, 1_764_533_000_123):
+        extra = () if at_ms is None else ("PXAT", at_ms)
+        expected = b"".join(packer.pack_command("SET", "rollout:response:resp_x", blob, *extra))
+        assert b"".join(_set_command("rollout:response:resp_x", blob, at_ms)) == expected
+
+
+async def test_lane_write_without_expiry(redis_server: RedisServer) -> None:
+    store = RedisStore(redis_server.url, ttl_s=0)  # keep forever: SET without PXAT
+    await store.open()
+    admin = aioredis.Redis.from_url(redis_server.url)
+    try:
+        record = _record(0)
+        await store.put(record)
+        assert store.lane_writes == 1
+        await _assert_stored(store, record)
+        assert await admin.pttl(KEY_PREFIX + record.id) == -1  # no expiry
+        timed = RedisStore(redis_server.url)  # the default TTL: SET … PXAT
+        await timed.open()
+        try:
+            second = _record(1)
+            await timed.put(second)
+            assert timed.lane_writes == 1 and await admin.pttl(KEY_PREFIX + second.id) > 0
+        finally:
+            await timed.close()
+    finally:
+        await admin.aclose()
+        await store.close()
 
 
 async def test_concurrent_writes_spill_to_the_pool_and_all_land(store: RedisStore) -> None:

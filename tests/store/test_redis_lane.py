@@ -174,6 +174,29 @@ async def test_hung_redis_times_out_as_unavailable(
         await store.close()
 
 
+async def test_watchdog_rearms_for_the_write_in_flight(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The timer armed by one write fires while a later write waits: that write keeps its own
+    deadline (the timer re-arms), so it completes once Redis answers again."""
+    monkeypatch.setattr(redis_store, "COMMAND_TIMEOUT_S", 1.0)
+    store = RedisStore(redis_server.url)
+    await store.open()
+    try:
+        await store.put(_record(0))  # arms the watchdog for one command timeout from now
+        await asyncio.sleep(0.8)
+        _signal(redis_server, signal.SIGSTOP)
+        try:
+            later = asyncio.create_task(store.put(_record(1)))  # its deadline: 1.8 s
+            await asyncio.sleep(0.4)  # past the first write's deadline
+        finally:
+            _signal(redis_server, signal.SIGCONT)
+        await later
+        assert (store.lane_writes, store.lane_failures) == (2, 0)
+    finally:
+        await store.close()
+
+
 async def test_cancelled_write_leaves_the_lane_clean(
     store: RedisStore, redis_server: RedisServer
 ) -> None:

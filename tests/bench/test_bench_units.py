@@ -268,3 +268,14 @@ def test_store_flag_adds_the_stored_mode() -> None:
     assert config.store == "sqlite" and config.modes[-1] == "ws_compat_store"
     plain = scenario_config(parser.parse_args(["bench", "--quick"]))
     assert plain.store == "memory" and "ws_compat_store" not in plain.modes
+
+
+def test_targets_of_a_run_without_append_mode() -> None:
+    """``--modes`` may leave ``ws_append`` out: the compat targets that need it are skipped,
+    the others still reported (a run at 65 tok/s without append once crashed here)."""
+    base = _run("http_stateless", 2.0, [5.0, 9.0, 12.0])
+    compat = _run("ws_compat", 1.0, [1.0, 1.0, 1.1])
+    [block] = report.summarize([base, compat])
+    names = [t["target"].split(" @")[0] for t in report.scenario_targets([block])]
+    assert "ws_compat last/first overhead" in names
+    assert "ws_compat vs ws_append median overhead" not in names

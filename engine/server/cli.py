@@ -21,7 +21,13 @@ from engine.core import Engine, EngineConfig
 from engine.models.router import Router
 from engine.server.config import ServerConfig, load_api_keys, warn_if_open
 from engine.server.keys import ENGINE
-from engine.server.workers import WORKER_FLAG, follow_parent, reserve_port, run_workers
+from engine.server.workers import (
+    WORKER_FLAG,
+    follow_parent,
+    report_listening,
+    reserve_port,
+    run_workers,
+)
 from engine.store import (
     DEFAULT_MAX_RECORD_BYTES,
     DEFAULT_TTL_S,
@@ -212,12 +218,15 @@ def _serve_workers(args: argparse.Namespace) -> int:
         number = port.getsockname()[1]
         _banner(args, number, None, args.tls_cert is not None, store)
         print(f"  workers:   {args.workers} processes on port {number} (SO_REUSEPORT)", flush=True)
-        if args.announce_port:
-            print(f"PORT {number}", flush=True)
+
+        def announce() -> None:  # once every worker listens: a client may connect at once
+            if args.announce_port:
+                print(f"PORT {number}", flush=True)
+
         # The workers get the parent's own serve arguments (``cli.main`` parsed them from
         # sys.argv), with the port made concrete.
         argv = [*sys.argv[sys.argv.index("serve") + 1 :], "--port", str(number)]
-        return run_workers(argv, args.workers)
+        return run_workers(argv, args.workers, announce)
 
 
 def response_store(args: argparse.Namespace) -> ResponseStore:
@@ -323,7 +332,9 @@ async def _run_app(
     )
     await site.start()
     port = runner.addresses[0][1]  # the bound one: --port 0 picks a free port
-    if not worker:  # a pool's parent has said all this for its workers
+    if worker:
+        report_listening()  # the parent announces the pool's port once all listen (WORK-1)
+    else:  # a pool's parent has said all this for its workers
         _banner(args, port, router, tls is not None, app[ENGINE].store)
         if args.announce_port:
             print(f"PORT {port}", flush=True)  # read by clients/bench/proc.py

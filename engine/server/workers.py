@@ -23,11 +23,13 @@ import socket
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from types import FrameType
 
 log = logging.getLogger("rollout.workers")
 WORKER_FLAG = "--worker-index"  # hidden: marks a child (reuse the port, no banner)
 PARENT_ENV = "ROLLOUT_WORKERS_PARENT"  # the parent's pid, so a worker can tell it is orphaned
+READY_ENV = "ROLLOUT_WORKERS_READY_FD"  # a pipe a worker writes one byte to once it listens
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
@@ -41,6 +43,19 @@ def follow_parent() -> None:
     expected = os.environ.get(PARENT_ENV)
     if expected is not None and os.getppid() != int(expected):  # it died before prctl ran
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+def report_listening() -> None:
+    """In a worker, once its socket listens: tell the parent, which announces the port only
+    when every worker does (WORK-1). Closing the pipe's end also says "not coming" if the
+    worker dies before."""
+    fd = os.environ.pop(READY_ENV, None)
+    if fd is None:
+        return
+    try:
+        os.write(int(fd), b"1")
+    finally:
+        os.close(int(fd))
 
 
 def worker_argv(argv: list[str]) -> list[str]:
@@ -74,22 +89,43 @@ def reserve_port(host: str, port: int) -> socket.socket:
     return reserved
 
 
-def run_workers(serve_argv: list[str], count: int) -> int:
-    """Start ``count`` workers, forward stop signals, wait for all; the exit status."""
+def run_workers(
+    serve_argv: list[str], count: int, on_listening: Callable[[], None] = lambda: None
+) -> int:
+    """Start ``count`` workers, call ``on_listening`` once all of them listen, forward stop
+    signals, wait for all; the exit status."""
     metrics_dir = tempfile.mkdtemp(prefix="rollout-metrics-")
-    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": metrics_dir, PARENT_ENV: str(os.getpid())}
+    ready, ready_w = os.pipe()
+    env = {
+        **os.environ,
+        "PROMETHEUS_MULTIPROC_DIR": metrics_dir,
+        PARENT_ENV: str(os.getpid()),
+        READY_ENV: str(ready_w),
+    }
     base = [sys.executable, "-m", "cli", "serve", *worker_argv(serve_argv)]
     pool = _Pool()
     previous = {sig: signal.signal(sig, pool.forward) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         for index in range(count):
-            pool.start([*base, WORKER_FLAG, str(index)], env)
+            pool.start([*base, WORKER_FLAG, str(index)], env, keep_fd=ready_w)
+        os.close(ready_w)  # now only the workers hold it: EOF once each wrote or died
+        if _count_listening(ready) == count:
+            on_listening()
         return pool.wait()
     finally:
+        os.close(ready)
         pool.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def _count_listening(ready: int) -> int:
+    """Workers that reported listening, read until every worker has written or died (EOF)."""
+    seen = 0
+    while chunk := os.read(ready, 64):
+        seen += len(chunk)
+    return seen
 
 
 class _Pool:
@@ -97,8 +133,8 @@ class _Pool:
         self.children: dict[int, subprocess.Popen[bytes]] = {}
         self.stopping = False
 
-    def start(self, argv: list[str], env: dict[str, str]) -> None:
-        child = subprocess.Popen(argv, env=env)
+    def start(self, argv: list[str], env: dict[str, str], keep_fd: int) -> None:
+        child = subprocess.Popen(argv, env=env, pass_fds=(keep_fd,))
         self.children[child.pid] = child
 
     def forward(self, signum: int = signal.SIGTERM, _frame: FrameType | None = None) -> None:

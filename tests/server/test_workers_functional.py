@@ -43,16 +43,6 @@ async def _stats(port: int) -> dict[str, Any]:
         return data
 
 
-async def _wait_healthy(port: int) -> None:
-    for _ in range(200):
-        try:
-            await _stats(port)
-            return
-        except aiohttp.ClientError:
-            await asyncio.sleep(0.1)
-    raise AssertionError("server did not start")
-
-
 @pytest.fixture(params=["memory://"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """The workers' ``--store``: memory (per process) unless a test asks for a shared file."""
@@ -69,8 +59,9 @@ async def pool(store_url: str) -> AsyncIterator[tuple[int, asyncio.subprocess.Pr
     )  # fmt: skip
     try:
         port = await _announced_port(proc)  # the pool's one port, picked by the parent (WORK-1)
-        await _wait_healthy(port)
-        await _worker_views(port)  # both listen: until then the kernel picks the one that does
+        for _ in range(8):  # announced once every worker listens: no retry needed (WORK-1)
+            await _stats(port)
+        await _worker_views(port)
         yield port, proc
     finally:
         if proc.returncode is None:

@@ -31,7 +31,7 @@ from typing import Any
 
 log = logging.getLogger("rollout.store.sqlite")
 
-MAX_BYTES = 64 * 1024  # larger records are committed by the store's thread
+MAX_BYTES = 64 * 1024  # larger records are written and read by the store's thread
 STALL_S = 0.002  # an inline operation slower than this ...
 COOLDOWN_S = 30.0  # ... sends every operation to the thread for this long
 
@@ -96,18 +96,24 @@ class InlineConnection:
             return False, None
         start = time.perf_counter()
         try:
+            # A record past MAX_BYTES is not even read here (its length is in the row header).
             row = conn.execute(
-                "SELECT record FROM responses WHERE id = ?"
-                " AND (expires_at IS NULL OR expires_at > ?)",
-                (key, now),
+                "SELECT CASE WHEN length(record) <= ? THEN record END FROM responses"
+                " WHERE id = ? AND (expires_at IS NULL OR expires_at > ?)",
+                (MAX_BYTES, key, now),
             ).fetchone()
         except Exception as exc:
             self._abandon(conn, exc)
             return False, None
         finally:
             self._check_stall(time.perf_counter() - start)
+        if row is None:
+            self.reads += 1
+            return True, None
+        if row[0] is None:
+            return False, None  # large: the thread reads it
         self.reads += 1
-        return True, None if row is None else bytes(row[0])
+        return True, bytes(row[0])
 
     def _abandon(self, conn: sqlite3.Connection, exc: Exception) -> None:
         self.declined += 1

@@ -66,6 +66,8 @@ async def test_a_large_record_goes_to_the_thread(store: SqliteStore) -> None:
     await store.put(_record(2, "x" * (MAX_BYTES + 1)))
     assert _inline(store).commits == 0
     assert _on_disk(store.path, "resp_0002")
+    assert await store.exists("resp_0002")  # read by the thread: never loaded on the loop
+    assert _inline(store).reads == 0
 
 
 async def test_a_held_write_lock_hands_the_write_to_the_thread(store: SqliteStore) -> None:

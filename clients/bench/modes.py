@@ -72,64 +72,9 @@ async def _read_sse(resp: aiohttp.ClientResponse, reader: TurnReader) -> TurnRes
     raise BenchError("the event stream ended before the turn did")
 
 
-class HttpStateless:
-    """Resends the whole conversation; nothing is kept on the server. One keep-alive pool,
-    as the openai SDK keeps one (the honest baseline)."""
-
-    def __init__(self, base_url: str) -> None:
-        self.url = responses_url(base_url)
-        self.base: dict[str, Any] = {}
-        self.history: list[Any] = []
-        self._session: aiohttp.ClientSession | None = None
-
-    async def open(self) -> None:
-        self._session = aiohttp.ClientSession()
-
-    async def first(self, body: dict[str, Any]) -> TurnResult:
-        self.base = {**body, "store": False, "stream": True}
-        self.history = list(body["input"])
-        return await self._post()
-
-    async def answer(self, prev: TurnResult, results: list[ToolResult]) -> TurnResult:
-        self.history.extend(prev.output)
-        self.history.extend(r.item() for r in results)
-        return await self._post()
-
-    async def _post(self) -> TurnResult:
-        assert self._session is not None
-        data = ENCODER.encode({**self.base, "input": self.history})
-        reader = TurnReader(now(), append=False)
-        async with self._session.post(self.url, data=data, headers=_JSON) as resp:
-            return await _read_sse(resp, reader)
-
-    async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-
-
-class HttpStatelessCold(HttpStateless):
-    """The stateless mode with a new connection and HTTP session per request (labelled
-    ``http_stateless_cold``; opt-in, never the baseline)."""
-
-    async def open(self) -> None:
-        return None
-
-    async def _post(self) -> TurnResult:
-        data = ENCODER.encode({**self.base, "input": self.history})
-        reader = TurnReader(now(), append=False)
-        connector = aiohttp.TCPConnector(force_close=True)
-        async with (
-            aiohttp.ClientSession(connector=connector) as session,
-            session.post(self.url, data=data, headers=_JSON) as resp,
-        ):
-            return await _read_sse(resp, reader)
-
-    async def close(self) -> None:
-        return None
-
-
-class HttpPreviousId:
-    """Continues stored responses by id over one keep-alive HTTP session."""
+class _HttpTransport:
+    """One keep-alive session (as the openai SDK pools connections); subclasses decide what
+    each turn sends."""
 
     def __init__(self, base_url: str) -> None:
         self.url = responses_url(base_url)
@@ -139,17 +84,7 @@ class HttpPreviousId:
     async def open(self) -> None:
         self._session = aiohttp.ClientSession()
 
-    async def first(self, body: dict[str, Any]) -> TurnResult:
-        self.base = {**body, "store": True, "stream": True}
-        return await self._post(self.base)
-
-    async def answer(self, prev: TurnResult, results: list[ToolResult]) -> TurnResult:
-        items = [r.item() for r in results]
-        return await self._post(
-            {**self.base, "input": items, "previous_response_id": prev.response_id}
-        )
-
-    async def _post(self, body: dict[str, Any]) -> TurnResult:
+    async def _send(self, body: dict[str, Any]) -> TurnResult:
         assert self._session is not None
         data = ENCODER.encode(body)
         reader = TurnReader(now(), append=False)
@@ -159,6 +94,57 @@ class HttpPreviousId:
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
+
+
+class HttpStateless(_HttpTransport):
+    """Resends the whole conversation; nothing is kept on the server. One keep-alive pool,
+    as the openai SDK keeps one (the honest baseline)."""
+
+    def __init__(self, base_url: str) -> None:
+        super().__init__(base_url)
+        self.history: list[Any] = []
+
+    async def first(self, body: dict[str, Any]) -> TurnResult:
+        self.base = {**body, "store": False, "stream": True}
+        self.history = list(body["input"])
+        return await self._send({**self.base, "input": self.history})
+
+    async def answer(self, prev: TurnResult, results: list[ToolResult]) -> TurnResult:
+        self.history.extend(prev.output)
+        self.history.extend(r.item() for r in results)
+        return await self._send({**self.base, "input": self.history})
+
+
+class HttpStatelessCold(HttpStateless):
+    """The stateless mode with a new connection and HTTP session per request (labelled
+    ``http_stateless_cold``; opt-in, never the baseline)."""
+
+    async def open(self) -> None:
+        return None
+
+    async def _send(self, body: dict[str, Any]) -> TurnResult:
+        data = ENCODER.encode(body)
+        reader = TurnReader(now(), append=False)
+        connector = aiohttp.TCPConnector(force_close=True)
+        async with (
+            aiohttp.ClientSession(connector=connector) as session,
+            session.post(self.url, data=data, headers=_JSON) as resp,
+        ):
+            return await _read_sse(resp, reader)
+
+
+class HttpPreviousId(_HttpTransport):
+    """Continues stored responses by id over one keep-alive HTTP session."""
+
+    async def first(self, body: dict[str, Any]) -> TurnResult:
+        self.base = {**body, "store": True, "stream": True}
+        return await self._send(self.base)
+
+    async def answer(self, prev: TurnResult, results: list[ToolResult]) -> TurnResult:
+        items = [r.item() for r in results]
+        return await self._send(
+            {**self.base, "input": items, "previous_response_id": prev.response_id}
+        )
 
 
 class _WsTransport:

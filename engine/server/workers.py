@@ -89,9 +89,7 @@ def reserve_port(host: str, port: int) -> socket.socket:
     return reserved
 
 
-def run_workers(
-    serve_argv: list[str], count: int, on_listening: Callable[[], None] = lambda: None
-) -> int:
+def run_workers(serve_argv: list[str], count: int, on_listening: Callable[[], None]) -> int:
     """Start ``count`` workers, call ``on_listening`` once all of them listen, forward stop
     signals, wait for all; the exit status."""
     metrics_dir = tempfile.mkdtemp(prefix="rollout-metrics-")

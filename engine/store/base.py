@@ -227,7 +227,7 @@ class ResponseStore(abc.ABC):
         return not probe.deleted
 
     async def _get_any(self, response_id: str) -> ResponseRecord | None:
-        (blob,) = await self._guard(self._read([response_id]))
+        blob = await self._guard(self._read_one(response_id))
         return None if blob is None else _decode(response_id, blob)
 
     async def hydrate(self, response_id: str) -> Hydrated | None:

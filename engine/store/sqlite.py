@@ -148,15 +148,16 @@ class SqliteStore(ResponseStore):
                     )
                     conn.execute(sql, (expires_at, *refreshed))
 
-        inline = self._inline
-        if inline is not None and self._inline_ready(inline, len(blob)) and inline.commit(op):
+        # Inline commits never checkpoint: only while the checkpoint thread does (STORE-13).
+        inline = self._idle_inline()
+        if inline is not None and self._checkpointer.alive and inline.commit(op, len(blob)):
             return
         await self._submit(op, writes=True)
 
-    def _inline_ready(self, inline: InlineConnection, size: int) -> bool:
-        """Nothing queued for the thread (so nothing to overtake, and the write lock is likely
-        free), a small record and a checkpointing thread (STORE-13)."""
-        return self._queued_writes == 0 and inline.accepts(size) and self._checkpointer.alive
+    def _idle_inline(self) -> InlineConnection | None:
+        """The inline connection while no write is queued for the thread: nothing to overtake,
+        and the write lock is likely free (STORE-13)."""
+        return self._inline if self._queued_writes == 0 else None
 
     async def _read(self, keys: Sequence[str]) -> list[bytes | None]:
         now = time.time()
@@ -176,8 +177,8 @@ class SqliteStore(ResponseStore):
 
     async def _read_one(self, key: str) -> bytes | None:
         """Read on the loop while no write is queued for the thread (STORE-13)."""
-        inline = self._inline
-        if inline is not None and self._queued_writes == 0:
+        inline = self._idle_inline()
+        if inline is not None:
             done, blob = inline.read(key, time.time())
             if done:
                 return blob

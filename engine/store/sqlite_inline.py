@@ -68,52 +68,49 @@ class InlineConnection:
             self._conn.close()
             self._conn = None
 
-    def accepts(self, size: int) -> bool:
-        return self._conn is not None and size <= MAX_BYTES and time.monotonic() >= self._resume_at
-
-    def commit(self, op: Op) -> bool:
-        """True once ``op`` is committed; False when it was not (nothing of it remains)."""
-        conn = self._conn
-        if conn is None:
+    def commit(self, op: Op, size: int) -> bool:
+        """True once ``op`` is committed here; False when it was not (nothing of it remains)."""
+        conn = self._usable()
+        if conn is None or size > MAX_BYTES:
             return False
-        start = time.perf_counter()
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            op(conn)
-            conn.execute("COMMIT")
-        except Exception as exc:  # the thread runs it again and reports what it finds
-            self._abandon(conn, exc)
-            return False
-        finally:
-            self._check_stall(time.perf_counter() - start)
-        self.commits += 1
-        return True
+        done, _ = self._attempt(conn, lambda: _transaction(conn, op))
+        self.commits += done
+        return done
 
     def read(self, key: str, now: float) -> tuple[bool, bytes | None]:
         """``(True, blob or None)`` when read here; ``(False, None)``: ask the thread."""
-        conn = self._conn
-        if conn is None or time.monotonic() < self._resume_at:
+        conn = self._usable()
+        if conn is None:
             return False, None
-        start = time.perf_counter()
-        try:
-            # A record past MAX_BYTES is not even read here (its length is in the row header).
-            row = conn.execute(
+        # A record past MAX_BYTES is not even read here (its length is in the row header).
+        done, row = self._attempt(
+            conn,
+            lambda: conn.execute(
                 "SELECT CASE WHEN length(record) <= ? THEN record END FROM responses"
                 " WHERE id = ? AND (expires_at IS NULL OR expires_at > ?)",
                 (MAX_BYTES, key, now),
-            ).fetchone()
-        except Exception as exc:
+            ).fetchone(),
+        )
+        if not done or (row is not None and row[0] is None):  # failed, or large: the thread
+            return False, None
+        self.reads += 1
+        return True, None if row is None else bytes(row[0])
+
+    def _usable(self) -> sqlite3.Connection | None:
+        if time.monotonic() < self._resume_at:  # cooling down after a stall
+            return None
+        return self._conn
+
+    def _attempt(self, conn: sqlite3.Connection, work: Callable[[], Any]) -> tuple[bool, Any]:
+        """Timed for the stall guard; any failure is handed back, never raised."""
+        start = time.perf_counter()
+        try:
+            return True, work()
+        except Exception as exc:  # the thread runs it again and reports what it finds
             self._abandon(conn, exc)
             return False, None
         finally:
             self._check_stall(time.perf_counter() - start)
-        if row is None:
-            self.reads += 1
-            return True, None
-        if row[0] is None:
-            return False, None  # large: the thread reads it
-        self.reads += 1
-        return True, bytes(row[0])
 
     def _abandon(self, conn: sqlite3.Connection, exc: Exception) -> None:
         self.declined += 1
@@ -123,7 +120,7 @@ class InlineConnection:
         except sqlite3.Error:
             self.close()  # in an unknown state: never used again
         if getattr(exc, "sqlite_errorcode", None) != sqlite3.SQLITE_BUSY:
-            log.warning("sqlite store: inline write handed to the thread: %s", exc)
+            log.warning("sqlite store: inline operation handed to the thread: %s", exc)
 
     def _check_stall(self, elapsed: float) -> None:
         if elapsed > STALL_S:
@@ -134,3 +131,9 @@ class InlineConnection:
                 elapsed * 1000,
                 COOLDOWN_S,
             )
+
+
+def _transaction(conn: sqlite3.Connection, op: Op) -> None:
+    conn.execute("BEGIN IMMEDIATE")  # busy_timeout 0: fails at once if the lock is held
+    op(conn)
+    conn.execute("COMMIT")

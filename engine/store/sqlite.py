@@ -3,8 +3,8 @@
 SQLite can block, so its work runs off the event loop: one dedicated thread owns the main
 connection and serves a bounded queue of jobs. Writes that queue up while a commit is running
 are committed together in the next transaction (group commit). The one exception is a small
-write, or a liveness probe, while that queue holds no write: it runs on the loop, on a
-connection that cannot wait, saving the two thread hand-offs (``sqlite_inline``, STORE-13).
+write, or a read of one small record, while that queue holds no write: it runs on the loop,
+on a connection that cannot wait, saving the two thread hand-offs (``sqlite_inline``, STORE-13).
 WAL mode lets reads proceed beside the writer. A commit is in the operating system's hands
 once it returns, so with the default ``synchronous=NORMAL`` an acknowledged write survives any
 crash of the server process (``kill -9`` included) without an fsync per turn;

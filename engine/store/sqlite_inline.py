@@ -1,11 +1,11 @@
-"""The idle fast path of the SQLite store's writes and liveness probes (STORE-13).
+"""The idle fast path of the SQLite store's writes and single-record reads (STORE-13).
 
 Handing a write to the store's thread and back costs two thread wake-ups and two GIL hand-offs:
 on this kind of machine 150-250 µs of latency for a commit whose own work is 40-70 µs, all of
 it on the turn's critical path (the write is acknowledged before the terminal frame, STORE-6).
 So when no write is queued for the thread, a small write commits right here, on the caller's
-thread, on a connection of its own that can never wait (and a continuation's "is it still
-stored?" probe reads the same way):
+thread, on a connection of its own that can never wait (and a read of one small record, such
+as a continuation's "is it still stored?" probe, is served the same way):
 
 * ``busy_timeout = 0``: if anyone else holds the write lock (the store's thread, another worker
   process on the same file) the attempt fails at once and the write goes to the thread;

@@ -8,15 +8,15 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.benchclock import BenchClock
-from engine.hydration import HydrationCache
-from engine.metrics import Metrics
+from engine.conversation.pipeline import StageStats
+from engine.conversation.tokens import encoding
 from engine.models.router import Router, simulator_router
-from engine.parking import ParkingLot
-from engine.pipeline import StageStats
-from engine.post import PostInference
+from engine.observe.benchclock import BenchClock
+from engine.observe.metrics import Metrics
+from engine.observe.postinference import PostInference
+from engine.shared.hydration import HydrationCache
+from engine.shared.parking import ParkingLot
 from engine.store import DEFAULT_TTL_S, MemoryStore, ResponseRecord, ResponseStore, StoreError
-from engine.tokens import encoding
 
 log = logging.getLogger("rollout.engine")
 

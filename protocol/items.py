@@ -109,7 +109,8 @@ class Compaction(
     msgspec.Struct, tag="compaction", tag_field="type", omit_defaults=True, kw_only=True
 ):
     """The summary of an earlier context (ITEM-8, COMPACT-1..COMPACT-5). ``encrypted_content`` is
-    opaque to clients: this server's own summaries are sealed by ``engine.compaction_seal``; an
+    opaque to clients: this server's own summaries are sealed by
+    ``engine.conversation.compaction``; an
     upstream's are kept byte for byte and forwarded to it."""
 
     encrypted_content: str

@@ -176,6 +176,66 @@ def test_no_import_cycles() -> None:
     assert cycles(import_graph()) == []
 
 
+# engine's parts, lowest first (ARCH-1): a part imports only the parts below it, so the folders
+# read bottom-up as the data flows: what a conversation is, who samples it, what is observed and
+# shared, the engine that holds them, the coroutine, the connection, the inspector, the transports.
+ENGINE_PARTS = (
+    "engine.store",
+    "engine.conversation",
+    "engine.models",
+    "engine.observe",
+    "engine.shared",
+    "engine.core",
+    "engine.rollout",
+    "engine.connection",
+    "engine.inspector",
+    "engine.server",
+)
+MAX_ENGINE_TOP_MODULES = 8
+
+
+def engine_part(module: str) -> str | None:
+    """The part a module of ``engine`` belongs to: its subpackage, or itself at the top."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "engine" and len(parts) > 1 else None
+
+
+def part_violations(graph: dict[str, set[str]]) -> list[str]:
+    rank = {part: i for i, part in enumerate(ENGINE_PARTS)}
+    found = []
+    for module, imported in graph.items():
+        own = engine_part(module)
+        if own is None:
+            continue
+        if own not in rank:
+            found.append(f"{module} is in no declared part of engine (ENGINE_PARTS)")
+            continue
+        for name in imported:
+            other = engine_part(name)
+            if other is not None and other != own and rank.get(other, -1) > rank[own]:
+                found.append(f"{module} imports {name}: {own} sits below {other}")
+    return sorted(found)
+
+
+def test_engine_parts_import_only_downwards() -> None:
+    """ARCH-1: no cycle between engine's parts, and one declared order of them."""
+    assert part_violations(import_graph()) == []
+
+
+def test_the_part_check_finds_an_upward_import() -> None:
+    graph = {"engine.conversation.render": {"engine.rollout.coroutine"}, "engine.x.y": set()}
+    assert part_violations(graph) == [
+        "engine.conversation.render imports engine.rollout.coroutine: engine.conversation "
+        "sits below engine.rollout",
+        "engine.x.y is in no declared part of engine (ENGINE_PARTS)",
+    ]
+
+
+def test_engine_top_level_stays_small() -> None:
+    top = [p for p in (ROOT / "engine").glob("*.py") if p.name != "__init__.py"]
+    assert len(top) <= MAX_ENGINE_TOP_MODULES, sorted(p.name for p in top)
+
+
 def test_the_cycle_check_finds_a_circle() -> None:
     assert cycles({"engine.a": {"engine.b"}, "engine.b": {"engine.a"}}) == [
         ["engine.a", "engine.b"]

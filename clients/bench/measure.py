@@ -190,7 +190,8 @@ async def run_mode(
             e2e = now() - start
         finally:
             await transport.close()
-    # The history's size is the server's own count (one chat template: engine/render.py). A
+    # The history's size is the server's own count (one chat template:
+    # engine/conversation/render.py). A
     # server without --bench-timings (--url) reports it only in a standard mode's usage.
     if await attach_timings(base_url, turns):
         history_tokens: int | None = turns[-1].server["prompt_tokens"]  # type: ignore[index]

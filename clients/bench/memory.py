@@ -46,7 +46,8 @@ async def build_history(url: str, target_tokens: int) -> tuple[dict[str, Any], l
 
     The calls come from the server itself (one ``ws_compat`` rollout of ``sim-coding-agent``),
     and so does the count: each turn's ``usage.input_tokens`` is the prompt the server rendered
-    for it (the chat template exists only in ``engine/render.py``). Call ids are renumbered
+    for it (the chat template exists only in ``engine/conversation/render.py``). Call ids are
+    renumbered
     (``call_000``, ...) so the history is the same on every run."""
     async with ScenarioTools() as tools:
         body = first_request(MODEL, tools.definitions())

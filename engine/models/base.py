@@ -10,7 +10,7 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from engine.context import Context
+from engine.conversation.context import Context
 from protocol.errors import ProtocolError
 from protocol.tools import ToolChoice, Toolset
 

@@ -15,10 +15,10 @@ from collections.abc import AsyncGenerator
 
 import msgspec
 
-from engine.compaction import Compacted, CompactRequest, summarise_with_model
 from engine.models.base import CallStart, Delta, SampleRequest
 from engine.models.chat_stream import Chunk, ChunkMapper
 from engine.models.chat_wire import ChatOptions, build_body
+from engine.models.compaction import Compacted, CompactRequest, summarise_with_model
 from engine.models.http_pool import HttpPool
 from engine.models.upstream import (
     Endpoint,

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
+from engine.conversation.tokens import count
 from engine.models.base import (
     ArgsDelta,
     CallEnd,
@@ -27,7 +28,6 @@ from engine.models.base import (
     TextDelta,
 )
 from engine.models.upstream import UpstreamError
-from engine.tokens import count
 
 
 class FunctionDelta(msgspec.Struct):

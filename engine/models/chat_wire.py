@@ -23,7 +23,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from engine.compaction_seal import summary_text
+from engine.conversation.compaction import summary_text
 from engine.models.base import SampleRequest
 from protocol.items import (
     Compaction,

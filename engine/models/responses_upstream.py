@@ -19,9 +19,9 @@ from typing import Any
 
 import msgspec
 
-from engine.compaction import Compacted, CompactRequest
-from engine.context import Context
+from engine.conversation.context import Context
 from engine.models.base import HOSTED_TOOLS, Delta, SampleRequest
+from engine.models.compaction import Compacted, CompactRequest
 from engine.models.http_pool import HttpPool
 from engine.models.responses_wire import (
     RESERVED,

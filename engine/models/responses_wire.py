@@ -23,12 +23,12 @@ from typing import Any
 
 import msgspec
 
-from engine.compaction import Compacted
-from engine.compaction_seal import unseal
-from engine.context import Context
+from engine.conversation.compaction import unseal
+from engine.conversation.context import Context
+from engine.conversation.tokens import count
 from engine.models.base import ArgsDelta, CallEnd, CallStart, Delta, Finish, TextDelta
+from engine.models.compaction import Compacted
 from engine.models.upstream import UpstreamError, safe_message
-from engine.tokens import count
 from protocol.codec import parse_input
 from protocol.errors import InvalidRequest
 from protocol.items import (

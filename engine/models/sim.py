@@ -26,6 +26,7 @@ from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+from engine.conversation.tokens import encode, encoding
 from engine.models.base import (
     ArgsDelta,
     CallEnd,
@@ -37,7 +38,6 @@ from engine.models.base import (
 )
 from engine.models.scenarios import SCENARIOS
 from engine.models.schema_args import arguments_for, command_like
-from engine.tokens import encode, encoding
 from protocol.items import InputItem, Message, ToolOutput, text_of
 from protocol.tools import CallableTool, ToolChoice, ToolChoiceAllowed, forced_callable
 

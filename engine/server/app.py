@@ -9,9 +9,10 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import WSCloseCode, web
 
-from engine.background import BackgroundRuns
+from engine.connection.background import BackgroundRuns
+from engine.connection.session import Session
 from engine.core import Engine, EngineConfig
-from engine.inspect import Inspector
+from engine.inspector.read_model import Inspector
 from engine.server import background, http, inspector
 from engine.server.config import ServerConfig
 from engine.server.keys import (
@@ -25,7 +26,6 @@ from engine.server.keys import (
     SESSIONS,
 )
 from engine.server.ws import WsSink, serve_socket
-from engine.session import Session
 from protocol.errors import (
     HttpStatusError,
     InvalidRequest,

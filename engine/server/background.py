@@ -1,13 +1,14 @@
 """HTTP glue for background responses (SPEC: BG-1..BG-9): start, poll, stream-resume, cancel.
 
-The runs themselves live in ``engine/background.py``; this module only maps requests onto them.
+The runs themselves live in ``engine/connection/background.py``; this module only maps requests
+onto them.
 """
 
 from __future__ import annotations
 
 from aiohttp import web
 
-from engine.background import BackgroundRuns, EventLog, EventsExpired
+from engine.connection.background import BackgroundRuns, EventLog, EventsExpired
 from engine.server.keys import BACKGROUND, DRAINING, ENGINE, SERVER
 from engine.store import StoreError
 from engine.store.errors import wire_error

@@ -14,15 +14,15 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from engine.benchclock import TimedSink
-from engine.context_api import compact_context, count_input_tokens
+from engine.connection.context_requests import compact_context, count_input_tokens
+from engine.connection.session import Session
 from engine.core import Engine
-from engine.inspect import note_event
-from engine.metrics import CONTENT_TYPE
-from engine.rollout import ClientGone
+from engine.inspector.read_model import note_event
+from engine.observe.benchclock import TimedSink
+from engine.observe.metrics import CONTENT_TYPE
+from engine.rollout.coroutine import ClientGone
 from engine.server import background
 from engine.server.keys import BACKGROUND, ENGINE, INSPECTOR, REQUESTS, SERVER, SESSIONS
-from engine.session import Session
 from engine.store import ResponseRecord, StoreError
 from engine.store.errors import wire_error
 from protocol.codec import decode_compact_body, decode_create_body, encode, http_error_body

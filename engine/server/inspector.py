@@ -1,7 +1,8 @@
 """The live inspector: ``GET /inspect`` (the page) and ``GET /inspect/feed`` (its WebSocket
 feed) (SPEC: INSP-1..INSP-8).
 
-Glue only: the data comes from ``engine.inspect.Inspector``. One sampler task per server
+Glue only: the data comes from ``engine.inspector.read_model.Inspector``. One sampler task per
+server
 samples at ``TICK_S`` while at least one viewer is connected, and encodes each snapshot once
 for every viewer. Each viewer has its own sender that always sends the newest snapshot, so a
 slow browser skips snapshots instead of queueing them or slowing the others (INSP-3).
@@ -18,8 +19,8 @@ from urllib.parse import urlsplit
 import msgspec
 from aiohttp import WSCloseCode, WSMsgType, web
 
-from engine.inspect import ErrorLogHandler, Inspector
-from engine.server.inspect_page import PAGE
+from engine.inspector.page import PAGE
+from engine.inspector.read_model import ErrorLogHandler, Inspector
 from engine.server.keys import INSPECTOR, SERVER
 from protocol.errors import HttpStatusError
 

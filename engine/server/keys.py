@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from engine.background import BackgroundRuns
+from engine.connection.background import BackgroundRuns
+from engine.connection.session import Session
 from engine.core import Engine
-from engine.inspect import Inspector
+from engine.inspector.read_model import Inspector
 from engine.server.config import ServerConfig
-from engine.session import Session
 
 ENGINE = web.AppKey("engine", Engine)
 SESSIONS = web.AppKey("sessions", set[Session])  # open WebSocket connections

@@ -14,12 +14,12 @@ from collections.abc import Awaitable
 
 from aiohttp import WSCloseCode, WSMsgType, web
 
+from engine.connection.session import Session
 from engine.core import Engine
-from engine.inspect import ErrorRing, note_event
-from engine.rollout import ClientGone, Mode
+from engine.inspector.read_model import ErrorRing, note_event
+from engine.rollout.coroutine import ClientGone, Mode
 from engine.server.config import ServerConfig
 from engine.server.keys import INSPECTOR, SESSIONS
-from engine.session import Session
 from protocol.codec import decode_client_event, encode
 from protocol.errors import InvalidRequest, ProtocolError
 from protocol.events import ServerEvent

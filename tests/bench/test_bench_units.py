@@ -24,7 +24,7 @@ from clients.bench.scenario import (
     scale_output,
 )
 from clients.bench.wire import TurnReader
-from engine.context import Context
+from engine.conversation.context import Context
 from engine.models.base import Finish, SampleRequest, TextDelta
 from engine.models.bench_models import (
     CODEX_STEPS,

@@ -14,7 +14,7 @@ from openai import AsyncOpenAI, BadRequestError
 from openai.resources.responses.responses import AsyncResponsesConnection
 from openai.types.responses import CompactedResponse, ResponseCompactionItem, ResponseUsage
 
-from engine.compaction_seal import unseal
+from engine.conversation.compaction import unseal
 from tests.conftest import WEATHER, LiveServer
 
 MODEL = "gpt-x"

@@ -17,8 +17,8 @@ from openai.types.responses import ToolChoiceTypes
 from openai.types.responses.response_input_item import ResponseInputItem
 from openai.types.responses.tool import Tool
 
-from engine.pipeline import redact_item
-from engine.render import item_text
+from engine.conversation.pipeline import redact_item
+from engine.conversation.render import item_text
 from protocol.codec import parse_input
 from protocol.items import OpaqueItem
 from tests.conformance.samples import (

@@ -11,8 +11,8 @@ from typing import Any
 
 import aiohttp
 
+from engine.conversation.render import render_item
 from engine.models.scenarios import CODING_AGENT_STEPS
-from engine.render import render_item
 from protocol.codec import parse_input
 from tests.conftest import LiveServer
 

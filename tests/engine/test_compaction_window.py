@@ -5,8 +5,16 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine.compaction import digest, prune, split, window_items, worth_compacting
-from engine.compaction_seal import seal, summary_text, unseal
+from engine.conversation.compaction import (
+    digest,
+    prune,
+    seal,
+    split,
+    summary_text,
+    unseal,
+    window_items,
+    worth_compacting,
+)
 from protocol.items import (
     Compaction,
     FunctionCall,

@@ -13,8 +13,8 @@ from typing import Any
 
 from openai import AsyncOpenAI
 
+from engine.conversation.render import render_item
 from engine.models.scenarios import CODING_AGENT_STEPS
-from engine.render import render_item
 from protocol.codec import parse_input
 from tests.conftest import LiveServer
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine import safety
+from engine.conversation import safety
 
 
 def test_every_phrase_still_scores_in_any_case_and_context() -> None:

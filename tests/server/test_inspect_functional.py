@@ -9,8 +9,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from engine.history import MAX_TURNS, TurnHistory, TurnRecord
-from engine.pipeline import TurnLog
+from engine.conversation.pipeline import TurnLog
+from engine.observe.turnlog import MAX_TURNS, TurnHistory, TurnRecord
 from engine.server.config import ServerConfig
 from engine.server.inspector import COOKIE, FEED
 from engine.server.keys import INSPECTOR

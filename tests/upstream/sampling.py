@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.context import Context
+from engine.conversation.context import Context
 from engine.models.base import SampleRequest
 from protocol.codec import parse_input
 from protocol.response import FunctionTool, ToolChoice

@@ -10,7 +10,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from engine.tokens import count
+from engine.conversation.tokens import count
 from tests.conftest import LiveServer
 from tests.upstream.conftest import WEATHER, StartEngine, router_for
 from tests.upstream.peer import SECRET, Call, ChatPeer, Reply

@@ -8,10 +8,10 @@ from typing import Any
 import msgspec
 import pytest
 
+from engine.conversation.tokens import count
 from engine.models.base import ArgsDelta, CallEnd, CallStart, Delta, Finish, TextDelta
 from engine.models.chat_stream import Chunk, ChunkMapper
 from engine.models.upstream import UpstreamError
-from engine.tokens import count
 from tests.upstream.peer import Call, Reply, chat_frames
 
 

@@ -25,12 +25,12 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from engine.core import Engine
-from engine.history import PRE_STAGES
-from engine.rollout import Phase, Rollout
+from engine.observe.turnlog import PRE_STAGES
+from engine.rollout.coroutine import Phase, Rollout
 from protocol.events import ErrorEvent, ResponseFailed, ServerEvent
 
 if TYPE_CHECKING:
-    from engine.session import Session
+    from engine.connection.session import Session
 
 ROW_CAP = 200  # rollouts and connections listed per snapshot (INSP-3)
 ENDED_CAP = 20  # recently ended rollouts kept (summary and turns only, never the context)

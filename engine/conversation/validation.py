@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from engine.context import Context
+from engine.conversation.context import Context
 from protocol.errors import InvalidRequest
 from protocol.items import (
     InputFile,

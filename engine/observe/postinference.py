@@ -21,7 +21,7 @@ from typing import IO, Any
 
 import msgspec
 
-from engine.metrics import Metrics
+from engine.observe.metrics import Metrics
 
 log = logging.getLogger("rollout.post")
 _LEDGER = msgspec.json.Encoder()

@@ -20,7 +20,7 @@ response (same ``response_id``, ``turn`` counting up). Stages, in seconds:
 ``prompt_tokens`` is the prompt the model read at this turn (header + history),
 ``rendered_tokens`` what pre-inference rendered fresh for it, and ``context_tokens`` what the
 rollout holds once the turn's output joined it: the bench reports the history's size from
-these, so the chat template exists only in ``engine/render.py``.
+these, so the chat template exists only in ``engine/conversation/render.py``.
 """
 
 from __future__ import annotations

@@ -24,14 +24,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from engine.compaction import compaction_threshold
-from engine.context import Context
+from engine.connection.lane import CacheEntry, Lane
+from engine.conversation.compaction import compaction_threshold
+from engine.conversation.context import Context
+from engine.conversation.pipeline import FULL, INCREMENTAL, ItemTexts
 from engine.core import Engine
-from engine.lane import CacheEntry, Lane
 from engine.models.base import Backend
-from engine.parking import Parked
-from engine.pipeline import FULL, INCREMENTAL, ItemTexts
-from engine.rollout import Mode, Rollout, Settings, Sink, Turn
+from engine.rollout.coroutine import Mode, Rollout, Settings, Sink, Turn
+from engine.shared.parking import Parked
 from engine.store import ResponseStore, StoreError
 from engine.store.errors import wire_error
 from protocol.codec import parse_input
@@ -43,7 +43,7 @@ from protocol.tools import echoed_tools
 
 
 class Connection(Protocol):
-    """What a create needs from the connection it arrived on (``engine.session.Session``).
+    """What a create needs from the connection it arrived on (``connection.session.Session``).
 
     Declared here, so this module depends on no session type: the session calls in."""
 

@@ -16,13 +16,13 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from engine.compat import run_create
+from engine.connection.compat import run_create
+from engine.connection.lane import CacheEntry, Lane
+from engine.conversation.validation import validate
 from engine.core import Engine
-from engine.lane import CacheEntry, Lane
 from engine.models.base import Backend
-from engine.rollout import ClientGone, Mode, Rollout, Sink, Turn
-from engine.steer import MAX_PENDING_STEERS, Steer, echo, steer_items, unattached
-from engine.validation import validate
+from engine.rollout.coroutine import ClientGone, Mode, Rollout, Sink, Turn
+from engine.rollout.steering import MAX_PENDING_STEERS, Steer, echo, steer_items, unattached
 from protocol.codec import error_event, parse_input
 from protocol.errors import (
     InvalidRequest,

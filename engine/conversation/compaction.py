@@ -10,7 +10,9 @@ The window keeps what the client said verbatim and replaces what the model produ
   compaction items) is replaced by one ``compaction`` item, which takes the place of the last
   item it replaces (so the current question still comes after it).
 
-Who writes the summary depends on the backend: one with a ``compact`` method does it itself (the
+This module is the window and the seal (no model call); ``engine.models.compaction`` runs
+the compaction with a backend. Who writes the summary depends on the backend: one with a
+``compact`` method does it itself (the
 Responses upstream forwards to its ``/responses/compact``; the chat upstream asks its model for a
 summary). Every other backend, the simulator included, gets the documented digest below: one
 line per replaced item, each cut to a few words, so the same items always give the same summary.
@@ -23,35 +25,25 @@ placeholder.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import base64
+import binascii
+import hashlib
 from dataclasses import dataclass
 
-from engine.compaction_seal import seal, summary_text
-from engine.context import Context
-from engine.models.base import Backend, Finish, SampleRequest, TextDelta
-from engine.pipeline import COMPACT, Pipeline
-from engine.tokens import count
 from protocol.errors import InvalidRequest
 from protocol.items import (
     Compaction,
     FunctionCall,
     FunctionCallOutput,
     InputItem,
-    InputText,
     Message,
     Reasoning,
     item_texts,
     text_of,
 )
-from protocol.stream import new_id
-from protocol.tools import EMPTY_TOOLSET
 
 DIGEST_WORDS = 12  # words kept per replaced item in the digest
 DEFAULT_THRESHOLD = 100_000  # prompt tokens, when ``compact_threshold`` is absent or null
-SUMMARY_PROMPT = (
-    "Summarise the conversation above for your own later use: the facts, decisions, tool "
-    "results and open questions a continuation needs. Write plain text, no preamble."
-)
 
 
 # --------------------------------------------------------------------------- the window
@@ -158,79 +150,33 @@ def digest(replaced: list[InputItem]) -> str:
     return "\n".join(lines)
 
 
-def rebuilt(
-    pipeline: Pipeline, old: Context, items: list[InputItem], supports: frozenset[str]
-) -> Context:
-    """A fresh context with ``old``'s header holding ``items`` (a compacted window)."""
-    ctx = Context(findings=old.findings)
-    instructions, tools = old.header_key or (None, EMPTY_TOOLSET)
-    pipeline.render_header(ctx, instructions, tools)
-    pipeline.apply(ctx, items, path=COMPACT, supports=supports)
-    return ctx
+# --------------------------------------------------------------------------- the seal
+
+SEAL = "rcmp1."
 
 
-# --------------------------------------------------------------------------- compacting
+def seal(summary: str) -> str:
+    return SEAL + base64.urlsafe_b64encode(summary.encode()).decode()
 
 
-@dataclass(frozen=True)
-class CompactRequest:
-    model: str
-    context: Context  # the prepared context: references resolved, rendered
+def unseal(blob: str) -> str | None:
+    """The summary this server sealed, or None for an upstream's (or a client's) own blob."""
+    if not blob.startswith(SEAL):
+        return None
+    try:
+        raw = base64.b64decode(blob[len(SEAL) :].encode(), altchars=b"-_", validate=True)
+        return raw.decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        return None
 
 
-@dataclass(frozen=True)
-class Compacted:
-    items: list[InputItem]  # the new window: what replaces the context
-    item: Compaction  # the compaction item in it (the first, for an upstream's window)
-    input_tokens: int
-    output_tokens: int
-
-
-Compactor = Callable[[CompactRequest], Awaitable[Compacted]]
-
-
-def compacted_with(
-    window: Window, summary: str, input_tokens: int, output_tokens: int
-) -> Compacted:
-    item = Compaction(id=new_id("cmp"), encrypted_content=seal(summary))
-    return Compacted(window_items(window, item), item, input_tokens, output_tokens)
-
-
-async def compact(backend: Backend, request: CompactRequest) -> Compacted:
-    """Compact ``request.context`` with the backend's own compaction, else the digest."""
-    own: Compactor | None = getattr(backend, "compact", None)
-    if own is not None:
-        return await own(request)
-    window = split(request.context.items)
-    summary = digest(window.replaced)
-    return compacted_with(window, summary, request.context.prompt_tokens, count(summary))
-
-
-async def summarise_with_model(backend: Backend, request: CompactRequest) -> Compacted:
-    """A summary written by the backend's model (the chat upstream's ``compact``)."""
-    window = split(request.context.items)
-    ask = Message(role="user", content=[InputText(text=SUMMARY_PROMPT)])
-    scratch = Context(items=[*window.replaced, ask], header_key=request.context.header_key)
-    sample = SampleRequest(
-        model=request.model,
-        context=scratch,
-        tools=EMPTY_TOOLSET,
-        tool_choice="none",
-        parallel_tool_calls=False,
-        max_output_tokens=None,
-    )
-    pieces: list[str] = []
-    finish: Finish | None = None
-    async for delta in backend.stream(sample):
-        if isinstance(delta, TextDelta):
-            pieces.append(delta.text)
-        elif isinstance(delta, Finish):
-            finish = delta
-    summary = "".join(pieces).strip()
-    prompt = request.context.prompt_tokens
-    input_tokens = prompt if finish is None or finish.input_tokens is None else finish.input_tokens
-    output_tokens = count(summary) if finish is None else finish.output_tokens
-    return compacted_with(window, summary, input_tokens, output_tokens)
+def summary_text(item: Compaction) -> str:
+    """What the model reads for a compaction item (render, chat upstream)."""
+    summary = unseal(item.encrypted_content)
+    if summary is not None:
+        return summary
+    tag = hashlib.sha1(item.encrypted_content.encode(), usedforsecurity=False).hexdigest()[:12]
+    return f"[compacted context {tag}]"
 
 
 def compaction_threshold(context_management: object) -> int | None:

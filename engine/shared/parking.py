@@ -18,7 +18,8 @@ from typing import Protocol
 
 
 class Parkable(Protocol):
-    """What the lot needs of a rollout (``engine.rollout.Rollout``, which imports the engine
+    """What the lot needs of a rollout (``engine.rollout.coroutine.Rollout``, which imports the
+    engine
     that owns this lot: naming it here would be an import cycle)."""
 
     @property
@@ -30,7 +31,7 @@ class Parkable(Protocol):
 @dataclass(slots=True)
 class Parked:
     response_id: str  # the rollout's last response: what a continuation names
-    rollout: Parkable  # an engine.rollout.Rollout
+    rollout: Parkable  # an engine.rollout.coroutine.Rollout
     task: asyncio.Task[None]
     owner: str | None  # the API-key identity that created it (OWN-1)
     timer: asyncio.TimerHandle

@@ -25,12 +25,19 @@ from typing import Literal, Protocol
 
 import msgspec
 
-from engine.accounting import RolloutFacts, UsageTally, safety_report, usage_record
-from engine.benchclock import stage_delta
-from engine.compaction import CompactRequest, compact, prune, rebuilt, worth_compacting
-from engine.context import Context
+from engine.conversation.compaction import prune, worth_compacting
+from engine.conversation.context import Context
+from engine.conversation.pipeline import (
+    FULL,
+    INCREMENTAL,
+    OUTPUT,
+    ItemTexts,
+    Pipeline,
+    StageStats,
+    TurnLog,
+    rebuilt,
+)
 from engine.core import Engine
-from engine.history import TurnHistory, TurnRecord
 from engine.models.base import (
     HOSTED_TOOLS,
     ArgsDelta,
@@ -43,9 +50,12 @@ from engine.models.base import (
     SampleRequest,
     TextDelta,
 )
-from engine.pipeline import FULL, INCREMENTAL, OUTPUT, ItemTexts, Pipeline, StageStats, TurnLog
-from engine.post import UsageRecord
-from engine.steer import Steer
+from engine.models.compaction import CompactRequest, compact
+from engine.observe.accounting import RolloutFacts, UsageTally, safety_report, usage_record
+from engine.observe.benchclock import stage_delta
+from engine.observe.postinference import UsageRecord
+from engine.observe.turnlog import TurnHistory, TurnRecord
+from engine.rollout.steering import Steer
 from engine.store import ChainPoint, ResponseRecord, StoreError, chain_record, listing_form
 from engine.store.errors import wire_error
 from protocol import events as ev

@@ -13,12 +13,13 @@ import logging
 import time
 from dataclasses import dataclass
 
-from engine.compaction import CompactRequest, compact, prune, rebuilt
-from engine.compat import check_supported
-from engine.context import Context
+from engine.connection.compat import check_supported
+from engine.conversation.compaction import prune
+from engine.conversation.context import Context
+from engine.conversation.pipeline import FULL, Pipeline, StageStats, rebuilt
 from engine.core import Engine
 from engine.models.base import HOSTED_TOOLS, Backend, BackendError
-from engine.pipeline import FULL, Pipeline, StageStats
+from engine.models.compaction import CompactRequest, compact
 from engine.store import StoreError, listing_form
 from engine.store.errors import wire_error
 from protocol.errors import ServerError, previous_response_not_found

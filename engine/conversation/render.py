@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import hashlib
 
-from engine.compaction_seal import summary_text
-from engine.tokens import TokenArray, encode, encode_array
+from engine.conversation.compaction import summary_text
+from engine.conversation.tokens import TokenArray, encode, encode_array
 from protocol.items import (
     Compaction,
     ContentPart,

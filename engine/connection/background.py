@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from engine.connection.session import Session
 from engine.core import Engine
-from engine.session import Session
 from engine.store import ResponseRecord, StoreError, chain_record, listing_form
 from engine.store.errors import wire_error
 from protocol.errors import InvalidRequest, TooManyRequests
@@ -35,7 +35,7 @@ from protocol.sse import frame
 from protocol.states import ResponseState
 
 if TYPE_CHECKING:
-    from engine.rollout import Turn
+    from engine.rollout.coroutine import Turn
 
 log = logging.getLogger("rollout.background")
 

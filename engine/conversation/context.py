@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.safety import Finding
+from engine.conversation.safety import Finding
+from engine.conversation.tokens import TokenArray, TokenBuffer
 from engine.store.base import ChainPoint
-from engine.tokens import TokenArray, TokenBuffer
 from protocol.items import InputItem, ToolCall
 from protocol.tools import Toolset
 

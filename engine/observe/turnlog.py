@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from engine.pipeline import TurnLog
+from engine.conversation.pipeline import TurnLog
 
 MAX_TURNS = 32  # the newest steps of a rollout are kept; ``count`` says how many there were
 # Stages that run before the model samples (OBS-1): the step's pre-inference time.

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
 
-from engine.context import Context
+from engine.conversation.context import Context
 from engine.models.base import Backend
 
 

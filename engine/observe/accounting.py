@@ -8,10 +8,10 @@ from dataclasses import dataclass
 
 import msgspec
 
+from engine.conversation.pipeline import TurnLog
+from engine.conversation.safety import Finding
 from engine.models.base import Finish
-from engine.pipeline import TurnLog
-from engine.post import UsageRecord
-from engine.safety import Finding
+from engine.observe.postinference import UsageRecord
 from protocol.response import InputTokensDetails, SafetyFinding, SafetyReport, Usage
 
 

@@ -12,9 +12,9 @@ import asyncio
 from collections import Counter
 from dataclasses import dataclass
 
-from engine.context import Context
+from engine.conversation.context import Context
 from engine.models.base import Backend
-from engine.rollout import Mode, Rollout
+from engine.rollout.coroutine import Mode, Rollout
 from protocol.response import CreateParams
 
 

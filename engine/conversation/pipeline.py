@@ -18,11 +18,11 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from engine.context import Context
-from engine.render import render_header, render_item
-from engine.safety import Finding, redact, scan_text
-from engine.tokens import TokenArray
-from engine.validation import (
+from engine.conversation.context import Context
+from engine.conversation.render import render_header, render_item
+from engine.conversation.safety import Finding, redact, scan_text
+from engine.conversation.tokens import TokenArray
+from engine.conversation.validation import (
     resolve_references,
     validate,
     validate_tool_choice,
@@ -43,7 +43,7 @@ from protocol.items import (
     ToolOutput,
     item_texts,
 )
-from protocol.tools import ToolChoice, Toolset
+from protocol.tools import EMPTY_TOOLSET, ToolChoice, Toolset
 
 FULL = "full"
 INCREMENTAL = "incremental"
@@ -263,3 +263,14 @@ class Pipeline:
         self.log.findings.extend(findings)
         self.stats.tokens_rendered += total
         return total
+
+
+def rebuilt(
+    pipeline: Pipeline, old: Context, items: list[InputItem], supports: frozenset[str]
+) -> Context:
+    """A fresh context with ``old``'s header holding ``items`` (a compacted window)."""
+    ctx = Context(findings=old.findings)
+    instructions, tools = old.header_key or (None, EMPTY_TOOLSET)
+    pipeline.render_header(ctx, instructions, tools)
+    pipeline.apply(ctx, items, path=COMPACT, supports=supports)
+    return ctx

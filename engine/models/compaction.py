@@ -1,0 +1,82 @@
+"""Running a compaction with a backend (SPEC: COMPACT-1..COMPACT-6): the backend's own
+``compact`` when it has one (the Responses upstream forwards it, the chat upstream asks its model),
+otherwise the documented digest of ``engine.conversation.compaction``."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from engine.conversation.compaction import Window, digest, seal, split, window_items
+from engine.conversation.context import Context
+from engine.conversation.tokens import count
+from engine.models.base import Backend, Finish, SampleRequest, TextDelta
+from protocol.items import Compaction, InputItem, InputText, Message
+from protocol.stream import new_id
+from protocol.tools import EMPTY_TOOLSET
+
+SUMMARY_PROMPT = (
+    "Summarise the conversation above for your own later use: the facts, decisions, tool "
+    "results and open questions a continuation needs. Write plain text, no preamble."
+)
+
+
+@dataclass(frozen=True)
+class CompactRequest:
+    model: str
+    context: Context  # the prepared context: references resolved, rendered
+
+
+@dataclass(frozen=True)
+class Compacted:
+    items: list[InputItem]  # the new window: what replaces the context
+    item: Compaction  # the compaction item in it (the first, for an upstream's window)
+    input_tokens: int
+    output_tokens: int
+
+
+Compactor = Callable[[CompactRequest], Awaitable[Compacted]]
+
+
+def compacted_with(
+    window: Window, summary: str, input_tokens: int, output_tokens: int
+) -> Compacted:
+    item = Compaction(id=new_id("cmp"), encrypted_content=seal(summary))
+    return Compacted(window_items(window, item), item, input_tokens, output_tokens)
+
+
+async def compact(backend: Backend, request: CompactRequest) -> Compacted:
+    """Compact ``request.context`` with the backend's own compaction, else the digest."""
+    own: Compactor | None = getattr(backend, "compact", None)
+    if own is not None:
+        return await own(request)
+    window = split(request.context.items)
+    summary = digest(window.replaced)
+    return compacted_with(window, summary, request.context.prompt_tokens, count(summary))
+
+
+async def summarise_with_model(backend: Backend, request: CompactRequest) -> Compacted:
+    """A summary written by the backend's model (the chat upstream's ``compact``)."""
+    window = split(request.context.items)
+    ask = Message(role="user", content=[InputText(text=SUMMARY_PROMPT)])
+    scratch = Context(items=[*window.replaced, ask], header_key=request.context.header_key)
+    sample = SampleRequest(
+        model=request.model,
+        context=scratch,
+        tools=EMPTY_TOOLSET,
+        tool_choice="none",
+        parallel_tool_calls=False,
+        max_output_tokens=None,
+    )
+    pieces: list[str] = []
+    finish: Finish | None = None
+    async for delta in backend.stream(sample):
+        if isinstance(delta, TextDelta):
+            pieces.append(delta.text)
+        elif isinstance(delta, Finish):
+            finish = delta
+    summary = "".join(pieces).strip()
+    prompt = request.context.prompt_tokens
+    input_tokens = prompt if finish is None or finish.input_tokens is None else finish.input_tokens
+    output_tokens = count(summary) if finish is None else finish.output_tokens
+    return compacted_with(window, summary, input_tokens, output_tokens)

@@ -39,6 +39,7 @@ from protocol.items import (
     InputItem,
     InputText,
     Message,
+    OpaqueItem,
     Reasoning,
     item_texts,
     text_of,
@@ -47,6 +48,7 @@ from protocol.stream import new_id
 from protocol.tools import EMPTY_TOOLSET
 
 DIGEST_WORDS = 12  # words kept per replaced item in the digest
+TRIGGER = "compaction_trigger"  # the input item that asks for a compaction (COMPACT-7)
 DEFAULT_THRESHOLD = 100_000  # prompt tokens, when ``compact_threshold`` is absent or null
 SUMMARY_PROMPT = (
     "Summarise the conversation above for your own later use: the facts, decisions, tool "
@@ -231,6 +233,24 @@ async def summarise_with_model(backend: Backend, request: CompactRequest) -> Com
     input_tokens = prompt if finish is None or finish.input_tokens is None else finish.input_tokens
     output_tokens = count(summary) if finish is None else finish.output_tokens
     return compacted_with(window, summary, input_tokens, output_tokens)
+
+
+def take_trigger(
+    items: list[InputItem], texts: list[list[str]]
+) -> tuple[list[InputItem], list[list[str]], bool]:
+    """Remote compaction (COMPACT-7): a ``compaction_trigger`` must be the last input item; it
+    asks for the context to be compacted instead of sampled, and is not itself context.
+    Returns the items and texts without it, and whether it was there."""
+    for index, item in enumerate(items):
+        if isinstance(item, OpaqueItem) and item.type == TRIGGER and index != len(items) - 1:
+            raise InvalidRequest(
+                "invalid_value",
+                "A compaction_trigger item must be the final input item.",
+                f"input[{index}]",
+            )
+    if items and isinstance(items[-1], OpaqueItem) and items[-1].type == TRIGGER:
+        return items[:-1], texts[:-1], True
+    return items, texts, False
 
 
 def compaction_threshold(context_management: object) -> int | None:

@@ -12,7 +12,7 @@ from aiohttp import WSCloseCode, web
 from engine.background import BackgroundRuns
 from engine.core import Engine, EngineConfig
 from engine.inspect import Inspector
-from engine.server import background, http, inspector
+from engine.server import background, http, inspector, turn_state
 from engine.server.config import ServerConfig
 from engine.server.keys import (
     BACKGROUND,
@@ -191,6 +191,7 @@ def create_app(
     inspector.install(app)
     if app[ENGINE].bench_clock is not None:  # rollout serve --bench-timings (OBS-5)
         app.router.add_get("/v1/bench/timings", http.bench_timings)
+    turn_state.install(app, app[ENGINE], config.node_id)
     app.on_startup.append(_start)
     app.on_shutdown.append(_drain_sockets)
     app.on_cleanup.append(_stop)

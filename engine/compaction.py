@@ -84,12 +84,14 @@ def _is_output(item: InputItem) -> bool:
     return _call_id(item) is not None and hasattr(item, "output")
 
 
-def split(items: list[InputItem]) -> Window:
+def split(items: list[InputItem], keep_round: bool = True) -> Window:
     """What a compaction replaces (COMPACT-2): every item except client messages and the
     trailing tool round. The compaction item takes the place of the last replaced item, so the
-    messages after it (the current question) still come last."""
+    messages after it (the current question) still come last. A client that asked for the
+    compaction keeps only its messages and the compaction item (COMPACT-7): then the tool round
+    is replaced too (``keep_round=False``)."""
     start = len(items)
-    while start > 0 and _call_id(items[start - 1]) is not None:
+    while keep_round and start > 0 and _call_id(items[start - 1]) is not None:
         start -= 1
     calls = {_call_id(i) for i in items[start:] if not _is_output(i)}
     drop = {n for n in range(start) if not _client_message(items[n])}
@@ -178,6 +180,7 @@ def rebuilt(
 class CompactRequest:
     model: str
     context: Context  # the prepared context: references resolved, rendered
+    keep_round: bool = True  # False for a compaction_trigger (COMPACT-7)
 
 
 @dataclass(frozen=True)
@@ -203,14 +206,14 @@ async def compact(backend: Backend, request: CompactRequest) -> Compacted:
     own: Compactor | None = getattr(backend, "compact", None)
     if own is not None:
         return await own(request)
-    window = split(request.context.items)
+    window = split(request.context.items, request.keep_round)
     summary = digest(window.replaced)
     return compacted_with(window, summary, request.context.prompt_tokens, count(summary))
 
 
 async def summarise_with_model(backend: Backend, request: CompactRequest) -> Compacted:
     """A summary written by the backend's model (the chat upstream's ``compact``)."""
-    window = split(request.context.items)
+    window = split(request.context.items, request.keep_round)
     ask = Message(role="user", content=[InputText(text=SUMMARY_PROMPT)])
     scratch = Context(items=[*window.replaced, ask], header_key=request.context.header_key)
     sample = SampleRequest(

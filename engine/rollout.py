@@ -225,15 +225,16 @@ class Rollout:
             return
         if not worth_compacting(self.ctx.items):
             return
-        await self._compact(turn, "compaction.auto")
+        await self._compact(turn, triggered=False)
 
-    async def _compact(self, turn: Turn, counter: str) -> None:
+    async def _compact(self, turn: Turn, *, triggered: bool) -> None:
         """Replace the context by its compacted window; the compaction item is the response's
         next output item and its cost joins the usage (COMPACT-3, COMPACT-7)."""
         async with asyncio.timeout(self._model_timeout):  # an upstream compaction is a model call
-            result = await compact(self.backend, CompactRequest(self.settings.model, self.ctx))
+            request = CompactRequest(self.settings.model, self.ctx, keep_round=not triggered)
+            result = await compact(self.backend, request)
         self._replace_context(result.items)
-        self.engine.counters[counter] += 1
+        self.engine.counters["compaction.trigger" if triggered else "compaction.auto"] += 1
         for tally in (turn.tally, self._totals):
             tally.input_tokens += result.input_tokens
             tally.output_tokens += result.output_tokens
@@ -322,7 +323,7 @@ class Rollout:
     async def _sample(self, turn: Turn) -> tuple[list[ToolCall], SampleEnd]:
         if self.settings.compact_now:  # remote compaction: the one output is the compaction
             self.settings.compact_now = False
-            await self._compact(turn, "compaction.trigger")
+            await self._compact(turn, triggered=True)
             return [], "stop"
         await self._compact_if_needed(turn)
         started, output_before = time.time(), turn.tally.output_tokens

@@ -105,6 +105,7 @@ async def responses_get(request: web.Request) -> web.StreamResponse:
         )
     config = request.app[SERVER]
     if not config.websocket_enabled:
+        request.app[ENGINE].counters["ws.disabled_refusals"] += 1  # clients fall back (WS-13)
         raise HttpStatusError(
             426,
             "websocket_disabled",

@@ -13,7 +13,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from engine.compaction import CompactRequest, compact, prune, rebuilt
+from engine.compaction import CompactRequest, compact, prune, rebuilt, take_trigger
 from engine.compat import check_supported
 from engine.context import Context
 from engine.core import Engine
@@ -60,6 +60,7 @@ async def prepare(engine: Engine, params: CreateParams) -> Prepared:
     items, texts = check_supported(
         params, "http", engine.config.max_input_items, engine.config.max_input_chars
     )
+    items, texts, _ = take_trigger(items, texts)  # never context (COMPACT-7)
     model = params.model or engine.config.default_model
     backend = engine.router.resolve(model)
     history = await _history(engine, params.previous_response_id)

@@ -194,7 +194,8 @@ async def test_compaction_trigger_over_websocket_chain(server: LiveServer) -> No
 
 async def test_compaction_trigger_over_http_with_the_sdk(server: LiveServer) -> None:
     """COMPACT-7 over HTTP/SSE with the openai SDK: its typed stream carries the
-    `ResponseCompactionCompactingEvent`; a trigger anywhere but last is a 400 naming it."""
+    `ResponseCompactionCompactingEvent`; `/input_tokens` does not count a trailing trigger; a
+    trigger anywhere but last is a 400 naming it."""
     sdk = AsyncOpenAI(base_url=server.base_url, api_key="x", max_retries=0)
     try:
         stream = await sdk.responses.create(
@@ -210,6 +211,11 @@ async def test_compaction_trigger_over_http_with_the_sdk(server: LiveServer) -> 
         assert [o.type for o in last.response.output] == ["compaction"]
         with pytest.raises(BadRequestError) as misplaced:
             await sdk.responses.create(model="sim", input=untyped([TRIGGER, *conversation()]))
+        counted = [
+            await sdk.responses.input_tokens.count(model="sim", input=untyped(items))
+            for items in (conversation(), [*conversation(), TRIGGER])
+        ]
+        assert counted[0].input_tokens == counted[1].input_tokens  # the trigger is not context
         body = misplaced.value.body
         assert isinstance(body, dict) and body["param"] == "input[0]"
         assert body["code"] == "invalid_value"

@@ -41,8 +41,21 @@ class ResponseSteer(msgspec.Struct, tag="response.steer", tag_field="type", kw_o
     input: str | list[Any]
 
 
-ClientEvent = ResponseCreate | ResponseAppend | ResponseInject | ResponseSteer
-CLIENT_EVENT_TYPES = ("response.create", "response.append", "response.inject", "response.steer")
+class ResponseProcessed(msgspec.Struct, tag="response.processed", tag_field="type", kw_only=True):
+    """Codex's acknowledgement that it has consumed the response ``response_id`` (WS-15):
+    accepted and counted, never answered."""
+
+    response_id: str
+
+
+ClientEvent = ResponseCreate | ResponseAppend | ResponseInject | ResponseSteer | ResponseProcessed
+CLIENT_EVENT_TYPES = (
+    "response.create",
+    "response.append",
+    "response.inject",
+    "response.steer",
+    "response.processed",
+)
 
 # --------------------------------------------------------------------------- server events
 
@@ -135,6 +148,14 @@ class CustomToolCallInputDone(_Event, tag="response.custom_tool_call_input.done"
     item_id: str
     output_index: int
     input: str
+
+
+class CompactionCompacting(_Event, tag="response.compaction.compacting"):
+    """The compaction item ``item_id`` is being written (COMPACT-7): between its
+    ``output_item.added`` and ``.done``; it carries no summary content."""
+
+    item_id: str
+    output_index: int
 
 
 class PendingCall(msgspec.Struct, omit_defaults=True):
@@ -242,6 +263,7 @@ ServerEvent = (
     | FunctionCallArgumentsDone
     | CustomToolCallInputDelta
     | CustomToolCallInputDone
+    | CompactionCompacting
     | ResponseDone
     | InjectCreated
     | InjectFailed

@@ -371,8 +371,9 @@ class ResponseStream:
 
     # ------------------------------------------------------------------ compaction
     def add_compaction(self, item: Compaction) -> list[ev.ServerEvent]:
-        """A compaction item made before sampling (COMPACT-3): it is complete when it appears,
-        so ``output_item.added`` and ``output_item.done`` carry the same item."""
+        """A compaction item (COMPACT-3, COMPACT-7): it is complete when it appears, so
+        ``output_item.added`` and ``output_item.done`` carry the same item, with the
+        ``response.compaction.compacting`` progress event between them."""
         self._require_closed()
         first = self._step(Step.OUTPUT)
         index = len(self.response.output)
@@ -380,6 +381,12 @@ class ResponseStream:
         return [
             ev.OutputItemAdded(
                 sequence_number=first, stream_id=self.stream_id, output_index=index, item=item
+            ),
+            ev.CompactionCompacting(
+                sequence_number=self._step(Step.OUTPUT),
+                stream_id=self.stream_id,
+                item_id=item.id or "",
+                output_index=index,
             ),
             ev.OutputItemDone(
                 sequence_number=self._step(Step.OUTPUT),

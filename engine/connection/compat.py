@@ -18,6 +18,7 @@ Four ways a create can start (SPEC: COMPAT-1..COMPAT-6), cheapest first:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from engine.connection.lane import CacheEntry, Lane
-from engine.conversation.compaction import compaction_threshold
+from engine.conversation.compaction import compaction_threshold, take_trigger
 from engine.conversation.context import Context
 from engine.conversation.pipeline import FULL, INCREMENTAL, ItemTexts
 from engine.core import Engine
@@ -246,6 +247,7 @@ def _admit(session: Connection, lane: Lane, params: CreateParams) -> Admission:
     items, texts = check_supported(
         params, session.transport, config.max_input_items, config.max_input_chars
     )
+    items, texts, compact_now = take_trigger(items, texts)
     model = params.model or engine.config.default_model
     stream = ResponseStream(new_response(params, model), lane.name)
     turn = Turn(stream, session.sink, items)
@@ -259,7 +261,7 @@ def _admit(session: Connection, lane: Lane, params: CreateParams) -> Admission:
         backend=backend,
         mode=Mode(params.rollout_mode or session.default_mode.value),
         turn=turn,
-        settings=settings_from(params, model),
+        settings=dataclasses.replace(settings_from(params, model), compact_now=compact_now),
     )
 
 

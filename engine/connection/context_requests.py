@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 
 from engine.connection.compat import check_supported
-from engine.conversation.compaction import prune
+from engine.conversation.compaction import prune, take_trigger
 from engine.conversation.context import Context
 from engine.conversation.pipeline import FULL, Pipeline, StageStats, rebuilt
 from engine.core import Engine
@@ -61,6 +61,7 @@ async def prepare(engine: Engine, params: CreateParams) -> Prepared:
     items, texts = check_supported(
         params, "http", engine.config.max_input_items, engine.config.max_input_chars
     )
+    items, texts, _ = take_trigger(items, texts)  # never context (COMPACT-7)
     model = params.model or engine.config.default_model
     backend = engine.router.resolve(model)
     history = await _history(engine, params.previous_response_id)

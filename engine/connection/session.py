@@ -39,6 +39,7 @@ from protocol.events import (
     ResponseAppend,
     ResponseCreate,
     ResponseInject,
+    ResponseProcessed,
     ResponseSteer,
     SteerRef,
 )
@@ -94,6 +95,10 @@ class Session:
                 self.submit_create(event)
             elif isinstance(event, ResponseSteer):
                 await self.handle_steer(event)
+            elif isinstance(event, ResponseProcessed):
+                # Codex reads no answer to it: any frame here would be taken as the start of
+                # its next response's stream (WS-15).
+                self.engine.counters["ws.response_processed"] += 1
             else:
                 await self.handle_append(event)
         except ProtocolError as err:

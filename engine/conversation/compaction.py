@@ -37,12 +37,14 @@ from protocol.items import (
     FunctionCallOutput,
     InputItem,
     Message,
+    OpaqueItem,
     Reasoning,
     item_texts,
     text_of,
 )
 
 DIGEST_WORDS = 12  # words kept per replaced item in the digest
+TRIGGER = "compaction_trigger"  # the input item that asks for a compaction (COMPACT-7)
 DEFAULT_THRESHOLD = 100_000  # prompt tokens, when ``compact_threshold`` is absent or null
 
 
@@ -74,12 +76,14 @@ def _is_output(item: InputItem) -> bool:
     return _call_id(item) is not None and hasattr(item, "output")
 
 
-def split(items: list[InputItem]) -> Window:
+def split(items: list[InputItem], keep_round: bool = True) -> Window:
     """What a compaction replaces (COMPACT-2): every item except client messages and the
     trailing tool round. The compaction item takes the place of the last replaced item, so the
-    messages after it (the current question) still come last."""
+    messages after it (the current question) still come last. A client that asked for the
+    compaction keeps only its messages and the compaction item (COMPACT-7): then the tool round
+    is replaced too (``keep_round=False``)."""
     start = len(items)
-    while start > 0 and _call_id(items[start - 1]) is not None:
+    while keep_round and start > 0 and _call_id(items[start - 1]) is not None:
         start -= 1
     calls = {_call_id(i) for i in items[start:] if not _is_output(i)}
     drop = {n for n in range(start) if not _client_message(items[n])}
@@ -177,6 +181,24 @@ def summary_text(item: Compaction) -> str:
         return summary
     tag = hashlib.sha1(item.encrypted_content.encode(), usedforsecurity=False).hexdigest()[:12]
     return f"[compacted context {tag}]"
+
+
+def take_trigger(
+    items: list[InputItem], texts: list[list[str]]
+) -> tuple[list[InputItem], list[list[str]], bool]:
+    """Remote compaction (COMPACT-7): a ``compaction_trigger`` must be the last input item; it
+    asks for the context to be compacted instead of sampled, and is not itself context.
+    Returns the items and texts without it, and whether it was there."""
+    for index, item in enumerate(items):
+        if isinstance(item, OpaqueItem) and item.type == TRIGGER and index != len(items) - 1:
+            raise InvalidRequest(
+                "invalid_value",
+                "A compaction_trigger item must be the final input item.",
+                f"input[{index}]",
+            )
+    if items and isinstance(items[-1], OpaqueItem) and items[-1].type == TRIGGER:
+        return items[:-1], texts[:-1], True
+    return items, texts, False
 
 
 def compaction_threshold(context_management: object) -> int | None:

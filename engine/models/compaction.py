@@ -25,6 +25,7 @@ SUMMARY_PROMPT = (
 class CompactRequest:
     model: str
     context: Context  # the prepared context: references resolved, rendered
+    keep_round: bool = True  # False for a compaction_trigger (COMPACT-7)
 
 
 @dataclass(frozen=True)
@@ -50,14 +51,14 @@ async def compact(backend: Backend, request: CompactRequest) -> Compacted:
     own: Compactor | None = getattr(backend, "compact", None)
     if own is not None:
         return await own(request)
-    window = split(request.context.items)
+    window = split(request.context.items, request.keep_round)
     summary = digest(window.replaced)
     return compacted_with(window, summary, request.context.prompt_tokens, count(summary))
 
 
 async def summarise_with_model(backend: Backend, request: CompactRequest) -> Compacted:
     """A summary written by the backend's model (the chat upstream's ``compact``)."""
-    window = split(request.context.items)
+    window = split(request.context.items, request.keep_round)
     ask = Message(role="user", content=[InputText(text=SUMMARY_PROMPT)])
     scratch = Context(items=[*window.replaced, ask], header_key=request.context.header_key)
     sample = SampleRequest(

@@ -110,6 +110,7 @@ class Settings:
     temperature: float | None = None
     top_p: float | None = None
     compact_threshold: int | None = None  # context_management (COMPACT-3)
+    compact_now: bool = False  # the input ended with a compaction_trigger (COMPACT-7)
 
 
 def _future() -> asyncio.Future[str]:
@@ -234,10 +235,16 @@ class Rollout:
             return
         if not worth_compacting(self.ctx.items):
             return
+        await self._compact(turn, triggered=False)
+
+    async def _compact(self, turn: Turn, *, triggered: bool) -> None:
+        """Replace the context by its compacted window; the compaction item is the response's
+        next output item and its cost joins the usage (COMPACT-3, COMPACT-7)."""
         async with asyncio.timeout(self._model_timeout):  # an upstream compaction is a model call
-            result = await compact(self.backend, CompactRequest(self.settings.model, self.ctx))
+            request = CompactRequest(self.settings.model, self.ctx, keep_round=not triggered)
+            result = await compact(self.backend, request)
         self._replace_context(result.items)
-        self.engine.counters["compaction.auto"] += 1
+        self.engine.counters["compaction.trigger" if triggered else "compaction.auto"] += 1
         for tally in (turn.tally, self._totals):
             tally.input_tokens += result.input_tokens
             tally.output_tokens += result.output_tokens
@@ -324,6 +331,10 @@ class Rollout:
 
     # ================================================================== sampling
     async def _sample(self, turn: Turn) -> tuple[list[ToolCall], SampleEnd]:
+        if self.settings.compact_now:  # remote compaction: the one output is the compaction
+            self.settings.compact_now = False
+            await self._compact(turn, triggered=True)
+            return [], "stop"
         await self._compact_if_needed(turn)
         started, output_before = time.time(), turn.tally.output_tokens
         prompt, cached = self._count_prompt(turn)

@@ -13,7 +13,7 @@ from engine.connection.background import BackgroundRuns
 from engine.connection.session import Session
 from engine.core import Engine, EngineConfig
 from engine.inspector.read_model import Inspector
-from engine.server import background, http, inspector
+from engine.server import background, http, inspector, turn_state
 from engine.server.config import ServerConfig
 from engine.server.keys import (
     BACKGROUND,
@@ -105,6 +105,7 @@ async def responses_get(request: web.Request) -> web.StreamResponse:
         )
     config = request.app[SERVER]
     if not config.websocket_enabled:
+        request.app[ENGINE].counters["ws.disabled_refusals"] += 1  # clients fall back (WS-13)
         raise HttpStatusError(
             426,
             "websocket_disabled",
@@ -191,6 +192,7 @@ def create_app(
     inspector.install(app)
     if app[ENGINE].bench_clock is not None:  # rollout serve --bench-timings (OBS-5)
         app.router.add_get("/v1/bench/timings", http.bench_timings)
+    turn_state.install(app, app[ENGINE], config.node_id)
     app.on_startup.append(_start)
     app.on_shutdown.append(_drain_sockets)
     app.on_cleanup.append(_stop)

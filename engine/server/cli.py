@@ -21,6 +21,7 @@ from engine.core import Engine, EngineConfig
 from engine.models.router import Router
 from engine.server.config import ServerConfig, load_api_keys, warn_if_open
 from engine.server.keys import ENGINE
+from engine.server.turn_state import check_node_id, default_node_id
 from engine.server.workers import (
     WORKER_FLAG,
     follow_parent,
@@ -52,6 +53,12 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "--api-keys-env", default="ROLLOUT_API_KEYS", help="env var with comma-separated API keys"
     )
     net.add_argument("--no-websocket", action="store_true", help="answer upgrades with 426")
+    net.add_argument(
+        "--node-id",
+        type=check_node_id,
+        default=None,
+        help="this node's name in x-codex-turn-state (default: the host name), [A-Za-z0-9_-]",
+    )
     net.add_argument("--backlog", type=int, default=128, help="listen queue of pending connects")
     net.add_argument(
         "--announce-port",
@@ -158,6 +165,7 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
         api_keys=load_api_keys(args.api_keys_file, args.api_keys_env),
         send_timeout_s=args.send_timeout,
         shutdown_grace_s=args.shutdown_grace,
+        node_id=args.node_id or default_node_id(),
     )
 
 

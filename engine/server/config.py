@@ -9,6 +9,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.server.turn_state import default_node_id
+
 log = logging.getLogger("rollout.server")
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
@@ -21,6 +23,7 @@ class ServerConfig:
     api_keys: frozenset[str] = field(default_factory=frozenset)  # empty = no auth (AUTH-1)
     send_timeout_s: float = 30.0  # a reader this slow is disconnected (LIM-12)
     shutdown_grace_s: float = 10.0  # in-flight responses may finish this long (LIM-13)
+    node_id: str = field(default_factory=default_node_id)  # named in x-codex-turn-state (TURN-1)
 
     def key_allowed(self, presented: str) -> bool:
         """Constant-time over every configured key: timing reveals neither key nor match."""

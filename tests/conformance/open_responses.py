@@ -292,6 +292,8 @@ NON_DOCUMENT_EVENTS: dict[str, Table] = {
     # The SDK's events for custom (free-form) tool calls, which the document does not define.
     "response.custom_tool_call_input.delta": _t({**_ITEM, "delta": (STR,)}),
     "response.custom_tool_call_input.done": _t({**_ITEM, "input": (STR,)}),
+    # The SDK's compaction progress event (COMPACT-7), which the document does not define.
+    "response.compaction.compacting": _t(_ITEM),
 }
 
 # ----------------------------------------------------------------------------- the checker

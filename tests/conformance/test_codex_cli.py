@@ -15,6 +15,7 @@ import logging
 import os
 import subprocess
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,8 +23,10 @@ from typing import Any
 import msgspec
 import pytest
 
+from engine.conversation.compaction import unseal
 from engine.server import http as http_routes
 from engine.server import ws as ws_driver
+from engine.server.config import ServerConfig
 from tests.conftest import RECORDED, LiveServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -82,6 +85,8 @@ class CodexTask:
     prompt: str = PROMPT
     sandbox: str = "read-only"
     freeform_patch: bool = False  # a model catalog that offers apply_patch as a custom tool
+    settings: str = ""  # more top-level config.toml settings
+    provider_name: str = "rollout engine"
 
 
 def write_config(home: Path, base_url: str, websockets: bool, task: CodexTask) -> None:
@@ -94,6 +99,7 @@ def write_config(home: Path, base_url: str, websockets: bool, task: CodexTask) -
         catalog = f'model_catalog_json = "{home / "models.json"}"\n'
     (home / "config.toml").write_text(
         catalog
+        + task.settings
         + f"""model = "sim"
 model_provider = "rollout"
 approval_policy = "never"
@@ -113,7 +119,7 @@ remote_models = false
 apps = false
 
 [model_providers.rollout]
-name = "rollout engine"
+name = "{task.provider_name}"
 base_url = "{base_url}"
 env_key = "{KEY_ENV}"
 wire_api = "responses"
@@ -268,6 +274,8 @@ async def test_codex_exec_over_websocket(
     run = await run_codex(server, tmp_path, monkeypatch, websockets=True)
     assert_clean(run, caplog)
     assert run.counters["ws.connections"] == 1
+    # TURN-2, CODEX-6: the one handshake issued the turn's token; no second handshake echoes it.
+    assert run.counters["turn_state.issued"] == 1
     done = responses(run)
     prewarm, turns = done[0], done[1:]
     assert prewarm["output"] == [] and prewarm["usage"]["output_tokens"] == 0
@@ -304,13 +312,17 @@ async def test_codex_exec_over_http(
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """CODEX-1, CODEX-3: the same task over HTTP/SSE (`supports_websockets = false`): Codex
-    resends the history (`store: false`), the server runs it statelessly, no socket opens."""
+    """CODEX-1, CODEX-3, CODEX-6: the same task over HTTP/SSE (`supports_websockets = false`):
+    Codex resends the history (`store: false`), the server runs it statelessly, no socket opens.
+    The first POST's answer issued the turn's `x-codex-turn-state`; Codex sent it back on the
+    second POST of the turn (TURN-2)."""
     caplog.set_level(logging.INFO)
     run = await run_codex(server, tmp_path, monkeypatch, websockets=False)
     assert_clean(run, caplog)
     assert run.counters["ws.connections"] == 0
     assert run.counters["create.stateless"] == len(responses(run)) == len(run.requests) == 2
+    assert run.counters["turn_state.issued"] == 1
+    assert run.counters["turn_state.echoed"] == 1 and run.counters["turn_state.foreign"] == 0
     assert all("previous_response_id" not in r for r in run.requests)
     calls = [i for r in responses(run) for i in r["output"] if i["type"] == "function_call"]
     assert {c["name"] for c in calls} == {"exec_command", "get_goal"}
@@ -346,3 +358,74 @@ async def test_codex_apply_patch_is_a_custom_tool_call(
     assert [o["call_id"] for o in outputs] == [calls[0]["call_id"]]
     assert run.counters["create.fast_path"] == 1 and run.counters["ws.connections"] == 1
     assert "notes.txt" in run.answer
+
+
+@pytest.mark.timeout(240)
+async def test_codex_falls_back_to_http_on_426(
+    server_factory: Callable[..., Any],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """WS-13, CODEX-5, TURN-2: Codex configured for WebSockets (`supports_websockets = true`)
+    against a server with WebSocket mode off: the upgrade is answered 426 `websocket_disabled`,
+    Codex switches to HTTP/SSE and completes the same task there, statelessly."""
+    caplog.set_level(logging.INFO)
+    live: LiveServer = await server_factory(server=ServerConfig(websocket_enabled=False))
+    run = await run_codex(live, tmp_path, monkeypatch, websockets=True)
+    assert_clean(run, caplog)
+    assert run.counters["ws.disabled_refusals"] >= 1  # Codex tried the upgrade first
+    assert run.counters["ws.connections"] == 0
+    assert run.counters["create.stateless"] == len(run.requests) == len(responses(run)) == 2
+    assert all("previous_response_id" not in r and "generate" not in r for r in run.requests)
+    assert run.counters["turn_state.issued"] == run.counters["turn_state.echoed"] == 1
+
+
+@pytest.mark.timeout(240)
+async def test_codex_remote_compaction_v2(
+    server: LiveServer,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """COMPACT-7, CODEX-7: Codex's remote compaction v2. With a tiny auto-compact limit and a
+    provider Codex treats as OpenAI (it compacts remotely only for those), Codex compacts
+    mid-turn: on the one socket it sends the tool outputs plus a final `compaction_trigger`,
+    chained on the fast path. The answer has exactly one output item, the compaction (added,
+    `response.compaction.compacting`, done), whose summary stands for the tool round too. Codex
+    then continues from its own compacted history (its messages and that item), statelessly."""
+    caplog.set_level(logging.INFO)
+    task = CodexTask(settings="model_auto_compact_token_limit = 200\n", provider_name="OpenAI")
+    run = await run_codex(server, tmp_path, monkeypatch, websockets=True, task=task)
+    assert_no_error(run, caplog)
+    assert "context compacted" in run.stderr
+    assert run.counters["compaction.trigger"] == 1 and run.counters["ws.connections"] == 1
+    asks = [r for r in run.requests if r["input"][-1]["type"] == "compaction_trigger"]
+    assert len(asks) == 1
+    assert [i["type"] for i in asks[0]["input"]][:-1] == ["function_call_output"] * 2
+    compacted = next(
+        r
+        for r in responses(run)
+        if r["previous_response_id"] == asks[0].get("previous_response_id")
+    )
+    assert [o["type"] for o in compacted["output"]] == ["compaction"]
+    item = compacted["output"][0]
+    summary = unseal(item["encrypted_content"]) or ""  # it stands for the whole tool round
+    assert summary.startswith("Summary of 4 earlier items:") and "called exec_command" in summary
+    assert '"goal":null' in summary
+    first = next(
+        n
+        for n, f in enumerate(run.frames)
+        if f["type"] == "response.created" and f["response"]["id"] == compacted["id"]
+    )
+    kinds = [f["type"] for f in run.frames[first:]]
+    assert kinds[: kinds.index("response.completed") + 1] == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.compaction.compacting",
+        "response.output_item.done",
+        "response.completed",
+    ]
+    after = run.requests[run.requests.index(asks[0]) + 1]
+    assert "previous_response_id" not in after and after["input"][-1] == item

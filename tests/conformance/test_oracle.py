@@ -604,6 +604,9 @@ async def test_oracle_every_server_event_type_is_exercised_and_parses(
         await conn.recv_bytes()  # response.steer.failed
         await ws_turn(conn, input="Patch the README", tools=[PATCH])
         await ws_turn(conn, input="Long story", max_output_tokens=1)
+        await ws_turn(
+            conn, input=[{"role": "user", "content": "Hi"}, {"type": "compaction_trigger"}]
+        )
         await ws_turn(conn, model="broken-message", input="x")
         await ws_turn(conn, previous_response_id="resp_missing", input="x")
         _, response_id, pending = await start_append(conn, "Weather in Quito?")

@@ -171,8 +171,10 @@ async def test_namespaced_custom_tool_and_outputs_over_http(server: LiveServer) 
 async def test_every_input_item_type_decodes_and_is_kept(server: LiveServer) -> None:
     """ITEM-7, ITEM-8, ITEM-9: one of each SDK input item in one stored request; the response
     completes, and ``input_items`` lists them as sent (opaque items exactly, reasoning and
-    compaction ``encrypted_content`` intact)."""
-    status, text = await post(server, {"input": INPUT_ITEMS, "store": True})
+    compaction ``encrypted_content`` intact). A ``compaction_trigger`` must be the last item and
+    is consumed, never kept (COMPACT-7): it is sent in its own test."""
+    items = [i for i in INPUT_ITEMS if i.get("type") != "compaction_trigger"]
+    status, text = await post(server, {"input": items, "store": True})
     assert status == 200, text
     response = json.loads(text)
     assert response["status"] == "completed"
@@ -183,8 +185,8 @@ async def test_every_input_item_type_decodes_and_is_kept(server: LiveServer) -> 
         ) as resp,
     ):
         listed = (await resp.json())["data"]
-    assert len(listed) == len(INPUT_ITEMS)
-    for sent, kept in zip(INPUT_ITEMS, listed, strict=True):
+    assert len(listed) == len(items)
+    for sent, kept in zip(items, listed, strict=True):
         if sent.get("type") in ("message", None, "item_reference", "function_call"):
             continue  # listed in their normalised form (STORE-3)
         if sent["type"] in ("function_call_output", "custom_tool_call", "custom_tool_call_output"):

@@ -136,8 +136,9 @@ def test_error_envelope_shape() -> None:
 
 
 def test_compaction_item_is_added_and_done_at_once() -> None:
-    """COMPACT-3, ORD-3: a compaction item is complete when it appears; the message after it
-    takes the next output index; every event round-trips and parses with the SDK."""
+    """COMPACT-3, COMPACT-7, ORD-3: a compaction item is complete when it appears, with the
+    `response.compaction.compacting` progress event between its added and done; the message
+    after it takes the next output index; every event round-trips and parses with the SDK."""
     stream = ResponseStream(Response(id="resp_x", created_at=1, model="m"))
     item = Compaction(id="cmp_1", encrypted_content="rcmp1.eA==")
     events: list[Any] = [stream.created(), stream.in_progress()]
@@ -146,10 +147,12 @@ def test_compaction_item_is_added_and_done_at_once() -> None:
     events += stream.finish_message()
     events.append(stream.completed(Usage(input_tokens=1, output_tokens=1, total_tokens=2), 2))
     assert [e.sequence_number for e in events] == list(range(len(events)))
-    added, done = events[2], events[3]
+    added, compacting, done = events[2:5]
     assert isinstance(added, ev.OutputItemAdded) and isinstance(done, ev.OutputItemDone)
     assert added.item == done.item == item and added.output_index == done.output_index == 0
-    assert events[4].output_index == 1
+    assert isinstance(compacting, ev.CompactionCompacting)
+    assert (compacting.item_id, compacting.output_index) == ("cmp_1", 0)
+    assert events[5].output_index == 1
     assert [o.type for o in sdk_parse(encode(events[-1])).response.output] == [
         "compaction",
         "message",

@@ -46,7 +46,7 @@ class EngineConfig:
     background_orphan_after_s: float = 900.0
     safety_policy: str = "flag"  # "flag" records findings; "redact" also masks secrets (SAFE-3)
     bench_timings: bool = False  # per-turn stage timings for the benchmark (OBS-5)
-    hydration_cache_tokens: int = 4_000_000  # per-process context cache, in tokens (HYD-2)
+    hydration_cache_bytes: int = 256 * 1024 * 1024  # per-process context cache, bytes (HYD-2)
     park_seconds: float = 60.0  # a suspended rollout outlives its socket this long (PARK-1)
 
 
@@ -68,7 +68,7 @@ class Engine:
         self.stats = StageStats()
         self.counters: Counter[str] = Counter()  # create paths and cache events, for /metrics
         self.metrics = Metrics(self.counters)
-        self.hydrated = HydrationCache(self.config.hydration_cache_tokens, self.counters)
+        self.hydrated = HydrationCache(self.config.hydration_cache_bytes, self.counters)
         self.parking = ParkingLot(self.config.park_seconds, self.counters)
         self._event_sync: asyncio.Task[None] | None = None
         self.store.on_delete(self._forget)

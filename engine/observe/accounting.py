@@ -95,7 +95,7 @@ def usage_record(
         output_tokens=tally.output_tokens,
         samples=tally.samples,
         tool_calls=tally.tool_calls,
-        safety_findings=dict(Counter(f.kind for f in log.findings)),
+        safety_findings=dict(log.finding_kinds),
         stage_seconds=dict(log.seconds),
         stage_runs=stage_runs,
         stage_tokens=dict(facts.stage_tokens),

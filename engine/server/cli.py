@@ -99,8 +99,8 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="a suspended rollout outlives its closed WebSocket this long (0: off)",
     )  # fmt: skip
     lim.add_argument(
-        "--hydration-cache-tokens", type=int, default=4_000_000,
-        help="per-process cache of recent stored contexts, in tokens (0: off)",
+        "--hydration-cache-bytes", type=int, default=256 * 1024 * 1024,
+        help="per-process cache of recent stored contexts, in bytes (0: off)",
     )  # fmt: skip
     proc = p.add_argument_group("processes")
     proc.add_argument(
@@ -146,7 +146,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         safety_policy=args.safety_policy,
         bench_timings=args.bench_timings,
         park_seconds=args.park_seconds,
-        hydration_cache_tokens=args.hydration_cache_tokens,
+        hydration_cache_bytes=args.hydration_cache_bytes,
     )
 
 

@@ -340,7 +340,7 @@ async def test_ws_store_true_cache_miss_hydrates_from_store(
 ) -> None:
     """COMPAT-4 over WebSocket: with parking (PARK-1) and the hydration cache (HYD-1) off, a new
     connection's continuation is served from the store."""
-    config = EngineConfig(tokens_per_second=0, park_seconds=0, hydration_cache_tokens=0)
+    config = EngineConfig(tokens_per_second=0, park_seconds=0, hydration_cache_bytes=0)
     server: LiveServer = await server_factory(config)
     client = AsyncOpenAI(base_url=server.base_url, api_key="x", max_retries=0)
     async with client.responses.connect() as conn:

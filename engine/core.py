@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.conversation.pipeline import StageStats
@@ -15,7 +15,7 @@ from engine.observe.benchclock import BenchClock
 from engine.observe.metrics import Metrics
 from engine.observe.postinference import PostInference
 from engine.shared.hydration import HydrationCache
-from engine.shared.parking import ParkingLot
+from engine.shared.parking import ParkingBounds, ParkingLot
 from engine.store import DEFAULT_TTL_S, MemoryStore, ResponseRecord, ResponseStore, StoreError
 
 log = logging.getLogger("rollout.engine")
@@ -48,6 +48,7 @@ class EngineConfig:
     bench_timings: bool = False  # per-turn stage timings for the benchmark (OBS-5)
     hydration_cache_bytes: int = 256 * 1024 * 1024  # per-process context cache, bytes (HYD-2)
     park_seconds: float = 60.0  # a suspended rollout outlives its socket this long (PARK-1)
+    park_bounds: ParkingBounds = field(default_factory=ParkingBounds)  # count, bytes (PARK-7)
 
 
 class Engine:
@@ -69,7 +70,7 @@ class Engine:
         self.counters: Counter[str] = Counter()  # create paths and cache events, for /metrics
         self.metrics = Metrics(self.counters)
         self.hydrated = HydrationCache(self.config.hydration_cache_bytes, self.counters)
-        self.parking = ParkingLot(self.config.park_seconds, self.counters)
+        self.parking = ParkingLot(self.config.park_seconds, self.counters, self.config.park_bounds)
         self._event_sync: asyncio.Task[None] | None = None
         self.store.on_delete(self._forget)
         self.post = PostInference(

@@ -510,6 +510,11 @@ class Rollout:
     def waiting(self) -> bool:
         return self.phase is Phase.SUSPENDED and self._wake is not None and not self._wake.done()
 
+    @property
+    def retained_bytes(self) -> int:
+        """What keeping this rollout costs in memory: its context (PARK-7)."""
+        return self.ctx.retained_bytes
+
     def offer(self, items: list[InputItem], texts: ItemTexts | None = None) -> bool:
         """Commit new items (incremental pre-inference). Raises ``InvalidRequest`` without any
         change when they are not acceptable. Returns True when every pending call is answered."""

@@ -7,10 +7,10 @@ older id on a live connection) forks that context and runs pre-inference only ov
 items, instead of hydrating the whole chain from the store and re-processing it.
 
 Bounded in bytes, not entries: a long conversation costs what it holds (its items' encoded
-size, 4 bytes a rendered token), so an image costs its data, not a token estimate. The least recently
-used entries go first. The cache shares the context object with the response's lane cache, so
-it costs no copy at publication; whoever moves that context on (the compat fast path) must
-``discard`` the entry first (HYD-3).
+size, 4 bytes a rendered token), so an image costs its data, not a token estimate. The least
+recently used entries go first. The cache shares the context object with the response's lane
+cache, so it costs no copy at publication; whoever moves that context on (the compat fast path)
+must ``discard`` the entry first (HYD-3).
 """
 
 from __future__ import annotations

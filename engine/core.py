@@ -29,6 +29,7 @@ class EngineConfig:
     max_connection_age_s: float = 3600.0
     suspended_idle_timeout_s: float = 600.0
     max_queued_creates: int = 16
+    max_queued_bytes: int = 64 * 1024 * 1024  # queued create frames, per connection (LIM-22)
     max_lanes: int = 32
     max_input_items: int = 10_000
     max_input_chars: int = 8_000_000  # text the model would read, per request (LIM-15)

@@ -70,6 +70,7 @@ class Session:
         self.finished_appends: deque[str] = deque(maxlen=64)  # for precise late-append errors
         self.finished: deque[str] = deque(maxlen=64)  # recent terminal ids, for steer errors
         self.rollouts: dict[asyncio.Task[None], Rollout] = {}
+        self.queued_bytes = 0  # frames of creates waiting in this connection's lanes (LIM-22)
         self._backends: dict[str, Backend] = {}  # model name -> backend, resolved once here
         self._loop = asyncio.get_running_loop()
         self.opened_at = self._loop.time()
@@ -87,11 +88,12 @@ class Session:
         return backend
 
     # ------------------------------------------------------------------ client events
-    async def handle(self, event: ClientEvent) -> None:
-        """Dispatch one decoded client event; request-scoped errors become ``error`` events."""
+    async def handle(self, event: ClientEvent, nbytes: int = 0) -> None:
+        """Dispatch one decoded client event (``nbytes``: its frame's size); request-scoped
+        errors become ``error`` events."""
         try:
             if isinstance(event, ResponseCreate):
-                self.submit_create(event)
+                self.submit_create(event, nbytes)
             elif isinstance(event, ResponseSteer):
                 await self.handle_steer(event)
             else:
@@ -109,7 +111,7 @@ class Session:
         stream_id = getattr(event, "stream_id", None)
         return stream_id if isinstance(stream_id, str) and _valid(stream_id) else None
 
-    def submit_create(self, params: CreateParams) -> None:
+    def submit_create(self, params: CreateParams, nbytes: int = 0) -> None:
         if self.draining:
             raise Unavailable("server_shutting_down", "The server is shutting down.", None)
         age, age_limit = self._loop.time() - self.opened_at, self.engine.config.max_connection_age_s
@@ -122,14 +124,22 @@ class Session:
                 None,
             )
         lane = self._lane(params.stream_id)
+        limit = self.engine.config.max_queued_bytes
+        if self.queued_bytes + nbytes > limit:
+            raise TooManyRequests(
+                "websocket_queue_full",
+                f"Too many queued request bytes on this connection (max {limit}).",
+                None,
+            )
         try:
-            lane.queue.put_nowait((params, time.perf_counter()))
+            lane.queue.put_nowait((params, time.perf_counter(), nbytes))
         except asyncio.QueueFull:
             raise TooManyRequests(
                 "websocket_queue_full",
                 f"Too many queued requests on this lane (max {lane.queue.maxsize}).",
                 None,
             ) from None
+        self.queued_bytes += nbytes
 
     def has_finished(self, response_id: str) -> bool:
         """A response of this connection that reached its terminal event (STEER-7)."""
@@ -175,7 +185,8 @@ class Session:
     async def _serve(self, lane: Lane) -> None:
         """The lane's worker: its creates one at a time, in order (WS-5)."""
         while True:
-            params, arrived = await lane.queue.get()
+            params, arrived, nbytes = await lane.queue.get()
+            self.queued_bytes -= nbytes
             lane.active = True
             try:
                 await run_create(self, lane, params, arrived)

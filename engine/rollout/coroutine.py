@@ -155,6 +155,7 @@ class Rollout:
         self.pipeline = Pipeline(self.stats, engine.config.safety_policy)
         self.pipeline.log = turn.log
         self._reported_runs: Counter[str] = Counter()  # stage runs already in a ledger record
+        self._reported_resumes = 0  # resume_tokens entries already in a ledger record
         self.phase = Phase.RUNNING
         self.pending: list[ToolCall] = []
         self.response_ids: list[str] = [turn.stream.id]
@@ -764,13 +765,17 @@ class Rollout:
     def _record(self, response_ids: list[str], tally: UsageTally, log: TurnLog) -> UsageRecord:
         runs = self.stats.runs - self._reported_runs
         self._reported_runs = Counter(self.stats.runs)
+        # Each record carries what is new since the last one (POST-3): a standard-mode rollout
+        # bills every turn, and a record holding the whole history would grow the ledger O(n^2).
+        resumes = self.resume_tokens[self._reported_resumes :]
+        self._reported_resumes = len(self.resume_tokens)
         facts = RolloutFacts(
             rollout_id=self.id,
             mode=self.mode.value,
             model=self.settings.model,
             status=self.status,
             stage_tokens=self.stats.tokens,
-            resume_tokens=self.resume_tokens,
+            resume_tokens=resumes,
         )
         return usage_record(facts, response_ids, tally, log, dict(runs))
 

@@ -64,6 +64,10 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     lim.add_argument("--max-connection-age", type=float, default=3600.0, help="seconds")
     lim.add_argument("--idle-timeout", type=float, default=600.0, help="suspended rollout, s")
     lim.add_argument("--max-queued", type=int, default=16, help="queued creates per lane")
+    lim.add_argument(
+        "--max-queued-bytes", type=int, default=64 * 1024 * 1024,
+        help="bytes of create frames queued per connection",
+    )  # fmt: skip
     lim.add_argument("--max-lanes", type=int, default=32, help="named stream_ids per connection")
     lim.add_argument("--max-input-items", type=int, default=10_000, help="items per request")
     lim.add_argument("--max-input-chars", type=int, default=8_000_000, help="text per request")
@@ -136,6 +140,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         max_connection_age_s=args.max_connection_age,
         suspended_idle_timeout_s=args.idle_timeout,
         max_queued_creates=args.max_queued,
+        max_queued_bytes=args.max_queued_bytes,
         max_lanes=args.max_lanes,
         max_input_items=args.max_input_items,
         max_input_chars=args.max_input_chars,

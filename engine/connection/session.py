@@ -317,6 +317,11 @@ class Session:
             ):
                 entry.rollout = None
                 parked.add(task)
+                # Let go of this connection: a parked rollout that kept its sink (and through
+                # it the socket's buffers) or this session's callback would hold far more than
+                # the context the lot charges it (PARK-7).
+                task.remove_done_callback(self._reap)
+                rollout.detach()
         return parked
 
     async def drain(self) -> None:

@@ -82,6 +82,16 @@ class Sink(Protocol):
     async def send(self, event: ev.ServerEvent) -> None: ...
 
 
+class _Detached:
+    """The sink of a parked rollout: its connection is gone, nothing can be sent."""
+
+    async def send(self, event: ev.ServerEvent) -> None:
+        raise ClientGone
+
+
+_DETACHED = _Detached()
+
+
 SampleEnd = FinishReason | Literal["steered"]
 
 
@@ -510,6 +520,11 @@ class Rollout:
     @property
     def waiting(self) -> bool:
         return self.phase is Phase.SUSPENDED and self._wake is not None and not self._wake.done()
+
+    def detach(self) -> None:
+        """Forget the connection this rollout was served on (it is parked, PARK-1): until a new
+        one adopts it, nothing can be sent."""
+        self.turn.sink = _DETACHED
 
     @property
     def retained_bytes(self) -> int:

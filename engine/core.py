@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.conversation.pipeline import StageStats
@@ -15,7 +15,7 @@ from engine.observe.benchclock import BenchClock
 from engine.observe.metrics import Metrics
 from engine.observe.postinference import PostInference
 from engine.shared.hydration import HydrationCache
-from engine.shared.parking import ParkingLot
+from engine.shared.parking import ParkingBounds, ParkingLot
 from engine.store import DEFAULT_TTL_S, MemoryStore, ResponseRecord, ResponseStore, StoreError
 
 log = logging.getLogger("rollout.engine")
@@ -29,6 +29,7 @@ class EngineConfig:
     max_connection_age_s: float = 3600.0
     suspended_idle_timeout_s: float = 600.0
     max_queued_creates: int = 16
+    max_queued_bytes: int = 64 * 1024 * 1024  # queued create frames, per connection (LIM-22)
     max_lanes: int = 32
     max_input_items: int = 10_000
     max_input_chars: int = 8_000_000  # text the model would read, per request (LIM-15)
@@ -46,8 +47,9 @@ class EngineConfig:
     background_orphan_after_s: float = 900.0
     safety_policy: str = "flag"  # "flag" records findings; "redact" also masks secrets (SAFE-3)
     bench_timings: bool = False  # per-turn stage timings for the benchmark (OBS-5)
-    hydration_cache_tokens: int = 4_000_000  # per-process context cache, in tokens (HYD-2)
+    hydration_cache_bytes: int = 256 * 1024 * 1024  # per-process context cache, bytes (HYD-2)
     park_seconds: float = 60.0  # a suspended rollout outlives its socket this long (PARK-1)
+    park_bounds: ParkingBounds = field(default_factory=ParkingBounds)  # count, bytes (PARK-7)
 
 
 class Engine:
@@ -68,8 +70,8 @@ class Engine:
         self.stats = StageStats()
         self.counters: Counter[str] = Counter()  # create paths and cache events, for /metrics
         self.metrics = Metrics(self.counters)
-        self.hydrated = HydrationCache(self.config.hydration_cache_tokens, self.counters)
-        self.parking = ParkingLot(self.config.park_seconds, self.counters)
+        self.hydrated = HydrationCache(self.config.hydration_cache_bytes, self.counters)
+        self.parking = ParkingLot(self.config.park_seconds, self.counters, self.config.park_bounds)
         self._event_sync: asyncio.Task[None] | None = None
         self.store.on_delete(self._forget)
         self.post = PostInference(

@@ -122,6 +122,9 @@ class Toolset:
 
 
 def toolset_of(raw: list[msgspec.Raw], specs: list[CallableSpec | str]) -> Toolset:
+    # A decoded Raw is a view into the whole request frame; the toolset outlives the request
+    # (rollout, lane and hydration caches, parking), so each tool keeps its own bytes (LIM-21).
+    raw = [r.copy() for r in raw]
     callables: list[CallableTool] = []
     hosted: set[str] = set()
     for spec in specs:

@@ -61,6 +61,9 @@ class EventLog:
         self.first_seq = 0  # sequence_number of frames[0]
         self.size = 0
         self.error: ErrorEvent | None = None  # a rejection before the response opened
+        # An error after the response opened: its terminal record was not stored (STORE-8), so
+        # the response did not complete, whatever its last event said (BG-10).
+        self.late_error: ErrorEvent | None = None
         self.closed = False
         self._waiters: list[asyncio.Future[None]] = []
 
@@ -71,14 +74,19 @@ class EventLog:
     async def send(self, event: ServerEvent) -> None:
         if isinstance(event, ErrorEvent):
             self.error = event
+            if self.frames:  # after the response opened: followers see it too (BG-10)
+                self.late_error = event
+                self._append(frame(event))
         else:
-            data = frame(event)
-            self.frames.append(data)
-            self.size += len(data)
-            while self.size > self.max_bytes and len(self.frames) > 1:
-                self.size -= len(self.frames.popleft())
-                self.first_seq += 1
+            self._append(frame(event))
         self._wake()
+
+    def _append(self, data: bytes) -> None:
+        self.frames.append(data)
+        self.size += len(data)
+        while self.size > self.max_bytes and len(self.frames) > 1:
+            self.size -= len(self.frames.popleft())
+            self.first_seq += 1
 
     def close(self) -> None:
         self.closed = True
@@ -116,6 +124,19 @@ class EventLog:
             await waiter
 
 
+def unstored(response: Response, error: ErrorEvent) -> Response:
+    """A response whose run ended in ``error`` (a rejection, or a terminal record the store did
+    not take, BG-10): ``failed``, never the ``completed`` its last event may have said. The
+    code is the SDK's ``server_error``; the message is the error's."""
+    return msgspec.structs.replace(
+        response,
+        status="failed",
+        error=ResponseErrorInfo(code="server_error", message=error.error.message),
+        completed_at=response.completed_at or int(time.time()),
+        output=list(response.output),
+    )
+
+
 class BackgroundRun:
     """One detached create: its session, its event log, its task."""
 
@@ -141,6 +162,8 @@ class BackgroundRun:
     def snapshot(self) -> Response:
         """The response as a poll sees it: ``queued`` until the model's first delta opens it."""
         response = self.response
+        if self.log.late_error is not None:  # its terminal record was not stored (BG-10)
+            return unstored(response, self.log.late_error)
         opened = self.turn is not None and self.turn.stream.state is not ResponseState.NEW
         status = response.status if opened else "queued"
         if status not in UNFINISHED and self.turn is not None and not self.turn.done.done():
@@ -184,14 +207,17 @@ class BackgroundRun:
     async def _settle_unfinished(self) -> None:
         """A run that ended without a terminal record (a backend refusal, a fault before the
         response opened) must not leave ``in_progress`` in the store (BG-8)."""
-        if self.turn is None or self.response.status not in UNFINISHED:
+        if self.turn is None:
             return
-        response = self.response
-        error = self.log.error
-        message = error.error.message if error is not None else NOT_GENERATED
-        response.status = "failed"
-        response.error = ResponseErrorInfo(code="server_error", message=message)
-        response.completed_at = int(time.time())
+        late = self.log.late_error
+        if late is None and self.response.status not in UNFINISHED:
+            return
+        error = late or self.log.error
+        response = unstored(self.response, error) if error is not None else self.response
+        if error is None:
+            response.status = "failed"
+            response.error = ResponseErrorInfo(code="server_error", message=NOT_GENERATED)
+            response.completed_at = int(time.time())
         try:
             record = await self.engine.store.get(response.id)
             if record is not None:
@@ -291,15 +317,19 @@ class BackgroundRuns:
             return record
         if response.id in self.live:
             return record
-        age = time.time() - response.created_at
-        if age < self.engine.config.background_orphan_after_s:
+        finished = self.finished.get(response.id)
+        if finished is not None and finished.late_error is not None:
+            # Ran here, and its terminal record was not stored: failed now (BG-10).
+            settled = unstored(response, finished.late_error)
+        elif time.time() - response.created_at < self.engine.config.background_orphan_after_s:
             return record
-        settled = msgspec.structs.replace(
-            response,
-            status="failed",
-            error=ResponseErrorInfo(code="server_error", message=ORPHANED),
-            completed_at=int(time.time()),
-        )
+        else:
+            settled = msgspec.structs.replace(
+                response,
+                status="failed",
+                error=ResponseErrorInfo(code="server_error", message=ORPHANED),
+                completed_at=int(time.time()),
+            )
         record = msgspec.structs.replace(record, response=settled)
         try:
             await self.engine.store.put(record)

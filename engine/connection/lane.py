@@ -41,8 +41,11 @@ class Lane:
 
     def __init__(self, name: str | None, max_queued: int, counters: Counter[str]) -> None:
         self.name = name
-        # Each entry keeps its arrival time: queue wait is one of the reported stages (OBS-1).
-        self.queue: asyncio.Queue[tuple[CreateParams, float]] = asyncio.Queue(maxsize=max_queued)
+        # Each entry keeps its arrival time (queue wait is a reported stage, OBS-1) and its frame's
+        # size in bytes (the connection's queued bytes are bounded, LIM-22).
+        self.queue: asyncio.Queue[tuple[CreateParams, float, int]] = asyncio.Queue(
+            maxsize=max_queued
+        )
         self.latest: CacheEntry | None = None
         self.worker: asyncio.Task[None] | None = None  # started and owned by the session
         self.active = False  # a create is being served right now

@@ -71,6 +71,7 @@ class Session:
         self.finished_appends: deque[str] = deque(maxlen=64)  # for precise late-append errors
         self.finished: deque[str] = deque(maxlen=64)  # recent terminal ids, for steer errors
         self.rollouts: dict[asyncio.Task[None], Rollout] = {}
+        self.queued_bytes = 0  # frames of creates waiting in this connection's lanes (LIM-22)
         self._backends: dict[str, Backend] = {}  # model name -> backend, resolved once here
         self._loop = asyncio.get_running_loop()
         self.opened_at = self._loop.time()
@@ -88,11 +89,12 @@ class Session:
         return backend
 
     # ------------------------------------------------------------------ client events
-    async def handle(self, event: ClientEvent) -> None:
-        """Dispatch one decoded client event; request-scoped errors become ``error`` events."""
+    async def handle(self, event: ClientEvent, nbytes: int = 0) -> None:
+        """Dispatch one decoded client event (``nbytes``: its frame's size); request-scoped
+        errors become ``error`` events."""
         try:
             if isinstance(event, ResponseCreate):
-                self.submit_create(event)
+                self.submit_create(event, nbytes)
             elif isinstance(event, ResponseSteer):
                 await self.handle_steer(event)
             elif isinstance(event, ResponseProcessed):
@@ -114,7 +116,7 @@ class Session:
         stream_id = getattr(event, "stream_id", None)
         return stream_id if isinstance(stream_id, str) and _valid(stream_id) else None
 
-    def submit_create(self, params: CreateParams) -> None:
+    def submit_create(self, params: CreateParams, nbytes: int = 0) -> None:
         if self.draining:
             raise Unavailable("server_shutting_down", "The server is shutting down.", None)
         age, age_limit = self._loop.time() - self.opened_at, self.engine.config.max_connection_age_s
@@ -127,14 +129,22 @@ class Session:
                 None,
             )
         lane = self._lane(params.stream_id)
+        limit = self.engine.config.max_queued_bytes
+        if self.queued_bytes + nbytes > limit:
+            raise TooManyRequests(
+                "websocket_queue_full",
+                f"Too many queued request bytes on this connection (max {limit}).",
+                None,
+            )
         try:
-            lane.queue.put_nowait((params, time.perf_counter()))
+            lane.queue.put_nowait((params, time.perf_counter(), nbytes))
         except asyncio.QueueFull:
             raise TooManyRequests(
                 "websocket_queue_full",
                 f"Too many queued requests on this lane (max {lane.queue.maxsize}).",
                 None,
             ) from None
+        self.queued_bytes += nbytes
 
     def has_finished(self, response_id: str) -> bool:
         """A response of this connection that reached its terminal event (STEER-7)."""
@@ -180,7 +190,8 @@ class Session:
     async def _serve(self, lane: Lane) -> None:
         """The lane's worker: its creates one at a time, in order (WS-5)."""
         while True:
-            params, arrived = await lane.queue.get()
+            params, arrived, nbytes = await lane.queue.get()
+            self.queued_bytes -= nbytes
             lane.active = True
             try:
                 await run_create(self, lane, params, arrived)
@@ -311,6 +322,11 @@ class Session:
             ):
                 entry.rollout = None
                 parked.add(task)
+                # Let go of this connection: a parked rollout that kept its sink (and through
+                # it the socket's buffers) or this session's callback would hold far more than
+                # the context the lot charges it (PARK-7).
+                task.remove_done_callback(self._reap)
+                rollout.detach()
         return parked
 
     async def drain(self) -> None:

@@ -31,10 +31,18 @@ class Context:
     header_key: tuple[str | None, Toolset] | None = None
     header: TokenArray = field(default_factory=lambda: np.empty(0, dtype=np.int32))
     stored: ChainPoint | None = None  # items[:stored.length] are a stored chain (STORE-5)
+    # What the context holds in bytes (LIM-21): its items' encoded size plus 4 bytes a token.
+    # Kept as items are committed, so caches bound contexts in bytes without re-measuring.
+    nbytes: int = 0
 
     @property
     def prompt_tokens(self) -> int:
         return len(self.header) + len(self.tokens)
+
+    @property
+    def retained_bytes(self) -> int:
+        """What caching this context costs in memory (HYD-2, PARK-7): items, tokens, header."""
+        return self.nbytes + self.header.nbytes
 
     def fork(self) -> Context:
         """An independent copy (token array copied once; items shared, they are immutable)."""
@@ -49,6 +57,7 @@ class Context:
             header_key=self.header_key,
             header=self.header,
             stored=self.stored,
+            nbytes=self.nbytes,
         )
 
     def pending_calls(self) -> list[ToolCall]:

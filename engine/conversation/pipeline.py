@@ -20,7 +20,7 @@ import numpy as np
 
 from engine.conversation.context import Context
 from engine.conversation.render import render_header, render_item
-from engine.conversation.safety import Finding, redact, scan_text
+from engine.conversation.safety import Finding, keep_findings, redact, scan_text
 from engine.conversation.tokens import TokenArray
 from engine.conversation.validation import (
     resolve_references,
@@ -44,6 +44,9 @@ from protocol.items import (
     item_texts,
 )
 from protocol.tools import EMPTY_TOOLSET, ToolChoice, Toolset
+
+# Measures an item the way a context holds it (its JSON size), for the byte bounds (LIM-21).
+_ITEM_SIZE = msgspec.json.Encoder()
 
 FULL = "full"
 INCREMENTAL = "incremental"
@@ -148,7 +151,12 @@ class TurnLog:
     """What pre-inference did for one response: stage seconds and safety findings."""
 
     seconds: dict[str, float] = field(default_factory=dict)
-    findings: list[Finding] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)  # the first MAX_FINDINGS (SAFE-5)
+    finding_kinds: Counter[str] = field(default_factory=Counter)  # every finding, by kind
+
+    def note(self, findings: list[Finding]) -> None:
+        keep_findings(self.findings, findings)
+        self.finding_kinds.update(f.kind for f in findings)
 
     def add_time(self, stage: str, seconds: float) -> None:
         self.seconds[stage] = self.seconds.get(stage, 0.0) + seconds
@@ -245,8 +253,10 @@ class Pipeline:
         findings: list[Finding],
     ) -> int:
         total = 0
+        size = 0
         for item, ids in zip(items, rendered, strict=True):
             ctx.items.append(item)
+            size += len(_ITEM_SIZE.encode(item))
             ctx.tokens.extend(ids)
             total += len(ids)
             item_id = getattr(item, "id", None)
@@ -259,8 +269,9 @@ class Pipeline:
             elif isinstance(item, ToolOutput):
                 ctx.answered.add(item.call_id)
                 ctx.unanswered.pop(item.call_id, None)
-        ctx.findings.extend(findings)
-        self.log.findings.extend(findings)
+        ctx.nbytes += size + 4 * total
+        keep_findings(ctx.findings, findings)
+        self.log.note(findings)
         self.stats.tokens_rendered += total
         return total
 

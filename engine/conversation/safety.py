@@ -65,6 +65,19 @@ class Finding:
     score: float = 1.0
 
 
+# A rollout's context and a response's log list at most this many findings (SAFE-5): an
+# append-mode rollout lives as long as its client keeps appending, and each finding is kept
+# until it ends. Counts by kind stay exact (the ledger's ``safety_findings``).
+MAX_FINDINGS = 256
+
+
+def keep_findings(kept: list[Finding], new: list[Finding]) -> None:
+    """Add ``new`` to ``kept`` up to ``MAX_FINDINGS``; the rest are counted, not listed."""
+    room = MAX_FINDINGS - len(kept)
+    if room > 0:
+        kept.extend(new[:room])
+
+
 def _trigram_buckets(words: list[str]) -> npt.NDArray[np.int64]:
     """Hash word trigrams into buckets, vectorised. ``hash`` is per-process, and so are the
     weights (built at first use), so the two always agree."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -95,7 +94,7 @@ def usage_record(
         output_tokens=tally.output_tokens,
         samples=tally.samples,
         tool_calls=tally.tool_calls,
-        safety_findings=dict(Counter(f.kind for f in log.findings)),
+        safety_findings=dict(log.finding_kinds),
         stage_seconds=dict(log.seconds),
         stage_runs=stage_runs,
         stage_tokens=dict(facts.stage_tokens),

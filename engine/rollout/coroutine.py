@@ -82,6 +82,16 @@ class Sink(Protocol):
     async def send(self, event: ev.ServerEvent) -> None: ...
 
 
+class _Detached:
+    """The sink of a parked rollout: its connection is gone, nothing can be sent."""
+
+    async def send(self, event: ev.ServerEvent) -> None:
+        raise ClientGone
+
+
+_DETACHED = _Detached()
+
+
 SampleEnd = FinishReason | Literal["steered"]
 
 
@@ -156,6 +166,7 @@ class Rollout:
         self.pipeline = Pipeline(self.stats, engine.config.safety_policy)
         self.pipeline.log = turn.log
         self._reported_runs: Counter[str] = Counter()  # stage runs already in a ledger record
+        self._reported_resumes = 0  # resume_tokens entries already in a ledger record
         self.phase = Phase.RUNNING
         self.pending: list[ToolCall] = []
         self.response_ids: list[str] = [turn.stream.id]
@@ -521,6 +532,16 @@ class Rollout:
     def waiting(self) -> bool:
         return self.phase is Phase.SUSPENDED and self._wake is not None and not self._wake.done()
 
+    def detach(self) -> None:
+        """Forget the connection this rollout was served on (it is parked, PARK-1): until a new
+        one adopts it, nothing can be sent."""
+        self.turn.sink = _DETACHED
+
+    @property
+    def retained_bytes(self) -> int:
+        """What keeping this rollout costs in memory: its context (PARK-7)."""
+        return self.ctx.retained_bytes
+
     def offer(self, items: list[InputItem], texts: ItemTexts | None = None) -> bool:
         """Commit new items (incremental pre-inference). Raises ``InvalidRequest`` without any
         change when they are not acceptable. Returns True when every pending call is answered."""
@@ -770,13 +791,17 @@ class Rollout:
     def _record(self, response_ids: list[str], tally: UsageTally, log: TurnLog) -> UsageRecord:
         runs = self.stats.runs - self._reported_runs
         self._reported_runs = Counter(self.stats.runs)
+        # Each record carries what is new since the last one (POST-3): a standard-mode rollout
+        # bills every turn, and a record holding the whole history would grow the ledger O(n^2).
+        resumes = self.resume_tokens[self._reported_resumes :]
+        self._reported_resumes = len(self.resume_tokens)
         facts = RolloutFacts(
             rollout_id=self.id,
             mode=self.mode.value,
             model=self.settings.model,
             status=self.status,
             stage_tokens=self.stats.tokens,
-            resume_tokens=self.resume_tokens,
+            resume_tokens=resumes,
         )
         return usage_record(facts, response_ids, tally, log, dict(runs))
 

@@ -71,6 +71,10 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     lim.add_argument("--max-connection-age", type=float, default=3600.0, help="seconds")
     lim.add_argument("--idle-timeout", type=float, default=600.0, help="suspended rollout, s")
     lim.add_argument("--max-queued", type=int, default=16, help="queued creates per lane")
+    lim.add_argument(
+        "--max-queued-bytes", type=int, default=64 * 1024 * 1024,
+        help="bytes of create frames queued per connection",
+    )  # fmt: skip
     lim.add_argument("--max-lanes", type=int, default=32, help="named stream_ids per connection")
     lim.add_argument("--max-input-items", type=int, default=10_000, help="items per request")
     lim.add_argument("--max-input-chars", type=int, default=8_000_000, help="text per request")
@@ -106,8 +110,8 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="a suspended rollout outlives its closed WebSocket this long (0: off)",
     )  # fmt: skip
     lim.add_argument(
-        "--hydration-cache-tokens", type=int, default=4_000_000,
-        help="per-process cache of recent stored contexts, in tokens (0: off)",
+        "--hydration-cache-bytes", type=int, default=256 * 1024 * 1024,
+        help="per-process cache of recent stored contexts, in bytes (0: off)",
     )  # fmt: skip
     proc = p.add_argument_group("processes")
     proc.add_argument(
@@ -143,6 +147,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         max_connection_age_s=args.max_connection_age,
         suspended_idle_timeout_s=args.idle_timeout,
         max_queued_creates=args.max_queued,
+        max_queued_bytes=args.max_queued_bytes,
         max_lanes=args.max_lanes,
         max_input_items=args.max_input_items,
         max_input_chars=args.max_input_chars,
@@ -153,7 +158,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         safety_policy=args.safety_policy,
         bench_timings=args.bench_timings,
         park_seconds=args.park_seconds,
-        hydration_cache_tokens=args.hydration_cache_tokens,
+        hydration_cache_bytes=args.hydration_cache_bytes,
     )
 
 

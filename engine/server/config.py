@@ -24,6 +24,7 @@ class ServerConfig:
     send_timeout_s: float = 30.0  # a reader this slow is disconnected (LIM-12)
     shutdown_grace_s: float = 10.0  # in-flight responses may finish this long (LIM-13)
     node_id: str = field(default_factory=default_node_id)  # named in x-codex-turn-state (TURN-1)
+    max_inspector_viewers: int = 16  # open /inspect/feed sockets; over -> 503 (LIM-23)
 
     def key_allowed(self, presented: str) -> bool:
         """Constant-time over every configured key: timing reveals neither key nor match."""

@@ -282,7 +282,7 @@ async def stats(request: web.Request) -> web.Response:
             "backends": _backend_stats(engine),
             "open_sessions": len(request.app[SESSIONS]),
             "store": {"kind": engine.store.kind, "available": engine.store.available},
-            "hydration_cache": {"entries": len(engine.hydrated), "tokens": engine.hydrated.tokens},
+            "hydration_cache": {"entries": len(engine.hydrated), "bytes": engine.hydrated.nbytes},
             "parked": len(engine.parking),
             "pid": os.getpid(),  # which worker answered (WORK-1)
         }

@@ -22,7 +22,7 @@ from aiohttp import WSCloseCode, WSMsgType, web
 from engine.inspector.page import PAGE
 from engine.inspector.read_model import ErrorLogHandler, Inspector
 from engine.server.keys import INSPECTOR, SERVER
-from protocol.errors import HttpStatusError
+from protocol.errors import HttpStatusError, Unavailable
 
 log = logging.getLogger("rollout.inspect")
 PAGE_PATH, FEED_PATH = "/inspect", "/inspect/feed"
@@ -127,11 +127,16 @@ async def page(request: web.Request) -> web.StreamResponse:
 async def feed(request: web.Request) -> web.StreamResponse:
     """The feed: snapshots out at each tick, turn-history requests in (INSP-3, INSP-5)."""
     _same_origin(request)
+    hub = request.app[FEED]
+    limit = request.app[SERVER].max_inspector_viewers
+    if len(hub.viewers) >= limit:  # each viewer costs a sender and a socket buffer (LIM-23)
+        raise Unavailable(
+            "too_many_viewers", f"The inspector accepts at most {limit} viewers at once.", None
+        )
     # Uncompressed: deflating every snapshot would cost more CPU than the sampling, and a send
     # cancelled mid-deflate (a viewer leaving) leaves aiohttp's shielded write unretrieved.
     ws = web.WebSocketResponse(max_msg_size=MAX_REQUEST_BYTES, heartbeat=None, compress=False)
     await ws.prepare(request)
-    hub = request.app[FEED]
     hub.join(ws)
     sender = asyncio.create_task(_send_snapshots(ws, hub), name="inspect-viewer")
     try:

@@ -251,7 +251,7 @@ async def _dispatch(session: Session, data: bytes) -> None:
         return
     if timer is not None:
         timer.add_decode(time.perf_counter() - start)
-    await session.handle(event)
+    await session.handle(event, len(data))
 
 
 async def _frame_error(session: Session, ws: web.WebSocketResponse) -> None:

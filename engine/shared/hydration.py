@@ -6,10 +6,11 @@ from anywhere in this process (an HTTP ``previous_response_id``, a new WebSocket
 older id on a live connection) forks that context and runs pre-inference only over its new
 items, instead of hydrating the whole chain from the store and re-processing it.
 
-Bounded by tokens, not entries: a long conversation costs what it holds. The least recently
-used entries go first. The cache shares the context object with the response's lane cache, so
-it costs no copy at publication; whoever moves that context on (the compat fast path) must
-``discard`` the entry first (HYD-3).
+Bounded in bytes, not entries: a long conversation costs what it holds (its items' encoded
+size, 4 bytes a rendered token), so an image costs its data, not a token estimate. The least
+recently used entries go first. The cache shares the context object with the response's lane
+cache, so it costs no copy at publication; whoever moves that context on (the compat fast path)
+must ``discard`` the entry first (HYD-3).
 """
 
 from __future__ import annotations
@@ -29,29 +30,29 @@ class CachedContext:
     ctx: Context
     backend: Backend
     owner: str | None  # the API-key identity that created the response (OWN-1)
-    tokens: int  # the size it was charged at (prompt tokens when published)
+    nbytes: int  # the size it was charged at (``Context.retained_bytes`` when published)
 
 
 class HydrationCache:
-    """A bounded LRU of contexts by response id, sized in tokens (HYD-2)."""
+    """A bounded LRU of contexts by response id, sized in bytes (HYD-2)."""
 
-    def __init__(self, max_tokens: int, counters: Counter[str]) -> None:
-        self.max_tokens = max_tokens
-        self.tokens = 0
+    def __init__(self, max_bytes: int, counters: Counter[str]) -> None:
+        self.max_bytes = max_bytes
+        self.nbytes = 0
         self._entries: OrderedDict[str, CachedContext] = OrderedDict()
         self._counters = counters
 
     def publish(self, response_id: str, ctx: Context, backend: Backend, owner: str | None) -> None:
         """Remember a finished response's context (no copy: see the module docstring)."""
-        size = max(ctx.prompt_tokens, 1)
-        if size > self.max_tokens:
+        size = max(ctx.retained_bytes, 1)
+        if size > self.max_bytes:
             return  # it would evict everything else and still not fit
         self.discard(response_id)
         self._entries[response_id] = CachedContext(response_id, ctx, backend, owner, size)
-        self.tokens += size
-        while self.tokens > self.max_tokens:
+        self.nbytes += size
+        while self.nbytes > self.max_bytes:
             _, old = self._entries.popitem(last=False)
-            self.tokens -= old.tokens
+            self.nbytes -= old.nbytes
             self._counters["hydration.evicted"] += 1
 
     def get(
@@ -75,7 +76,7 @@ class HydrationCache:
         entry = self._entries.pop(response_id, None)
         if entry is None:
             return False
-        self.tokens -= entry.tokens
+        self.nbytes -= entry.nbytes
         return True
 
     def __len__(self) -> int:

@@ -6,12 +6,17 @@ hands the rollout's task here instead of retiring it. It waits, owned by this lo
 the rollout's last response claims it and resumes it on the fast path (COMPAT-2): the session
 adopts the task again. Unclaimed, the timer retires it: the coroutine ends by itself and runs
 its end-of-rollout accounting once (ROLL-5, POST-1).
+
+The lot is bounded in count and bytes, per owner and per process (PARK-7): parking past a bound
+retires the oldest parked rollout (of that owner, or of the process) with a logged reason, so a
+client that opens and drops connections cannot hold the process's memory.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections import Counter
 from dataclasses import dataclass
 from typing import Protocol
@@ -25,7 +30,23 @@ class Parkable(Protocol):
     @property
     def waiting(self) -> bool: ...
 
+    @property
+    def retained_bytes(self) -> int: ...
+
     def retire(self) -> None: ...
+
+
+log = logging.getLogger("rollout.parking")
+
+
+@dataclass(frozen=True)
+class ParkingBounds:
+    """PARK-7: how much the lot may hold, per process and per owner (an API key)."""
+
+    rollouts: int = 1024
+    nbytes: int = 1024 * 1024 * 1024
+    rollouts_per_owner: int = 64
+    nbytes_per_owner: int = 256 * 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -35,14 +56,26 @@ class Parked:
     task: asyncio.Task[None]
     owner: str | None  # the API-key identity that created it (OWN-1)
     timer: asyncio.TimerHandle
+    nbytes: int  # what it was charged at when parked (its context's retained bytes)
+
+
+@dataclass(slots=True)
+class _Tally:
+    rollouts: int = 0
+    nbytes: int = 0
 
 
 class ParkingLot:
     """Owns parked rollout tasks and their expiry timers; one per engine (process)."""
 
-    def __init__(self, seconds: float, counters: Counter[str]) -> None:
+    def __init__(
+        self, seconds: float, counters: Counter[str], bounds: ParkingBounds | None = None
+    ) -> None:
         self.seconds = seconds
-        self._lots: dict[str, Parked] = {}
+        self.bounds = bounds if bounds is not None else ParkingBounds()
+        self._lots: dict[str, Parked] = {}  # oldest first (insertion order)
+        self._total = _Tally()
+        self._owners: dict[str | None, _Tally] = {}
         self._ending: set[asyncio.Task[None]] = set()  # retired, finishing their accounting
         self._counters = counters
         self.closed = False
@@ -53,13 +86,56 @@ class ParkingLot:
         """Take the task over; False (nothing taken) when parking is off or shutting down."""
         if self.closed or self.seconds <= 0 or not rollout.waiting:
             return False
+        size = rollout.retained_bytes
+        if size > min(self.bounds.nbytes, self.bounds.nbytes_per_owner):
+            log.warning("not parking %s: %d bytes is over the lot's bound", response_id, size)
+            self._counters["park.refused"] += 1
+            return False
         loop = asyncio.get_running_loop()
         timer = loop.call_later(self.seconds, self._expire, response_id)
-        self._lots[response_id] = Parked(response_id, rollout, task, owner, timer)
+        self._add(Parked(response_id, rollout, task, owner, timer, size))
         # It may end on its own while parked (the suspended idle limit, LIM-2): forget it then.
         task.add_done_callback(lambda _t: self._forget(response_id, task))
         self._counters["park.parked"] += 1
+        self._enforce(owner)
         return True
+
+    def _add(self, entry: Parked) -> None:
+        self._lots[entry.response_id] = entry
+        for tally in (self._total, self._owners.setdefault(entry.owner, _Tally())):
+            tally.rollouts += 1
+            tally.nbytes += entry.nbytes
+
+    def _take(self, response_id: str) -> Parked | None:
+        """Remove an entry and its charge; its timer is cancelled."""
+        entry = self._lots.pop(response_id, None)
+        if entry is None:
+            return None
+        entry.timer.cancel()
+        owner = self._owners[entry.owner]
+        for tally in (self._total, owner):
+            tally.rollouts -= 1
+            tally.nbytes -= entry.nbytes
+        if owner.rollouts == 0:
+            del self._owners[entry.owner]
+        return entry
+
+    def _enforce(self, owner: str | None) -> None:
+        """PARK-7: retire the oldest parked rollouts until both bounds hold again."""
+        b = self.bounds
+        while (mine := self._owners.get(owner)) is not None and (
+            mine.rollouts > b.rollouts_per_owner or mine.nbytes > b.nbytes_per_owner
+        ):
+            oldest = next(e for e in self._lots.values() if e.owner == owner)
+            self._evict(oldest, "its owner's bound")
+        while self._total.rollouts > b.rollouts or self._total.nbytes > b.nbytes:
+            self._evict(next(iter(self._lots.values())), "the process's bound")
+
+    def _evict(self, entry: Parked, reason: str) -> None:
+        log.warning("retiring parked rollout %s: %s was reached", entry.response_id, reason)
+        self._counters["park.evicted"] += 1
+        self._take(entry.response_id)
+        self._retire(entry)
 
     def claim(self, response_id: str, owner: str | None) -> Parked | None:
         """Hand a parked rollout back to a continuation of its owner (PARK-3, OWN-2).
@@ -68,22 +144,20 @@ class ParkingLot:
         entry = self._lots.get(response_id)
         if entry is None or entry.owner != owner or not entry.rollout.waiting:
             return None
-        del self._lots[response_id]
-        entry.timer.cancel()
+        self._take(response_id)
         self._counters["park.claimed"] += 1
         return entry
 
     def discard(self, response_id: str) -> bool:
         """Retire a parked rollout now (its response was deleted, HYD-5)."""
-        entry = self._lots.pop(response_id, None)
+        entry = self._take(response_id)
         if entry is None:
             return False
-        entry.timer.cancel()
         self._retire(entry)
         return True
 
     def _expire(self, response_id: str) -> None:
-        entry = self._lots.pop(response_id, None)
+        entry = self._take(response_id)
         if entry is not None:
             self._counters["park.expired"] += 1
             self._retire(entry)
@@ -96,11 +170,14 @@ class ParkingLot:
     def _forget(self, response_id: str, task: asyncio.Task[None]) -> None:
         entry = self._lots.get(response_id)
         if entry is not None and entry.task is task:
-            del self._lots[response_id]
-            entry.timer.cancel()
+            self._take(response_id)
 
     def __len__(self) -> int:
         return len(self._lots)
+
+    @property
+    def nbytes(self) -> int:
+        return self._total.nbytes
 
     async def close(self) -> None:
         """Shutdown: retire everything parked and wait until each has finished."""

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Sequence
 from typing import Any, cast
 
 import redis.asyncio as aioredis
-from redis.asyncio.connection import AbstractConnection, ConnectionPool
+from redis.asyncio.connection import AbstractConnection, BlockingConnectionPool, ConnectionPool
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
@@ -40,6 +40,7 @@ KEY_PREFIX = "rollout:response:"
 DELETED_CHANNEL = "rollout:deleted"
 CONNECT_TIMEOUT_S = 2.0
 COMMAND_TIMEOUT_S = 5.0
+POOL_CONNECTIONS = 64  # pooled sockets per process, besides the write lane and the subscriber
 RESUBSCRIBE_AFTER_S = 1.0
 
 
@@ -65,7 +66,7 @@ class RedisStore(ResponseStore):
         """Connects lazily: a Redis that is down at start only makes requests fail (STORE-8)."""
         if self._client is not None:
             return
-        self._client = _client(self.url, COMMAND_TIMEOUT_S)
+        self._client = _client(self.url, COMMAND_TIMEOUT_S, POOL_CONNECTIONS)
         self._lane = _Lane(self._client.connection_pool)
         self._listener = asyncio.create_task(self._listen(), name="store-redis-deletes")
         await self.health()
@@ -190,14 +191,20 @@ class RedisStore(ResponseStore):
             await asyncio.sleep(RESUBSCRIBE_AFTER_S)
 
 
-def _client(url: str, timeout: float | None) -> aioredis.Redis:
-    client: aioredis.Redis = aioredis.Redis.from_url(
+def _client(url: str, timeout: float | None, max_connections: int = 1) -> aioredis.Redis:
+    """A client on a bounded pool (STORE-16): at most ``max_connections`` sockets; a command
+    that finds them all busy waits for one up to the command timeout, then fails as the store
+    being unavailable (503 ``store_unavailable``, STORE-8) instead of opening another."""
+    pool = BlockingConnectionPool.from_url(
         url,
+        max_connections=max_connections,
+        timeout=COMMAND_TIMEOUT_S,
         socket_connect_timeout=CONNECT_TIMEOUT_S,
         socket_timeout=timeout,
         retry=Retry(NoBackoff(), 1),  # once, on a fresh connection: stale sockets after restarts
         health_check_interval=30,
     )
+    client: aioredis.Redis = aioredis.Redis.from_pool(pool)
     return client
 
 

@@ -279,6 +279,42 @@ async def test_ws_lane_queue_overflow_is_429(server_factory: Any) -> None:
     assert completed[0].endswith("Request number 0")
 
 
+async def test_ws_queued_bytes_per_connection_are_bounded(server_factory: Any) -> None:
+    """LIM-22: the creates waiting across a connection's lanes hold at most
+    ``max_queued_bytes`` of frames; one more is 429 ``websocket_queue_full``, the socket stays
+    open, and the accepted ones complete in order on their lanes."""
+    server: LiveServer = await server_factory(
+        EngineConfig(tokens_per_second=200, max_queued_bytes=150_000)
+    )
+    sdk = AsyncOpenAI(base_url=server.base_url, api_key="x", max_retries=0)
+    padding = "p" * 60_000  # each create's frame is about 60 KB
+    async with sdk.responses.connect() as conn:
+        # The first create on each lane runs at once (not queued); the next ones wait.
+        for n in range(6):
+            lane = f"lane-{n % 2}"
+            await conn.response.create(
+                model=MODEL,
+                input=f"Request {n}",
+                instructions=padding,
+                store=False,
+                stream_id=lane,
+            )
+        completed, errors = 0, list[Any]()
+        while completed + len(errors) < 6:
+            event = await recv(conn)
+            if event.type == "error":
+                errors.append(event)
+            elif event.type in TERMINAL:
+                completed += 1
+        after = await create(conn, input="Still alive?", store=False)
+    await sdk.close()
+    assert errors, "no create was rejected"
+    for error in errors:
+        check_error(error, "websocket_queue_full", 429)
+        assert "bytes" in error.error.message
+    assert final(after).status == "completed"
+
+
 # ----------------------------------------------------------------------------- errors
 
 
@@ -340,7 +376,7 @@ async def test_ws_store_true_cache_miss_hydrates_from_store(
 ) -> None:
     """COMPAT-4 over WebSocket: with parking (PARK-1) and the hydration cache (HYD-1) off, a new
     connection's continuation is served from the store."""
-    config = EngineConfig(tokens_per_second=0, park_seconds=0, hydration_cache_tokens=0)
+    config = EngineConfig(tokens_per_second=0, park_seconds=0, hydration_cache_bytes=0)
     server: LiveServer = await server_factory(config)
     client = AsyncOpenAI(base_url=server.base_url, api_key="x", max_retries=0)
     async with client.responses.connect() as conn:

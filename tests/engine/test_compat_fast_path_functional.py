@@ -74,7 +74,10 @@ async def test_compat_continuations_resume_one_coroutine(server: LiveServer) -> 
     assert runs["validate.full"] == 1  # the history was processed once
     assert runs["validate.incremental"] == len(CODING_AGENT_STEPS)  # then only new items
     assert runs["header.render"] == 1  # unchanged tools: header reused
-    assert records[-1].resume_tokens == rendered  # each continuation rendered only its items
+    # each continuation rendered only its items, and each record carries its own offer only
+    # (POST-3: a record is O(1) in the rollout's length, the ledger O(n))
+    assert [t for r in records for t in r.resume_tokens] == rendered
+    assert [len(r.resume_tokens) for r in records] == [0] + [1] * len(CODING_AGENT_STEPS)
     assert [r.stage_runs.get("validate.incremental", 0) for r in records[1:]] == [1] * len(
         CODING_AGENT_STEPS
     )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import msgspec
 import pytest
 from hypothesis import given
@@ -27,7 +29,7 @@ from protocol.items import (
     Message,
     Reasoning,
 )
-from protocol.response import Response
+from protocol.response import CreateParams, Response
 
 
 def _error(frame: bytes | str) -> InvalidRequest:
@@ -244,3 +246,24 @@ def test_snapshot_events_encode_as_one_whole(
         once = encode(event)
         assert once == msgspec.json.encode(event)
         assert encode(event) == once  # the second time from the cache
+
+
+def test_a_toolset_does_not_pin_its_request_frame() -> None:
+    """LIM-21: a decoded tool is a view into the whole frame; the toolset (which outlives the
+    request in rollouts, lane and hydration caches and parked rollouts) keeps its own copy, so a
+    1 MiB frame is freed once the request is done with it."""
+    frame = msgspec.json.encode(
+        {
+            "type": "response.create",
+            "model": "m",
+            "input": "x" * 1_000_000,
+            "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}],
+        }
+    )
+    alone = sys.getrefcount(frame)
+    event = decode_client_event(frame)
+    assert isinstance(event, CreateParams)
+    toolset = event.toolset
+    del event
+    assert sys.getrefcount(frame) == alone  # nothing kept holds the frame
+    assert bytes(toolset.raw[0]).startswith(b'{"type":"function"')

@@ -67,7 +67,7 @@ async def test_cache_off_is_the_store_path_with_the_same_answers(
     """HYD-2: with a zero budget nothing is cached; the store path re-processes the history
     (COMPAT-4) and the responses are the same."""
     live: LiveServer = await server_factory(
-        EngineConfig(tokens_per_second=0, hydration_cache_tokens=0)
+        EngineConfig(tokens_per_second=0, hydration_cache_bytes=0)
     )
     client = AsyncOpenAI(base_url=live.base_url, api_key="x", max_retries=0)
     first = await client.responses.create(model=MODEL, input=FIRST_INPUT, tools=TOOLS)
@@ -121,20 +121,40 @@ async def test_delete_invalidates_the_cache(server: LiveServer) -> None:
         await client.close()
 
 
-async def test_budget_is_in_tokens_and_evicts_least_recent(
+async def test_budget_is_in_bytes_and_evicts_least_recent(
     server_factory: Callable[..., Any],
 ) -> None:
-    """HYD-2: the cache holds at most its token budget; the oldest entries leave first, and a
+    """HYD-2: the cache holds at most its byte budget; the oldest entries leave first, and a
     response larger than the whole budget is not cached at all."""
     live: LiveServer = await server_factory(
-        EngineConfig(tokens_per_second=0, hydration_cache_tokens=400)
+        EngineConfig(tokens_per_second=0, hydration_cache_bytes=2_000)
     )
     client = AsyncOpenAI(base_url=live.base_url, api_key="x", max_retries=0)
     ids = [(await client.responses.create(model="sim", input=f"hi {n}")).id for n in range(12)]
     big = await client.responses.create(model="sim", input="word " * 2000)
     await client.close()
     cache = live.engine.hydrated
-    assert 0 < cache.tokens <= 400
+    assert 0 < cache.nbytes <= 2_000
     assert ids[-1] in cache and ids[0] not in cache
     assert big.id not in cache
     assert live.engine.counters["hydration.evicted"] > 0
+
+
+async def test_an_image_is_charged_its_bytes(server_factory: Callable[..., Any]) -> None:
+    """HYD-2: an image counts what it holds, not a token estimate: a 300 KB data URL cannot sit in
+    a 200 KB cache, though it renders as a handful of tokens."""
+    live: LiveServer = await server_factory(
+        EngineConfig(tokens_per_second=0, hydration_cache_bytes=200_000)
+    )
+    client = AsyncOpenAI(base_url=live.base_url, api_key="x", max_retries=0)
+    image = "data:image/png;base64," + "A" * 300_000
+    content: list[Any] = [
+        {"type": "input_text", "text": "what is this?"},
+        {"type": "input_image", "image_url": image, "detail": "low"},
+    ]
+    small = await client.responses.create(model="sim", input="hi")
+    big = await client.responses.create(model="sim", input=[{"role": "user", "content": content}])
+    await client.close()
+    cache = live.engine.hydrated
+    assert small.id in cache and big.id not in cache
+    assert cache.nbytes <= 200_000

@@ -248,3 +248,35 @@ def test_turn_history_is_bounded() -> None:
     assert history.turns[0].index == 6
     # One shared log (append mode): each step is charged only its own pre-inference time.
     assert all(abs(t.pre_seconds - 0.001) < 1e-9 for t in history.turns)
+
+
+async def test_viewers_are_capped(server_factory: Any, http: Any) -> None:
+    """LIM-23: past ``max_inspector_viewers`` open feeds, the upgrade is refused with 503
+    ``too_many_viewers``; a viewer that leaves frees its place."""
+    live: LiveServer = await server_factory(server=ServerConfig(max_inspector_viewers=2))
+    url = f"ws://127.0.0.1:{live.port}/inspect/feed"
+    first = await http.ws_connect(url)
+    second = await http.ws_connect(url)
+    with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+        await http.ws_connect(url)
+    assert refused.value.status == 503
+    async with http.get(url.replace("ws://", "http://"), headers=_UPGRADE) as resp:
+        body = await resp.json()
+    assert resp.status == 503 and body["error"]["code"] == "too_many_viewers"
+    await first.close()
+    feed = live.runner.app[FEED]
+    for _ in range(500):  # the server notices the close a moment later
+        if len(feed.viewers) < 2:
+            break
+        await asyncio.sleep(0.01)
+    third = await http.ws_connect(url)
+    await third.close()
+    await second.close()
+
+
+_UPGRADE = {
+    "Connection": "Upgrade",
+    "Upgrade": "websocket",
+    "Sec-WebSocket-Version": "13",
+    "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+}

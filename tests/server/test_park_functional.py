@@ -18,6 +18,7 @@ from openai import AsyncOpenAI
 
 from engine.core import EngineConfig
 from engine.server.config import ServerConfig
+from engine.shared.parking import ParkingBounds
 from tests.conftest import LiveServer
 
 KEYS = ServerConfig(api_keys=frozenset({"key-alice", "key-bob"}))
@@ -188,3 +189,49 @@ async def test_stored_responses_belong_to_their_key_over_http(
     with pytest.raises(openai.NotFoundError):  # a background response too, live or settled
         await bob.responses.retrieve(queued.id)
     assert (await alice.responses.retrieve(queued.id)).id == queued.id
+
+
+async def test_the_lot_is_bounded_per_owner_and_retires_the_oldest(
+    server_factory: Callable[..., Any],
+) -> None:
+    """PARK-7: past an owner's bound the oldest parked rollout is retired (and counted), newer
+    ones stay parked and resumable; another owner's rollouts are not touched."""
+    bounds = ParkingBounds(rollouts_per_owner=2)
+    live: LiveServer = await server_factory(
+        EngineConfig(tokens_per_second=0, park_bounds=bounds), server=KEYS
+    )
+    alice = AsyncOpenAI(base_url=live.base_url, api_key="key-alice", max_retries=0)
+    bob = AsyncOpenAI(base_url=live.base_url, api_key="key-bob", max_retries=0)
+    try:
+        bobs = await _first_turn(bob, store=False)
+        first = [await _first_turn(alice, store=False) for _ in range(3)]
+        await _until(lambda: live.engine.counters["park.parked"] == 4)
+        assert live.engine.counters["park.evicted"] == 1
+        assert len(live.engine.parking) == 3
+        # The oldest of alice's is gone (store: false: nothing else knows it), the newest resumes.
+        gone = await _continue(alice, first[0], store=False)
+        assert gone.type == "error" and gone.error.code == "previous_response_not_found"
+        resumed = await _continue(alice, first[2], store=False)
+        assert resumed.type == "response.completed"
+        assert (await _continue(bob, bobs, store=False)).type == "response.completed"
+        assert live.engine.counters["create.unparked"] == 2
+    finally:
+        await alice.close()
+        await bob.close()
+
+
+async def test_a_rollout_over_the_byte_bound_is_not_parked(
+    server_factory: Callable[..., Any],
+) -> None:
+    """PARK-7: a rollout bigger than the lot's byte bound is retired at close, not parked."""
+    bounds = ParkingBounds(nbytes_per_owner=100)
+    live: LiveServer = await server_factory(
+        EngineConfig(tokens_per_second=0, park_bounds=bounds), server=KEYS
+    )
+    alice = AsyncOpenAI(base_url=live.base_url, api_key="key-alice", max_retries=0)
+    try:
+        await _first_turn(alice, store=False)
+        await _until(lambda: live.engine.counters["park.refused"] == 1)
+        assert len(live.engine.parking) == 0 and live.engine.parking.nbytes == 0
+    finally:
+        await alice.close()

@@ -114,6 +114,34 @@ async def test_concurrent_writes_spill_to_the_pool_and_all_land(store: RedisStor
         await _assert_stored(store, record)
 
 
+async def test_the_pool_is_bounded(store: RedisStore, redis_server: RedisServer) -> None:
+    """STORE-16: 300 writes at once share at most ``POOL_CONNECTIONS`` pooled sockets (plus the
+    lane and the delete subscriber); every write lands."""
+    watcher = aioredis.Redis.from_url(redis_server.url)
+    records = [_record(n) for n in range(300)]
+    peak = 0
+
+    async def sample() -> None:
+        nonlocal peak
+        while True:
+            info = await watcher.info("clients")
+            peak = max(peak, int(info["connected_clients"]))
+            await asyncio.sleep(0)
+
+    sampler = asyncio.create_task(sample())
+    try:
+        await asyncio.gather(*(store.put(record) for record in records))
+    finally:
+        sampler.cancel()
+        await asyncio.gather(sampler, return_exceptions=True)
+        await watcher.aclose()
+    assert 0 < peak <= redis_store.POOL_CONNECTIONS + 3  # + lane, subscriber, the watcher
+    pool = store._client.connection_pool if store._client is not None else None
+    assert pool is not None and pool.max_connections == redis_store.POOL_CONNECTIONS
+    for record in records[::50]:
+        await _assert_stored(store, record)
+
+
 async def test_killed_lane_connection_falls_back_then_reconnects(
     store: RedisStore, redis_server: RedisServer
 ) -> None:

@@ -328,9 +328,9 @@ async def _start_or_resume(session: Connection, lane: Lane, job: Admission) -> t
     return rollout, True
 
 
-# Backends whose deletes reach this process's caches: this process's own memory, and Redis,
-# which publishes every delete to all processes (STORE-11).
-_DELETES_REACH_US = frozenset({"memory", "redis"})
+# Backends whose deletes reach this process's caches: this process's own memory, Redis, which
+# publishes every delete to all processes, and Postgres, which notifies them (STORE-11).
+_DELETES_REACH_US = frozenset({"memory", "redis", "postgres"})
 
 
 async def _still_stored(engine: Engine, response_id: str) -> bool:

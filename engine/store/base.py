@@ -7,8 +7,9 @@ so a turn writes O(new items). To keep hydration cheap for long chains, every
 lists the ids between it and its snapshot (``links``, at most ``SNAPSHOT_EVERY - 1``): hydrating
 is one read of the record and one batched read of its links (STORE-5).
 
-Backends (memory, SQLite, Redis) implement four primitives (``_write``, ``_read``, ``_remove``,
-``_ping``); encoding, size limits, corrupt-record handling, availability tracking, chain walking
+Backends (memory, SQLite, Redis, Postgres) implement the primitives (``_write``, ``_read``,
+``_replace``, ``_remove``, ``_ping``; ``_read_one`` and ``_read_chain`` where one backend
+query does better than the default); encoding, size limits, corrupt-record handling, availability tracking, chain walking
 and delete notifications live here, once.
 """
 
@@ -231,14 +232,21 @@ class ResponseStore(abc.ABC):
         return None if blob is None else _decode(response_id, blob)
 
     async def hydrate(self, response_id: str) -> Hydrated | None:
-        """The record and its whole context: one read, then one batched read of its links.
-        None when it, or a record its context needs, is gone (deleted or expired)."""
-        record = await self.get(response_id)
-        if record is None:
+        """The record and its whole context: one read, then one batched read of its links (on
+        Postgres one query for both, STORE-15). None when it, or a record its context needs, is gone (deleted or expired)."""
+        found = await self._guard(self._read_chain(response_id))
+        if found is None:
+            return None
+        head, prefetched = found
+        record = _decode(response_id, head)
+        if record.deleted:
             return None
         chain: list[ResponseRecord] = []
         if record.links:
-            blobs = await self._guard(self._read(record.links))
+            if prefetched is None:
+                blobs = await self._guard(self._read(record.links))
+            else:
+                blobs = [prefetched.get(link) for link in record.links]
             for link, blob in zip(record.links, blobs, strict=True):
                 if blob is None:
                     log.info("store: %s needs %s, which is gone", response_id, link)
@@ -311,6 +319,13 @@ class ResponseStore(abc.ABC):
         """One blob; backends with a cheaper single read override it."""
         (blob,) = await self._read([key])
         return blob
+
+    async def _read_chain(self, key: str) -> tuple[bytes, dict[str, bytes | None] | None] | None:
+        """A record's blob and, where one query can fetch them with it, the blobs of the
+        records it links by id (a missing id: gone); None for the links means "read them
+        next" (one batched ``_read``). None when the record itself is missing."""
+        blob = await self._read_one(key)
+        return None if blob is None else (blob, None)
 
     @abc.abstractmethod
     async def _replace(self, key: str, blob: bytes) -> None:

@@ -24,6 +24,7 @@ from engine.store import (
     open_store,
 )
 from engine.store.base import _ENCODER
+from engine.store.postgres import PostgresStore
 from engine.store.redis import RedisStore
 from engine.store.sqlite import SCHEMA_VERSION, SqliteStore
 from protocol.items import InputItem, Message
@@ -33,7 +34,7 @@ from tests.store._procs import RedisServer
 Factory = Callable[..., ResponseStore]
 
 
-@pytest.fixture(params=["memory", "sqlite", "redis"])
+@pytest.fixture(params=["memory", "sqlite", "redis", "postgres"])
 def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Factory:
     """A factory for the backend under test (same data for every store it makes)."""
     if request.param == "memory":
@@ -41,6 +42,9 @@ def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Factory:
         return lambda **kw: _memory(shared, **kw)
     if request.param == "sqlite":
         return lambda **kw: SqliteStore(tmp_path / "s.db", **kw)
+    if request.param == "postgres":
+        url: str = request.getfixturevalue("postgres_url")
+        return lambda **kw: PostgresStore(url, **kw)
     redis: RedisServer = request.getfixturevalue("redis_server")
     return lambda **kw: RedisStore(redis.url, **kw)
 
@@ -215,7 +219,9 @@ def test_store_urls(tmp_path: Path) -> None:
     assert absolute.synchronous == "NORMAL"
     assert isinstance(open_store("rediss://h:6380/2"), RedisStore)
     assert isinstance(open_store("memory://"), MemoryStore)
-    for bad in ("postgres://x", "sqlite:///", "nothing", "sqlite:///x.db?synchronous=off"):
+    for pg in ("postgresql://u@h:5433/db", "postgres://h/db?sslmode=require"):
+        assert isinstance(open_store(pg), PostgresStore)
+    for bad in ("postgresql:///db", "sqlite:///", "nothing", "sqlite:///x.db?synchronous=off"):
         with pytest.raises(ValueError):
             open_store(bad)
 

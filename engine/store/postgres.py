@@ -139,7 +139,7 @@ class PostgresStore(ResponseStore):
         )
         await self._pool.open(wait=False)
         try:
-            await self._migrate_direct()
+            await self._probe()
         except (psycopg.OperationalError, OSError) as exc:
             log.warning("postgres store: %s unreachable at start (%s)", _safe(self.url), exc)
             self.available = False
@@ -229,41 +229,38 @@ class PostgresStore(ResponseStore):
         return await self._run(op)
 
     async def _ping(self) -> None:
-        """While the store is known to be down, a connection of its own: a pool still waiting
-        out its reconnect backoff would make every probe wait for its checkout timeout."""
-        if self.available:
-            await self._run(_select_one)
-            return
-        try:
-            async with asyncio.timeout(COMMAND_TIMEOUT_S):
-                await self._migrate_direct()
-                if self._pool is not None:
-                    await self._pool.check()  # drop what the outage left broken
-        except (psycopg.Error, OSError, TimeoutError) as exc:
-            raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from None
+        await self._run(_select_one)
 
     # ------------------------------------------------------------------ plumbing
     async def _run(self, op: Op[T]) -> T:
+        """``op`` on a pooled connection, bounded by the command timeout. While the store is
+        known to be down, a connection of its own probes it first: a refused connection fails
+        at once, where the pool (waiting out its reconnect backoff) would hold every request
+        for its checkout timeout (STORE-8)."""
         pool = self._pool
         if pool is None:
             raise StoreUnavailable("the Postgres store is not open")
         try:
             async with asyncio.timeout(COMMAND_TIMEOUT_S):
-                if not self._schema_ready:
-                    await self._migrate_direct()
+                if not self.available or not self._schema_ready:
+                    await self._probe()  # also creates the schema if it is missing
+                    if not self.available:
+                        await pool.check()  # drop the connections the outage left broken
                 try:
                     return await _attempt(pool, op)
                 except PoolTimeout:
                     raise
                 except psycopg.OperationalError as exc:  # a stale connection, or the server
                     log.debug("postgres store: %s; retrying on a fresh connection", exc)
+                    await self._probe()  # a server that refuses connections fails here at once
                     await pool.check()
                     return await _attempt(pool, op)
         except (psycopg.Error, OSError) as exc:  # OSError includes the builtin TimeoutError
             raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from None
 
-    async def _migrate_direct(self) -> None:
-        """Bring the schema to ``SCHEMA_VERSION`` on a connection of its own."""
+    async def _probe(self) -> None:
+        """A connection of its own: is the server there? It brings the schema to
+        ``SCHEMA_VERSION`` on the way (idempotent)."""
         async with await psycopg.AsyncConnection.connect(
             self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
         ) as conn:

@@ -76,17 +76,26 @@ class PostgresCluster:
             conn.execute(f"CREATE DATABASE {name}")
         return self.url(name)
 
+    def running(self) -> bool:
+        return self._pg("pg_ctl", "status", "-D", str(self.data), check=False) == 0
+
+    def ensure_running(self) -> None:
+        """After a test that stopped it, whatever happened there."""
+        if not self.running():
+            self.start()
+
     def destroy(self) -> None:
-        if (self.data / "postmaster.pid").exists():
+        if self.running():
             self.crash()
         shutil.rmtree(self.root, ignore_errors=True)
 
-    def _pg(self, tool: str, *args: str) -> None:
+    def _pg(self, tool: str, *args: str, check: bool = True) -> int:
         command = [str(self.bin / tool), *args]
         if self._as_root:
             command = ["runuser", "-u", DAEMON_USER, "--", *command]
         done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
-        if done.returncode != 0:
+        if done.returncode != 0 and check:
             log = self.root / "server.log"
             tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
             raise AssertionError(f"{tool} failed: {done.stderr or done.stdout}\n{tail}")
+        return done.returncode

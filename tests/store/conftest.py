@@ -38,7 +38,9 @@ def postgres_cluster() -> Iterator[PostgresCluster]:
 
 @pytest.fixture
 def postgres_url(postgres_cluster: PostgresCluster) -> str:
-    """A fresh database of the session's cluster: no test sees another's records."""
+    """A fresh database of the session's cluster: no test sees another's records. The cluster
+    is started again first if an earlier test left it stopped."""
+    postgres_cluster.ensure_running()
     return postgres_cluster.create_database()
 
 

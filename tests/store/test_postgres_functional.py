@@ -1,0 +1,94 @@
+"""STORE-12, STORE-15: ``rollout serve --store postgresql://…`` in two processes on one database,
+driven by the official openai SDK: a ``previous_response_id`` chain alternates between them over
+HTTP and WebSocket, each reads what the other stored, and a delete through one is not found on
+the other. Then the Postgres specifics: a versioned schema created once however many servers
+start, and a database from a newer server refused at start."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import openai
+import psycopg
+import pytest
+from openai import AsyncOpenAI
+
+from cli.main import main
+from engine.store.postgres import SCHEMA_VERSION, VERSION_TABLE
+from tests.store._procs import ServeProcess
+
+Serve = Callable[..., Awaitable[ServeProcess]]
+
+
+def _sdk(server: ServeProcess) -> AsyncOpenAI:
+    return AsyncOpenAI(base_url=f"{server.base}/v1", api_key="unused", max_retries=0)
+
+
+async def _over_ws(server: ServeProcess, previous: str, text: str) -> Any:
+    client = _sdk(server)
+    try:
+        async with client.responses.connect() as conn:
+            await conn.response.create(model="sim", input=text, previous_response_id=previous)
+            async for event in conn:
+                assert event.type not in ("error", "response.failed"), event
+                if event.type == "response.completed":
+                    return event.response
+    finally:
+        await client.close()
+    raise AssertionError("the socket ended before response.completed")
+
+
+async def test_sdk_chain_across_two_servers_on_one_database(
+    postgres_url: str, serve: Serve
+) -> None:
+    a, b = await serve(postgres_url), await serve(postgres_url)
+    on_a, on_b = _sdk(a), _sdk(b)
+    try:
+        first = await on_a.responses.create(model="sim", input="remember: blue")
+        second = await on_b.responses.create(
+            model="sim", input="and green", previous_response_id=first.id
+        )
+        third = await _over_ws(a, second.id, "and red")  # a new socket on the other process
+        fourth = await on_b.responses.create(
+            model="sim", input="what did I say?", previous_response_id=third.id
+        )
+        chain = [first, second, third, fourth]
+        assert [r.previous_response_id for r in chain[1:]] == [r.id for r in chain[:-1]]
+        tokens = [r.usage.input_tokens for r in chain if r.usage is not None]
+        assert len(tokens) == 4 and tokens == sorted(set(tokens)), "each turn saw the history"
+        for client in (on_a, on_b):  # each process reads what either stored
+            for response in chain:
+                got = await client.responses.retrieve(response.id)
+                assert got.output_text == response.output_text
+        items = await on_a.responses.input_items.list(second.id)
+        assert [i.type for i in items.data] == ["message"]
+        await on_b.responses.delete(second.id)
+        with pytest.raises(openai.NotFoundError):
+            await on_a.responses.retrieve(second.id)
+        after = await on_a.responses.create(  # what continued from it is unaffected (STORE-11)
+            model="sim", input="still here?", previous_response_id=fourth.id
+        )
+        assert after.usage is not None and after.usage.input_tokens > tokens[-1]
+    finally:
+        await on_a.close()
+        await on_b.close()
+
+
+async def test_schema_is_versioned_and_created_once(postgres_url: str, serve: Serve) -> None:
+    await serve(postgres_url)
+    await serve(postgres_url)  # a second server on the same database migrates nothing
+    with psycopg.connect(postgres_url) as conn:
+        rows = conn.execute(f"SELECT version FROM {VERSION_TABLE}").fetchall()
+        assert rows == [(SCHEMA_VERSION,)]
+        conn.execute(f"INSERT INTO {VERSION_TABLE} VALUES (%s)", (SCHEMA_VERSION + 1,))
+
+
+def test_newer_schema_is_refused_at_start(
+    postgres_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with psycopg.connect(postgres_url) as conn:
+        conn.execute(f"CREATE TABLE {VERSION_TABLE} (version integer NOT NULL)")
+        conn.execute(f"INSERT INTO {VERSION_TABLE} VALUES (%s)", (SCHEMA_VERSION + 1,))
+    assert main(["serve", "--port", "0", "--store", postgres_url]) == 2
+    assert "newer than this server's" in capsys.readouterr().err

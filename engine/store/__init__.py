@@ -66,8 +66,7 @@ def open_store(
 
         return PostgresStore(postgres_url(url), ttl_s, max_record_bytes)
     raise ValueError(
-        f"--store: unknown store URL {url!r}"
-        " (sqlite:///PATH, redis://…, postgresql://…, memory://)"
+        f"--store: unknown store URL {url!r} (sqlite:///PATH, redis://…, postgresql://…, memory://)"
     )
 
 

@@ -9,8 +9,8 @@ is one read of the record and one batched read of its links (STORE-5).
 
 Backends (memory, SQLite, Redis, Postgres) implement the primitives (``_write``, ``_read``,
 ``_replace``, ``_remove``, ``_ping``; ``_read_one`` and ``_read_chain`` where one backend
-query does better than the default); encoding, size limits, corrupt-record handling, availability tracking, chain walking
-and delete notifications live here, once.
+query does better than the default); encoding, size limits, corrupt-record handling,
+availability tracking, chain walking and delete notifications live here, once.
 """
 
 from __future__ import annotations
@@ -233,7 +233,8 @@ class ResponseStore(abc.ABC):
 
     async def hydrate(self, response_id: str) -> Hydrated | None:
         """The record and its whole context: one read, then one batched read of its links (on
-        Postgres one query for both, STORE-15). None when it, or a record its context needs, is gone (deleted or expired)."""
+        Postgres one query for both, STORE-15). None when it, or a record its context needs,
+        is gone (deleted or expired)."""
         found = await self._guard(self._read_chain(response_id))
         if found is None:
             return None

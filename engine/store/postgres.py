@@ -17,7 +17,6 @@ announced with ``NOTIFY`` and every process ``LISTEN``s, so their caches drop th
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence

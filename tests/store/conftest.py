@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.store._postgres import PostgresCluster
+from clients.bench.postgres import PostgresCluster
 from tests.store._procs import RedisServer, ServeProcess
 
 

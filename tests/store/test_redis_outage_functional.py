@@ -13,13 +13,13 @@ from dataclasses import dataclass
 import aiohttp
 import pytest
 
+from clients.bench.postgres import PostgresCluster
 from engine.core import Engine, EngineConfig
 from engine.store import ResponseStore
 from engine.store.postgres import PostgresStore
 from engine.store.redis import RedisStore
 from tests.conftest import LiveServer, start_server
 from tests.store._chain import Chain, Reply, body, fork_from, http_create, ws_create
-from tests.store._postgres import PostgresCluster
 from tests.store._procs import RedisServer, ServeProcess
 
 Serve = Callable[..., Awaitable[ServeProcess]]

@@ -1,20 +1,21 @@
-"""A private PostgreSQL cluster for the tests (STORE-TEST-2): Debian's ``postgresql`` server
-binaries (installed by ``.ci/sysdeps``), ``initdb`` into a temp dir, ``pg_ctl`` on a free
-loopback port with its unix socket in that dir, fsync on. initdb refuses to run as root, so
-as root every command runs as the ``postgres`` user (``runuser``). Nothing is mocked."""
+"""A private PostgreSQL cluster, for ``rollout bench --store postgres`` (BENCH-6) and the tests
+(STORE-TEST-2): Debian's ``postgresql`` server binaries (installed by ``.ci/sysdeps``),
+``initdb`` into a temp dir, ``pg_ctl`` on a free loopback port with its unix socket in that dir,
+fsync on (Postgres's default durability). initdb refuses to run as root, so as root every
+command runs as the ``postgres`` user (``runuser``). Its commands block: call them from a
+thread on an event loop."""
 
 from __future__ import annotations
 
 import glob
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
 from pathlib import Path
 
 import psycopg
-
-from tests.store._procs import free_port
 
 DAEMON_USER = "postgres"  # Debian's package creates it
 USER = "rollout"  # the cluster's superuser, trusted on loopback only
@@ -31,7 +32,7 @@ def bindir() -> Path:
     if initdb is None:
         raise AssertionError(
             "PostgreSQL server binaries missing (initdb): `make sysdeps` installs Debian's"
-            " postgresql package"
+            " postgresql package (apt-get install postgresql)"
         )
     return Path(initdb).parent
 
@@ -43,7 +44,7 @@ class PostgresCluster:
         self.bin = bindir()
         self.root = Path(tempfile.mkdtemp(prefix="rollout-pg-"))
         self.data = self.root / "data"
-        self.port = free_port()
+        self.port = _free_port()
         self._as_root = os.geteuid() == 0
         self._databases = 0
         if self._as_root:
@@ -99,3 +100,10 @@ class PostgresCluster:
             tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
             raise AssertionError(f"{tool} failed: {done.stderr or done.stdout}\n{tail}")
         return done.returncode
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port

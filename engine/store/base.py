@@ -1,4 +1,4 @@
-"""The response store interface: flat records chained by parent pointers (SPEC: STORE-1..STORE-12).
+"""The response store interface: flat records chained by parent pointers (SPEC: STORE-1..STORE-15).
 
 A stored response holds its own new input items, its output (in the Response) and the context
 items it added, plus a pointer to its nearest stored ancestor. It never copies the whole history,

@@ -142,6 +142,9 @@ class PostgresStore(ResponseStore):
         except (psycopg.OperationalError, OSError) as exc:
             log.warning("postgres store: %s unreachable at start (%s)", _safe(self.url), exc)
             self.available = False
+        except BaseException:  # a newer schema, a database we may not use: refused at start
+            await self.close()
+            raise
         self._tasks = [
             asyncio.create_task(self._listen(), name="store-postgres-deletes"),
             asyncio.create_task(self._sweep_forever(), name="store-postgres-sweep"),

@@ -142,7 +142,10 @@ class PostgresStore(ResponseStore):
         except (psycopg.OperationalError, OSError) as exc:
             log.warning("postgres store: %s unreachable at start (%s)", _safe(self.url), exc)
             self.available = False
-        except BaseException:  # a newer schema, a database we may not use: refused at start
+        except psycopg.Error as exc:  # e.g. no right to create the schema: refused at start
+            await self.close()
+            raise StoreUnavailable(f"cannot prepare {_safe(self.url)}: {exc}") from None
+        except BaseException:  # a newer schema (StoreUnavailable), a cancelled start
             await self.close()
             raise
         self._tasks = [

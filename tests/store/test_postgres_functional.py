@@ -1,12 +1,14 @@
 """STORE-12, STORE-15: ``rollout serve --store postgresql://…`` in two processes on one database,
 driven by the official openai SDK: a ``previous_response_id`` chain alternates between them over
-HTTP and WebSocket, each reads what the other stored, and a delete through one is not found on
-the other. Then the Postgres specifics: a versioned schema created once however many servers
+HTTP and WebSocket, each reads what the other stored, a delete through one is not found on
+the other, and another API key's records are not found on either (OWN-2). Then the Postgres
+specifics: a versioned schema created once however many servers
 start, and a database from a newer server refused at start."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import openai
@@ -92,3 +94,33 @@ def test_newer_schema_is_refused_at_start(
         conn.execute(f"INSERT INTO {VERSION_TABLE} VALUES (%s)", (SCHEMA_VERSION + 1,))
     assert main(["serve", "--port", "0", "--store", postgres_url]) == 2
     assert "newer than this server's" in capsys.readouterr().err
+
+
+async def test_another_keys_response_is_not_found_on_any_server(
+    postgres_url: str, serve: Serve, tmp_path: Path
+) -> None:
+    """OWN-1, OWN-2 on a shared Postgres: a record carries its key's digest, and another key
+    gets exactly the unknown-id answers on every server; the owner still continues it."""
+    keys = tmp_path / "keys"
+    keys.write_text("key-alice\nkey-bob\n")
+    a = await serve(postgres_url, "--api-keys-file", str(keys))
+    b = await serve(postgres_url, "--api-keys-file", str(keys))
+    alice_a = AsyncOpenAI(base_url=f"{a.base}/v1", api_key="key-alice", max_retries=0)
+    alice_b = AsyncOpenAI(base_url=f"{b.base}/v1", api_key="key-alice", max_retries=0)
+    bob_b = AsyncOpenAI(base_url=f"{b.base}/v1", api_key="key-bob", max_retries=0)
+    try:
+        first = await alice_a.responses.create(model="sim", input="mine")
+        with pytest.raises(openai.NotFoundError):
+            await bob_b.responses.retrieve(first.id)
+        with pytest.raises(openai.BadRequestError) as refused:
+            await bob_b.responses.create(model="sim", input="x", previous_response_id=first.id)
+        assert refused.value.code == "previous_response_not_found"
+        with pytest.raises(openai.NotFoundError):
+            await bob_b.responses.delete(first.id)
+        second = await alice_b.responses.create(
+            model="sim", input="still mine", previous_response_id=first.id
+        )
+        assert second.previous_response_id == first.id
+    finally:
+        for client in (alice_a, alice_b, bob_b):
+            await client.close()

@@ -56,7 +56,11 @@ class PostgresCluster:
         return f"postgresql://{USER}@127.0.0.1:{self.port}/{database}"
 
     def start(self) -> None:
-        options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=on"
+        # syncfs: after a crash the recovery syncs the file system once, not every file
+        options = (
+            f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=on"
+            " -c recovery_init_sync_method=syncfs"
+        )
         self._pg("pg_ctl", "start", "-w", "-t", "60", "-D", str(self.data),
                  "-l", str(self.root / "server.log"), "-o", options)  # fmt: skip
 

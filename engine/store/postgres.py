@@ -55,6 +55,17 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 MIGRATION_LOCK = 0x726F6C6C  # pg_advisory_xact_lock key: "roll"
 CONNECT_TIMEOUT_S = 2  # libpq's connect_timeout is whole seconds
+# Every connection: autocommit (one statement, one transaction), and TCP keepalives so a server
+# that vanished without closing the socket (a host gone, a partition) is noticed by the delete
+# listener too, which otherwise waits on its socket for ever.
+CONNECT_KWARGS: dict[str, Any] = {
+    "autocommit": True,
+    "connect_timeout": CONNECT_TIMEOUT_S,
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+}
 COMMAND_TIMEOUT_S = 5.0  # one operation, its retry included (STORE-8)
 POOL_SIZE = 8  # connections per process
 MAX_WAITING = 1024  # callers waiting for a connection; beyond it, store_unavailable at once
@@ -128,7 +139,7 @@ class PostgresStore(ResponseStore):
             return
         self._pool = AsyncConnectionPool(
             self.url,
-            kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S},
+            kwargs=dict(CONNECT_KWARGS),
             min_size=1,
             max_size=POOL_SIZE,
             max_waiting=MAX_WAITING,
@@ -266,9 +277,7 @@ class PostgresStore(ResponseStore):
     async def _probe(self) -> None:
         """A connection of its own: is the server there? It brings the schema to
         ``SCHEMA_VERSION`` on the way (idempotent)."""
-        async with await psycopg.AsyncConnection.connect(
-            self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
-        ) as conn:
+        async with await psycopg.AsyncConnection.connect(self.url, **CONNECT_KWARGS) as conn:
             await migrate(conn)
         self._schema_ready = True
 
@@ -278,7 +287,7 @@ class PostgresStore(ResponseStore):
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(
-                    self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
+                    self.url, **CONNECT_KWARGS
                 ) as conn:
                     await conn.execute(f"LISTEN {DELETED_CHANNEL}")
                     async for note in conn.notifies():

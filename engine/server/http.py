@@ -180,10 +180,10 @@ async def _record(request: web.Request) -> ResponseRecord:
     Another key's response is not found, exactly like a missing one (OWN-2)."""
     engine, response_id = _stored(request)
     try:
-        record = await engine.store.get(response_id)
+        record = await engine.store.get(response_id, owner=_owner(request))
     except StoreError as exc:
         raise wire_error(exc) from None
-    if record is None or record.owner != _owner(request):
+    if record is None:
         raise response_not_found(response_id)
     return record
 

@@ -167,6 +167,25 @@ async def test_corrupt_record_is_a_clean_error(store: ResponseStore) -> None:
     assert store.available  # a bad record is not an outage
 
 
+async def test_another_owner_is_not_found_before_any_decoding(store: ResponseStore) -> None:
+    """OWN-2: with ``owner``, the record's owner field is read first; another owner's record
+    is None however broken the rest of it is, so no body of theirs is ever decoded."""
+    record = chain_record(_response(8), [], [_message("mine")], None, owner="alice")
+    await store.put(record)
+    assert (await store.get(record.id, owner="alice")) is not None
+    assert await store.get(record.id, owner="bob") is None
+    assert await store.get(record.id, owner=None) is None  # no key is not another's key
+    assert await store.hydrate(record.id, owner="bob") is None
+    hydrated = await store.hydrate(record.id, owner="alice")
+    assert hydrated is not None and hydrated.items == [_message("mine")]
+    broken = b'{"owner":"alice","version":1,"response":42}'  # an undecodable body
+    await store._write("resp_broken", broken, [], False, None)
+    assert await store.get("resp_broken", owner="bob") is None
+    assert await store.hydrate("resp_broken", owner="bob") is None
+    with pytest.raises(RecordCorrupt):  # its owner gets the corrupt-record answer (STORE-9)
+        await store.get("resp_broken", owner="alice")
+
+
 async def test_concurrent_writes_all_land(store: ResponseStore) -> None:
     records = [chain_record(_response(n), [], [_message(str(n))], None) for n in range(200)]
     await asyncio.gather(*(store.put(r) for r in records))

@@ -1,18 +1,23 @@
-"""STORE-7, STORE-8, STORE-15: what only the Postgres store does, against the real server:
+"""STORE-5, STORE-7, STORE-8, STORE-15: what only the Postgres store does, against the real
+server: one statement per write and per hydration (read from the server's own statement log),
 expired rows swept, a link whose row is gone outright, a server that is down at start, and a
 user without the right to create the schema."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import re
+import uuid
+from collections.abc import AsyncIterator
 
 import psycopg
 import pytest
 
 from clients.bench.postgres import PostgresCluster
-from engine.store import StoreUnavailable, chain_record
+from engine.store import SNAPSHOT_EVERY, StoreUnavailable, chain_record
 from engine.store.postgres import TABLE, PostgresStore
-from protocol.items import Message
+from protocol.items import InputItem, Message
 from protocol.response import Response
 
 
@@ -23,6 +28,55 @@ def _response(n: int) -> Response:
 def _rows(url: str) -> list[str]:
     with psycopg.connect(url) as conn:
         return [row[0] for row in conn.execute(f"SELECT id FROM {TABLE} ORDER BY id")]
+
+
+async def test_one_statement_per_write_and_per_hydration(
+    postgres_cluster: PostgresCluster, postgres_url: str
+) -> None:
+    """The server logs every statement of the store's connections: hydrating a response with
+    a full set of links is one, and so is each write, with or without the links' expiry
+    extension (STORE-7)."""
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        name = conn.info.dbname
+        conn.execute(f"ALTER DATABASE {name} SET log_statement = 'all'")
+    store = PostgresStore(postgres_url, ttl_s=3600)
+    await store.open()
+    try:
+        context: list[InputItem] = []
+        point = None
+        for n in range(SNAPSHOT_EVERY):  # the last record links all 15 before it
+            context.append(Message(role="user", content=f"turn {n}"))
+            record = chain_record(_response(n), [], context, point)
+            if n == SNAPSHOT_EVERY - 1:
+                record.links_expire_at = 0.0  # its links must be extended: the CTE write
+                async with _statements(postgres_cluster, postgres_url) as logged:
+                    await store.put(record)
+                assert len(logged) == 1 and "WITH stored AS" in logged[0], logged
+            else:
+                await store.put(record)
+            point = record.point
+        assert len(record.links) == SNAPSHOT_EVERY - 1
+        async with _statements(postgres_cluster, postgres_url) as logged:
+            hydrated = await store.hydrate(record.id)
+        assert hydrated is not None and hydrated.items == context
+        assert len(logged) == 1 and "unnest(head.links)" in logged[0], logged
+    finally:
+        await store.close()
+
+
+@contextlib.asynccontextmanager
+async def _statements(cluster: PostgresCluster, url: str) -> AsyncIterator[list[str]]:
+    """The statements the server logged inside the block, between two marker queries."""
+    logged: list[str] = []
+    tag = f"mark-{uuid.uuid4().hex}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"SELECT '{tag}-begin'")
+        yield logged
+        conn.execute(f"SELECT '{tag}-end'")
+    log = (cluster.root / "server.log").read_text(errors="replace")
+    inside = log.split(f"{tag}-begin", 1)[1].split(f"{tag}-end", 1)[0]
+    lines = [line for line in inside.splitlines() if re.search(r"LOG:  (statement|execute)", line)]
+    logged.extend(line for line in lines[:-1])  # the last is the end marker itself
 
 
 async def test_sweep_removes_expired_rows_only(postgres_url: str) -> None:

@@ -7,10 +7,12 @@ start, and a database from a newer server refused at start."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import openai
 import psycopg
 import pytest
@@ -124,3 +126,31 @@ async def test_another_keys_response_is_not_found_on_any_server(
     finally:
         for client in (alice_a, alice_b, bob_b):
             await client.close()
+
+
+async def test_another_keys_response_is_not_compacted_or_counted(
+    postgres_url: str, serve: Serve, tmp_path: Path
+) -> None:
+    """OWN-2 for the requests that read a stored conversation without running a rollout
+    (COMPACT-1, TOKENS-1): another key gets ``previous_response_not_found``, the owner the
+    answer."""
+    keys = tmp_path / "keys"
+    keys.write_text("key-alice\nkey-bob\n")
+    server = await serve(postgres_url, "--api-keys-file", str(keys))
+    alice = AsyncOpenAI(base_url=f"{server.base}/v1", api_key="key-alice", max_retries=0)
+    try:
+        first = await alice.responses.create(model="sim", input="my secret plans")
+    finally:
+        await alice.close()
+    body = {"model": "sim", "previous_response_id": first.id}
+    async with aiohttp.ClientSession() as http:
+        for path in ("compact", "input_tokens"):
+            url = f"{server.base}/v1/responses/{path}"
+            for key, status in (("key-bob", 400), ("key-alice", 200)):
+                headers = {"Authorization": f"Bearer {key}"}
+                async with http.post(url, json=body, headers=headers) as resp:
+                    data = await resp.json()
+                    assert resp.status == status, (path, key, data)
+                    if status == 400:
+                        assert data["error"]["code"] == "previous_response_not_found"
+                        assert "secret" not in json.dumps(data)

@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# redis-server, chromium (Debian) and the pinned Codex CLI (npm), installed when missing.
+# redis-server, postgresql, chromium (Debian) and the pinned Codex CLI (npm), installed when missing.
 sysdeps:
 	bash .ci/sysdeps
 

@@ -46,7 +46,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--store",
         default=None,
-        help="the server's store: memory (default), sqlite, redis or a URL; "
+        help="the server's store: memory (default), sqlite, redis, postgres or a URL; "
         "adds the ws_compat_store mode (store: true)",
     )
     p.add_argument(

@@ -36,7 +36,7 @@ class ScenarioConfig:
     repeat: int = 1
     url: str | None = None
     scenario: str = "coding"  # or "codex"
-    store: str = "memory"  # --store: memory, sqlite, redis or a URL (BENCH-6)
+    store: str = "memory"  # --store: memory, sqlite, redis, postgres or a URL (BENCH-6)
 
     @property
     def model(self) -> str:

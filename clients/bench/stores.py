@@ -3,7 +3,8 @@
 ``memory`` (the default) keeps the transport comparison free of storage cost. ``sqlite`` is a
 fresh file in a temp dir; ``redis`` a ``redis-server`` of the bench's own on a free loopback
 port (Redis's default durability: append-only file, fsync every second), stopped afterwards;
-any ``sqlite:///…`` or ``redis://…`` URL is used as given.
+``postgres`` a private PostgreSQL cluster (``clients/bench/postgres.py``: Postgres's default
+durability, every commit fsynced), removed afterwards; any store URL is used as given.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-KINDS = ("memory", "sqlite", "redis")
+KINDS = ("memory", "sqlite", "redis", "postgres")
 START_TIMEOUT_S = 10.0
 
 
@@ -32,6 +33,9 @@ async def store_url(kind: str) -> AsyncIterator[str]:
         with tempfile.TemporaryDirectory(prefix="rollout-bench-redis-") as tmp:
             async with _redis_server(Path(tmp)) as url:
                 yield url
+    elif kind == "postgres":
+        async with _postgres_cluster() as url:
+            yield url
     else:
         yield kind  # a URL
 
@@ -54,6 +58,18 @@ async def _redis_server(workdir: Path) -> AsyncIterator[str]:
         if proc.returncode is None:
             proc.terminate()
             await proc.wait()
+
+
+@contextlib.asynccontextmanager
+async def _postgres_cluster() -> AsyncIterator[str]:
+    from clients.bench.postgres import PostgresCluster
+
+    cluster = await asyncio.to_thread(PostgresCluster)
+    try:
+        await asyncio.to_thread(cluster.start)
+        yield await asyncio.to_thread(cluster.create_database)
+    finally:
+        await asyncio.to_thread(cluster.destroy)
 
 
 async def _answers_ping(port: int) -> None:

@@ -311,11 +311,11 @@ async def _start_or_resume(session: Connection, lane: Lane, job: Admission) -> t
     counters["create.cache_miss"] += 1
     start = time.perf_counter()
     try:
-        hydrated = await session.engine.store.hydrate(prev)
+        hydrated = await session.engine.store.hydrate(prev, owner=session.owner)
         job.turn.log.add_time("hydrate", time.perf_counter() - start)  # OBS-1
     except StoreError as exc:
         raise wire_error(exc, "previous_response_id") from None
-    if hydrated is None or hydrated.record.owner != session.owner:  # another key's (OWN-2)
+    if hydrated is None:  # gone, or another key's (OWN-2)
         raise previous_response_not_found(prev)
     if hydrated.record.response.status in ("queued", "in_progress"):  # background (BG-7)
         raise InvalidRequest(
@@ -330,9 +330,9 @@ async def _start_or_resume(session: Connection, lane: Lane, job: Admission) -> t
     return rollout, True
 
 
-# Backends whose deletes reach this process's caches: this process's own memory, and Redis,
-# which publishes every delete to all processes (STORE-11).
-_DELETES_REACH_US = frozenset({"memory", "redis"})
+# Backends whose deletes reach this process's caches: this process's own memory, Redis, which
+# publishes every delete to all processes, and Postgres, which notifies them (STORE-11).
+_DELETES_REACH_US = frozenset({"memory", "redis", "postgres"})
 
 
 async def _still_stored(engine: Engine, response_id: str) -> bool:

@@ -43,12 +43,15 @@ class Prepared:
     model: str
 
 
-async def _history(engine: Engine, previous_response_id: str | None) -> list[InputItem]:
-    """A stored conversation (HTTP-5: only the store; a ``store: false`` parent is unknown)."""
+async def _history(
+    engine: Engine, previous_response_id: str | None, owner: str | None
+) -> list[InputItem]:
+    """A stored conversation (HTTP-5: only the store; a ``store: false`` parent is unknown).
+    Another key's is unknown too (OWN-2)."""
     if previous_response_id is None:
         return []
     try:
-        hydrated = await engine.store.hydrate(previous_response_id)
+        hydrated = await engine.store.hydrate(previous_response_id, owner=owner)
     except StoreError as exc:
         raise wire_error(exc, "previous_response_id") from None
     if hydrated is None:
@@ -56,7 +59,7 @@ async def _history(engine: Engine, previous_response_id: str | None) -> list[Inp
     return hydrated.items
 
 
-async def prepare(engine: Engine, params: CreateParams) -> Prepared:
+async def prepare(engine: Engine, params: CreateParams, owner: str | None) -> Prepared:
     """The context a create with these parameters would sample from first."""
     items, texts = check_supported(
         params, "http", engine.config.max_input_items, engine.config.max_input_chars
@@ -64,7 +67,7 @@ async def prepare(engine: Engine, params: CreateParams) -> Prepared:
     items, texts, _ = take_trigger(items, texts)  # never context (COMPACT-7)
     model = params.model or engine.config.default_model
     backend = engine.router.resolve(model)
-    history = await _history(engine, params.previous_response_id)
+    history = await _history(engine, params.previous_response_id, owner)
     stats = StageStats()
     pipeline = Pipeline(stats, engine.config.safety_policy)
     ctx = Context()
@@ -82,13 +85,17 @@ async def prepare(engine: Engine, params: CreateParams) -> Prepared:
     return Prepared(ctx, backend, model)
 
 
-async def count_input_tokens(engine: Engine, params: CreateParams) -> InputTokenCount:
-    """TOKENS-1: the prompt tokens of the create these parameters describe."""
-    prepared = await prepare(engine, params)
+async def count_input_tokens(
+    engine: Engine, params: CreateParams, owner: str | None
+) -> InputTokenCount:
+    """TOKENS-1: the prompt tokens of the create these parameters describe, for ``owner``."""
+    prepared = await prepare(engine, params, owner)
     return InputTokenCount(input_tokens=prepared.ctx.prompt_tokens)
 
 
-async def compact_context(engine: Engine, params: CompactParams) -> CompactedResponse:
+async def compact_context(
+    engine: Engine, params: CompactParams, owner: str | None
+) -> CompactedResponse:
     """COMPACT-1: the compacted window of the input and/or the stored conversation."""
     create = CreateParams(
         model=params.model,
@@ -96,7 +103,7 @@ async def compact_context(engine: Engine, params: CompactParams) -> CompactedRes
         instructions=params.instructions,
         previous_response_id=params.previous_response_id,
     )
-    prepared = await prepare(engine, create)
+    prepared = await prepare(engine, create, owner)
     try:
         result = await compact(prepared.backend, CompactRequest(prepared.model, prepared.ctx))
     except BackendError as exc:

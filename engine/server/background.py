@@ -54,10 +54,10 @@ async def lookup(request: web.Request) -> tuple[BackgroundRuns, str, Response]:
     if run is not None and run.turn is not None and run.owner == owner:
         return runs, response_id, run.snapshot()
     try:
-        record = await request.app[ENGINE].store.get(response_id)
+        record = await request.app[ENGINE].store.get(response_id, owner=owner)
     except StoreError as exc:
         raise wire_error(exc) from None
-    if record is None or record.owner != owner:
+    if record is None:
         raise response_not_found(response_id)
     return runs, response_id, (await runs.settle(record)).response
 

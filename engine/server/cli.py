@@ -90,7 +90,7 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         default=None,
         metavar="URL",
         help="sqlite:///PATH (default: ~/.local/share/rollout/rollout.db), redis://HOST:PORT/DB, "
-        "rediss://…, memory://",
+        "rediss://…, postgresql://USER@HOST:PORT/DB, memory://",
     )
     st.add_argument(
         "--store-ttl",

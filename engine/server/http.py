@@ -132,13 +132,13 @@ def note_error(request: web.Request, response: web.StreamResponse) -> None:
 async def compact_response(request: web.Request) -> web.Response:
     """``POST /v1/responses/compact`` (COMPACT-1)."""
     params = decode_compact_body(await request.read())
-    return json_response(await compact_context(request.app[ENGINE], params))
+    return json_response(await compact_context(request.app[ENGINE], params, _owner(request)))
 
 
 async def input_tokens(request: web.Request) -> web.Response:
     """``POST /v1/responses/input_tokens`` (TOKENS-1)."""
     params = decode_create_body(await request.read())
-    return json_response(await count_input_tokens(request.app[ENGINE], params))
+    return json_response(await count_input_tokens(request.app[ENGINE], params, _owner(request)))
 
 
 def _finish(sink: HttpSink) -> web.StreamResponse:
@@ -180,10 +180,10 @@ async def _record(request: web.Request) -> ResponseRecord:
     Another key's response is not found, exactly like a missing one (OWN-2)."""
     engine, response_id = _stored(request)
     try:
-        record = await engine.store.get(response_id)
+        record = await engine.store.get(response_id, owner=_owner(request))
     except StoreError as exc:
         raise wire_error(exc) from None
-    if record is None or record.owner != _owner(request):
+    if record is None:
         raise response_not_found(response_id)
     return record
 

@@ -1,7 +1,8 @@
-"""The response store (SPEC: STORE-1..STORE-12): one interface, three backends chosen by URL.
+"""The response store (SPEC: STORE-1..STORE-15): one interface, four backends chosen by URL.
 
 * ``sqlite:///PATH``  - embedded, durable, one process (the default of ``rollout serve``)
 * ``redis://HOST:PORT/DB`` / ``rediss://…`` - shared by many processes and hosts
+* ``postgresql://USER@HOST:PORT/DB`` / ``postgres://…`` - shared, on the operator's Postgres
 * ``memory://``       - this process only, for tests and throwaway runs
 """
 
@@ -60,14 +61,23 @@ def open_store(
         from engine.store.redis import RedisStore
 
         return RedisStore(url, ttl_s, max_record_bytes)
-    raise ValueError(f"--store: unknown store URL {url!r} (sqlite:///PATH, redis://…, memory://)")
+    if scheme in ("postgresql", "postgres"):
+        from engine.store.postgres import PostgresStore
+
+        return PostgresStore(postgres_url(url), ttl_s, max_record_bytes)
+    raise ValueError(
+        f"--store: unknown store URL {url!r} (sqlite:///PATH, redis://…, postgresql://…, memory://)"
+    )
 
 
 def describe(store: ResponseStore) -> str:
     """For the banner and logs: never a password."""
+    from engine.store import postgres
     from engine.store.redis import RedisStore
     from engine.store.sqlite import SqliteStore
 
+    if isinstance(store, postgres.PostgresStore):
+        return postgres.describe(store)
     if isinstance(store, SqliteStore):
         return f"sqlite {store.path}"
     if isinstance(store, RedisStore):
@@ -82,6 +92,15 @@ def _switch(value: str, name: str) -> bool:
     if value.lower() in ("off", "0", "false", "no"):
         return False
     raise ValueError(f"--store: {name} must be on or off, not {value!r}")
+
+
+def postgres_url(url: str) -> str:
+    """A libpq connection URI names a database: ``postgresql://USER@HOST:PORT/DB`` (libpq's
+    own query parameters, e.g. ``?sslmode=require``, pass through)."""
+    parts = urlsplit(url)
+    if not parts.hostname and "host=" not in parts.query:
+        raise ValueError(f"--store: a Postgres URL is postgresql://USER@HOST:PORT/DB, not {url!r}")
+    return url
 
 
 def sqlite_path(url: str) -> Path:

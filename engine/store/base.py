@@ -1,4 +1,4 @@
-"""The response store interface: flat records chained by parent pointers (SPEC: STORE-1..STORE-12).
+"""The response store interface: flat records chained by parent pointers (SPEC: STORE-1..STORE-15).
 
 A stored response holds its own new input items, its output (in the Response) and the context
 items it added, plus a pointer to its nearest stored ancestor. It never copies the whole history,
@@ -7,14 +7,16 @@ so a turn writes O(new items). To keep hydration cheap for long chains, every
 lists the ids between it and its snapshot (``links``, at most ``SNAPSHOT_EVERY - 1``): hydrating
 is one read of the record and one batched read of its links (STORE-5).
 
-Backends (memory, SQLite, Redis) implement four primitives (``_write``, ``_read``, ``_remove``,
-``_ping``); encoding, size limits, corrupt-record handling, availability tracking, chain walking
-and delete notifications live here, once.
+Backends (memory, SQLite, Redis, Postgres) implement the primitives (``_write``, ``_read``,
+``_replace``, ``_remove``, ``_ping``; ``_read_one`` and ``_read_chain`` where one backend
+query does better than the default); encoding, size limits, corrupt-record handling,
+availability tracking, chain walking and delete notifications live here, once.
 """
 
 from __future__ import annotations
 
 import abc
+import enum
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -150,14 +152,24 @@ def _earliest(record: ResponseRecord) -> float | None:
     return min(record.expires_at, record.links_expire_at)
 
 
-class _Liveness(msgspec.Struct):
-    """The two fields ``exists`` needs: decoding skips everything else."""
+class _Probe(msgspec.Struct):
+    """The fields read without decoding the record (``exists``, the owner check): decoding
+    skips everything else."""
 
     deleted: bool = False
     version: int = 0
+    owner: str | None = None
 
 
-_LIVENESS = msgspec.json.Decoder(_Liveness)
+class Anyone(enum.Enum):
+    """``owner=ANYONE``: the engine's own reads, which check no owner."""
+
+    ANYONE = "anyone"
+
+
+ANYONE = Anyone.ANYONE
+Owner = str | None | Anyone
+_PROBE = msgspec.json.Decoder(_Probe)
 _CODEC = RecordCodec(ResponseRecord)
 _ENCODER, _DECODER = _CODEC, _CODEC  # encode(record) -> bytes, decode(bytes) -> record
 
@@ -207,8 +219,10 @@ class ResponseStore(abc.ABC):
             raise RecordTooLarge(len(blob), self.max_record_bytes)
         await self._guard(self._write(record.id, blob, record.links, refresh, record.expires_at))
 
-    async def get(self, response_id: str) -> ResponseRecord | None:
-        record = await self._get_any(response_id)
+    async def get(self, response_id: str, owner: Owner = ANYONE) -> ResponseRecord | None:
+        """With ``owner``, another owner's record is None, like a missing one (OWN-2), and is
+        never decoded: its owner is read first."""
+        record = await self._get_any(response_id, owner)
         return None if record is None or record.deleted else record
 
     async def exists(self, response_id: str) -> bool:
@@ -218,27 +232,37 @@ class ResponseStore(abc.ABC):
         blob = await self._guard(self._read_one(response_id))
         if blob is None:
             return False
-        try:
-            probe = _LIVENESS.decode(blob)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            raise RecordCorrupt(response_id) from None
+        probe = _probe(response_id, blob)
         if probe.version != RECORD_VERSION:
             raise RecordCorrupt(response_id)
         return not probe.deleted
 
-    async def _get_any(self, response_id: str) -> ResponseRecord | None:
+    async def _get_any(self, response_id: str, owner: Owner = ANYONE) -> ResponseRecord | None:
         blob = await self._guard(self._read_one(response_id))
-        return None if blob is None else _decode(response_id, blob)
+        if blob is None or not _owned_by(response_id, blob, owner):
+            return None
+        return _decode(response_id, blob)
 
-    async def hydrate(self, response_id: str) -> Hydrated | None:
-        """The record and its whole context: one read, then one batched read of its links.
-        None when it, or a record its context needs, is gone (deleted or expired)."""
-        record = await self.get(response_id)
-        if record is None:
+    async def hydrate(self, response_id: str, owner: Owner = ANYONE) -> Hydrated | None:
+        """The record and its whole context: one read, then one batched read of its links (on
+        Postgres one query for both, STORE-15). None when it, or a record its context needs,
+        is gone (deleted or expired), or with ``owner``, another owner's (read before any
+        decoding, OWN-2)."""
+        found = await self._guard(self._read_chain(response_id))
+        if found is None:
+            return None
+        head, prefetched = found
+        if not _owned_by(response_id, head, owner):
+            return None
+        record = _decode(response_id, head)
+        if record.deleted:
             return None
         chain: list[ResponseRecord] = []
         if record.links:
-            blobs = await self._guard(self._read(record.links))
+            if prefetched is None:
+                blobs = await self._guard(self._read(record.links))
+            else:
+                blobs = [prefetched.get(link) for link in record.links]
             for link, blob in zip(record.links, blobs, strict=True):
                 if blob is None:
                     log.info("store: %s needs %s, which is gone", response_id, link)
@@ -312,6 +336,13 @@ class ResponseStore(abc.ABC):
         (blob,) = await self._read([key])
         return blob
 
+    async def _read_chain(self, key: str) -> tuple[bytes, dict[str, bytes | None] | None] | None:
+        """A record's blob and, where one query can fetch them with it, the blobs of the
+        records it links by id (a missing id: gone); None for the links means "read them
+        next" (one batched ``_read``). None when the record itself is missing."""
+        blob = await self._read_one(key)
+        return None if blob is None else (blob, None)
+
     @abc.abstractmethod
     async def _replace(self, key: str, blob: bytes) -> None:
         """Overwrite an existing ``key`` keeping its expiry (nothing if it has gone)."""
@@ -335,6 +366,18 @@ class ResponseStore(abc.ABC):
             log.info("store (%s) available again", self.kind)
         self.available = True
         return result
+
+
+def _probe(response_id: str, blob: bytes) -> _Probe:
+    try:
+        return _PROBE.decode(blob)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        raise RecordCorrupt(response_id) from None
+
+
+def _owned_by(response_id: str, blob: bytes, owner: Owner) -> bool:
+    """Whether ``owner`` may read the record, from its ``owner`` field alone."""
+    return owner is ANYONE or _probe(response_id, blob).owner == owner
 
 
 def _decode(response_id: str, blob: bytes) -> ResponseRecord:

@@ -1,13 +1,15 @@
-"""Fixtures (STORE-TEST-1): a real ``redis-server`` on an ephemeral port with its data in a temp
-dir, killed at teardown; ``rollout serve`` processes cleaned up the same way."""
+"""Fixtures (STORE-TEST-1, STORE-TEST-2): a real ``redis-server`` on an ephemeral port with its
+data in a temp dir, killed at teardown; one private PostgreSQL cluster for the session, with a
+fresh database per test; ``rollout serve`` processes cleaned up the same way."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from clients.bench.postgres import PostgresCluster
 from tests.store._procs import RedisServer, ServeProcess
 
 
@@ -21,6 +23,25 @@ async def redis_server(tmp_path: Path) -> AsyncIterator[RedisServer]:
         yield server
     finally:
         await server.kill()
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster() -> Iterator[PostgresCluster]:
+    """Started once (initdb takes a few seconds); a test that stops it starts it again."""
+    cluster = PostgresCluster()
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.destroy()
+
+
+@pytest.fixture
+def postgres_url(postgres_cluster: PostgresCluster) -> str:
+    """A fresh database of the session's cluster: no test sees another's records. The cluster
+    is started again first if an earlier test left it stopped."""
+    postgres_cluster.ensure_running()
+    return postgres_cluster.create_database()
 
 
 @pytest.fixture
@@ -41,10 +62,13 @@ async def serve(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[ServePr
             await proc.kill9()
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+@pytest.fixture(params=["sqlite", "redis", "postgres"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """Each durable backend in turn: a SQLite file in a temp dir, or a real Redis."""
+    """Each durable backend in turn: a SQLite file in a temp dir, a real Redis, a real Postgres."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'data' / 'rollout.db'}"
+    if request.param == "postgres":
+        url: str = request.getfixturevalue("postgres_url")
+        return url
     redis: RedisServer = request.getfixturevalue("redis_server")
     return redis.url

@@ -24,6 +24,7 @@ from engine.store import (
     open_store,
 )
 from engine.store.base import _ENCODER
+from engine.store.postgres import PostgresStore
 from engine.store.redis import RedisStore
 from engine.store.sqlite import SCHEMA_VERSION, SqliteStore
 from protocol.items import InputItem, Message
@@ -33,7 +34,7 @@ from tests.store._procs import RedisServer
 Factory = Callable[..., ResponseStore]
 
 
-@pytest.fixture(params=["memory", "sqlite", "redis"])
+@pytest.fixture(params=["memory", "sqlite", "redis", "postgres"])
 def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Factory:
     """A factory for the backend under test (same data for every store it makes)."""
     if request.param == "memory":
@@ -41,6 +42,9 @@ def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Factory:
         return lambda **kw: _memory(shared, **kw)
     if request.param == "sqlite":
         return lambda **kw: SqliteStore(tmp_path / "s.db", **kw)
+    if request.param == "postgres":
+        url: str = request.getfixturevalue("postgres_url")
+        return lambda **kw: PostgresStore(url, **kw)
     redis: RedisServer = request.getfixturevalue("redis_server")
     return lambda **kw: RedisStore(redis.url, **kw)
 
@@ -163,6 +167,25 @@ async def test_corrupt_record_is_a_clean_error(store: ResponseStore) -> None:
     assert store.available  # a bad record is not an outage
 
 
+async def test_another_owner_is_not_found_before_any_decoding(store: ResponseStore) -> None:
+    """OWN-2: with ``owner``, the record's owner field is read first; another owner's record
+    is None however broken the rest of it is, so no body of theirs is ever decoded."""
+    record = chain_record(_response(8), [], [_message("mine")], None, owner="alice")
+    await store.put(record)
+    assert (await store.get(record.id, owner="alice")) is not None
+    assert await store.get(record.id, owner="bob") is None
+    assert await store.get(record.id, owner=None) is None  # no key is not another's key
+    assert await store.hydrate(record.id, owner="bob") is None
+    hydrated = await store.hydrate(record.id, owner="alice")
+    assert hydrated is not None and hydrated.items == [_message("mine")]
+    broken = b'{"owner":"alice","version":1,"response":42}'  # an undecodable body
+    await store._write("resp_broken", broken, [], False, None)
+    assert await store.get("resp_broken", owner="bob") is None
+    assert await store.hydrate("resp_broken", owner="bob") is None
+    with pytest.raises(RecordCorrupt):  # its owner gets the corrupt-record answer (STORE-9)
+        await store.get("resp_broken", owner="alice")
+
+
 async def test_concurrent_writes_all_land(store: ResponseStore) -> None:
     records = [chain_record(_response(n), [], [_message(str(n))], None) for n in range(200)]
     await asyncio.gather(*(store.put(r) for r in records))
@@ -215,7 +238,9 @@ def test_store_urls(tmp_path: Path) -> None:
     assert absolute.synchronous == "NORMAL"
     assert isinstance(open_store("rediss://h:6380/2"), RedisStore)
     assert isinstance(open_store("memory://"), MemoryStore)
-    for bad in ("postgres://x", "sqlite:///", "nothing", "sqlite:///x.db?synchronous=off"):
+    for pg in ("postgresql://u@h:5433/db", "postgres://h/db?sslmode=require"):
+        assert isinstance(open_store(pg), PostgresStore)
+    for bad in ("postgresql:///db", "sqlite:///", "nothing", "sqlite:///x.db?synchronous=off"):
         with pytest.raises(ValueError):
             open_store(bad)
 

@@ -1,5 +1,5 @@
-"""STORE-6: ``kill -9`` in the middle of several chains (HTTP and WebSocket, SQLite and Redis);
-after a restart every acknowledged response is there and can be continued."""
+"""STORE-6: ``kill -9`` in the middle of several chains (HTTP and WebSocket; SQLite, Redis and
+Postgres); after a restart every acknowledged response is there and can be continued."""
 
 from __future__ import annotations
 

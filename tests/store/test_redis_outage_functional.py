@@ -1,23 +1,61 @@
-"""STORE-8: Redis stopped and restarted under traffic. Requests that need the store get 503
-``store_unavailable`` (HTTP) or an ``error`` event (WebSocket, the socket stays up), nothing
-acknowledged is lost, ``store: false`` keeps working, and service resumes by itself."""
+"""STORE-8: the shared store's server (Redis, then Postgres) stopped and restarted under traffic.
+Requests that need the store get 503 ``store_unavailable`` (HTTP) or an ``error`` event
+(WebSocket, the socket stays up), nothing acknowledged is lost, ``store: false`` keeps working,
+and service resumes by itself."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 
 import aiohttp
 import pytest
 
+from clients.bench.postgres import PostgresCluster
 from engine.core import Engine, EngineConfig
+from engine.store import ResponseStore
+from engine.store.postgres import PostgresStore
 from engine.store.redis import RedisStore
 from tests.conftest import LiveServer, start_server
 from tests.store._chain import Chain, Reply, body, fork_from, http_create, ws_create
 from tests.store._procs import RedisServer, ServeProcess
 
 Serve = Callable[..., Awaitable[ServeProcess]]
+Action = Callable[[], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Outage:
+    """A shared store's server and what a test does to it."""
+
+    kind: str  # as /debug/stats reports it
+    url: str
+    stop: Action  # a clean shutdown
+    crash: Action  # gone at once (kill -9, Postgres's immediate shutdown)
+    start: Action
+    store: Callable[[], ResponseStore]  # an in-process client of it
+
+
+@pytest.fixture(params=["redis", "postgres"])
+def outage(request: pytest.FixtureRequest) -> Outage:
+    if request.param == "redis":
+        redis: RedisServer = request.getfixturevalue("redis_server")
+        return Outage(
+            "redis", redis.url, redis.stop, redis.kill, redis.start, lambda: RedisStore(redis.url)
+        )
+    cluster: PostgresCluster = request.getfixturevalue("postgres_cluster")
+    url: str = request.getfixturevalue("postgres_url")
+    request.addfinalizer(cluster.ensure_running)  # for the session's next tests
+
+    def run(step: Callable[[], None]) -> Action:
+        return lambda: asyncio.to_thread(step)
+
+    return Outage(
+        "postgres", url, run(cluster.stop), run(cluster.crash), run(cluster.start),
+        lambda: PostgresStore(url),
+    )  # fmt: skip
 
 
 async def _until_served(make: Callable[[], Awaitable[Reply]]) -> Reply:
@@ -51,17 +89,15 @@ async def _traffic(server: ServeProcess, stop: asyncio.Event, seen: list[Reply])
     return chain
 
 
-async def test_outage_then_recovery_without_restart(
-    redis_server: RedisServer, serve: Serve
-) -> None:
-    server = await serve(redis_server.url, "--tps", "2000")
+async def test_outage_then_recovery_without_restart(outage: Outage, serve: Serve) -> None:
+    server = await serve(outage.url, "--tps", "2000")
     stop, seen = asyncio.Event(), list[Reply]()
     background = asyncio.create_task(_traffic(server, stop, seen))
     chain = Chain()
     async with aiohttp.ClientSession() as http, http.ws_connect(server.ws_url) as ws:
         for step in range(3):
             chain.accept(await http_create(http, server.base, body(chain.last, step)))
-        await redis_server.stop()
+        await outage.stop()
         down = await http_create(http, server.base, body(chain.last, 3))
         assert (down.status, down.code) == (503, "store_unavailable")
         fresh = await http_create(http, server.base, body(None, 0))
@@ -73,12 +109,12 @@ async def test_outage_then_recovery_without_restart(
         assert (on_ws.status, on_ws.code) == (503, "store_unavailable")
         local = await ws_create(ws, body(None, 0, store=False))  # same socket, still served
         assert local.response is not None and local.response["status"] == "completed"
-        assert await _store_state(http, server) == {"kind": "redis", "available": False}
-        await redis_server.start()
+        assert await _store_state(http, server) == {"kind": outage.kind, "available": False}
+        await outage.start()
         reply = await _until_served(lambda: http_create(http, server.base, body(chain.last, 3)))
         chain.accept(reply)
         chain.accept(await ws_create(ws, body(chain.last, 4)))
-        assert await _store_state(http, server) == {"kind": "redis", "available": True}
+        assert await _store_state(http, server) == {"kind": outage.kind, "available": True}
         stop.set()
         traffic = await asyncio.wait_for(background, 60)
         assert any(r.status == 503 for r in seen), "the outage was seen by the traffic"
@@ -87,11 +123,9 @@ async def test_outage_then_recovery_without_restart(
 
 
 @pytest.fixture
-async def slow_server(redis_server: RedisServer) -> AsyncIterator[LiveServer]:
+async def slow_server(outage: Outage) -> AsyncIterator[LiveServer]:
     """In process, paced: the store is up when a response starts, down when it ends."""
-    live = await start_server(
-        EngineConfig(tokens_per_second=40), store=RedisStore(redis_server.url)
-    )
+    live = await start_server(EngineConfig(tokens_per_second=40), store=outage.store())
     try:
         yield live
     finally:
@@ -99,14 +133,14 @@ async def slow_server(redis_server: RedisServer) -> AsyncIterator[LiveServer]:
 
 
 async def test_store_lost_mid_response_replaces_the_terminal_frame(
-    redis_server: RedisServer, slow_server: LiveServer
+    outage: Outage, slow_server: LiveServer
 ) -> None:
     engine: Engine = slow_server.engine
     async with aiohttp.ClientSession() as http, http.ws_connect(slow_server.ws_url) as ws:
         await ws.send_str(json.dumps({"type": "response.create", "input": "tell me a story"}))
         first = json.loads((await ws.receive(timeout=10)).data)
         assert first["type"] == "response.created"
-        await redis_server.kill()  # the model is still writing
+        await outage.crash()  # the model is still writing
         types = []
         while True:
             event = json.loads((await ws.receive(timeout=30)).data)
@@ -120,14 +154,14 @@ async def test_store_lost_mid_response_replaces_the_terminal_frame(
         assert reply.code in ("store_unavailable", "previous_response_not_found")
         local = await ws_create(ws, {"input": "hi", "store": False})  # the socket is fine
         assert local.response is not None
-        await redis_server.start()
+        await outage.start()
         assert await engine.store.get(rid) is None  # never acknowledged, never stored
         reply = await ws_create(ws, {"input": "again", "previous_response_id": rid})
         assert reply.code == "previous_response_not_found"  # not in this socket's cache either
 
 
 async def test_store_lost_mid_sse_stream_ends_it_with_an_error(
-    redis_server: RedisServer, slow_server: LiveServer
+    outage: Outage, slow_server: LiveServer
 ) -> None:
     """HTTP with ``stream: true``: the status line is long sent, so the error is the last SSE
     event, in place of ``response.completed`` (STORE-8)."""
@@ -142,7 +176,7 @@ async def test_store_lost_mid_sse_stream_ends_it_with_an_error(
             if line.startswith(b"data: "):
                 events.append(json.loads(line[6:]))
                 if len(events) == 1:
-                    await redis_server.kill()  # the model is still writing
+                    await outage.crash()  # the model is still writing
     assert events[0]["type"] == "response.created"
     assert events[-1]["type"] == "error" and events[-1]["error"]["code"] == "store_unavailable"
     assert not any(e["type"] == "response.completed" for e in events)

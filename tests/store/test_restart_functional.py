@@ -1,5 +1,5 @@
-"""STORE-6, STORE-10: a stored response survives a restart of ``rollout serve`` (SQLite and Redis)
-and is continued over HTTP and WebSocket afterwards."""
+"""STORE-6, STORE-10: a stored response survives a restart of ``rollout serve`` (SQLite, Redis
+and Postgres) and is continued over HTTP and WebSocket afterwards."""
 
 from __future__ import annotations
 

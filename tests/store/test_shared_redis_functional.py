@@ -1,5 +1,6 @@
-"""STORE-10, STORE-11: two ``rollout serve`` processes on one Redis. A chain alternates between
-them over HTTP and over WebSocket; a delete through one is seen by the other, caches included."""
+"""STORE-10, STORE-11: two ``rollout serve`` processes on one shared store (Redis, then Postgres).
+A chain alternates between them over HTTP and over WebSocket; a delete through one is seen by
+the other, caches included (Redis publishes it, Postgres notifies it)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 import aiohttp
+import pytest
 
 from tests.store._chain import Chain, body, http_create, ws_create
 from tests.store._procs import RedisServer, ServeProcess
@@ -14,10 +16,17 @@ from tests.store._procs import RedisServer, ServeProcess
 Serve = Callable[..., Awaitable[ServeProcess]]
 
 
-async def test_chain_alternates_between_two_processes(
-    redis_server: RedisServer, serve: Serve
-) -> None:
-    a, b = await serve(redis_server.url), await serve(redis_server.url)
+@pytest.fixture(params=["redis", "postgres"])
+def shared_url(request: pytest.FixtureRequest) -> str:
+    if request.param == "postgres":
+        url: str = request.getfixturevalue("postgres_url")
+        return url
+    redis: RedisServer = request.getfixturevalue("redis_server")
+    return redis.url
+
+
+async def test_chain_alternates_between_two_processes(shared_url: str, serve: Serve) -> None:
+    a, b = await serve(shared_url), await serve(shared_url)
     chain = Chain()
     async with aiohttp.ClientSession() as http:
         for step in range(6):  # HTTP: A, B, A, B …
@@ -32,10 +41,8 @@ async def test_chain_alternates_between_two_processes(
                 assert resp.status == 200
 
 
-async def test_delete_on_one_process_reaches_the_other(
-    redis_server: RedisServer, serve: Serve
-) -> None:
-    a, b = await serve(redis_server.url), await serve(redis_server.url)
+async def test_delete_on_one_process_reaches_the_other(shared_url: str, serve: Serve) -> None:
+    a, b = await serve(shared_url), await serve(shared_url)
     chain = Chain()
     async with aiohttp.ClientSession() as http, http.ws_connect(b.ws_url) as ws:
         chain.accept(await ws_create(ws, body(None, 0)))  # now in B's connection cache too

@@ -180,6 +180,7 @@ def test_no_import_cycles() -> None:
 # read bottom-up as the data flows: what a conversation is, who samples it, what is observed and
 # shared, the engine that holds them, the coroutine, the connection, the inspector, the transports.
 ENGINE_PARTS = (
+    "engine.settings",
     "engine.store",
     "engine.conversation",
     "engine.models",

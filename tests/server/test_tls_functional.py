@@ -14,7 +14,7 @@ from openai import AsyncOpenAI, DefaultAsyncHttpxClient
 
 from engine.core import Engine, EngineConfig
 from engine.server.app import create_app
-from engine.server.cli import tls_context
+from engine.server.run import tls_context
 
 
 def _self_signed(directory: Path) -> tuple[Path, Path]:

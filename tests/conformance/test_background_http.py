@@ -23,7 +23,7 @@ from engine.models.upstream import UpstreamError
 from engine.server.config import ServerConfig
 from engine.store import chain_record
 from protocol.response import Response
-from tests.conftest import LiveServer
+from tests.support.server import LiveServer
 
 
 async def _client(live: LiveServer) -> AsyncOpenAI:

@@ -14,7 +14,7 @@ import aiohttp
 from engine.conversation.render import render_item
 from engine.models.scenarios import CODING_AGENT_STEPS
 from protocol.codec import parse_input
-from tests.conftest import LiveServer
+from tests.support.server import LiveServer
 
 CODING_TOOLS = [
     {"type": "function", "name": name, "parameters": {"type": "object", "properties": {}}}

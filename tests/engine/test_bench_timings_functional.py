@@ -9,7 +9,7 @@ from typing import Any
 import aiohttp
 
 from engine.core import EngineConfig
-from tests.conftest import LiveServer
+from tests.support.server import LiveServer
 
 TOOL: Any = {
     "type": "function",

@@ -8,7 +8,7 @@ from typing import Any
 
 import aiohttp
 
-from tests.conftest import LiveServer
+from tests.support.server import LiveServer
 
 TOOL: Any = {
     "type": "function",

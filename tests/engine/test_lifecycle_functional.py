@@ -13,7 +13,7 @@ from engine.core import EngineConfig
 from engine.models.base import CallEnd, CallStart, Finish, TextDelta
 from engine.models.router import Router
 from engine.models.scripted import ScriptedModel
-from tests.conftest import LiveServer
+from tests.support.server import LiveServer
 
 TOOL = {"type": "function", "name": "f", "parameters": {"type": "object", "properties": {}}}
 CALL_TURN = [CallStart("call_1", "f"), CallEnd(), Finish("tool_calls", 1)]

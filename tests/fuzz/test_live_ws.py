@@ -1541,7 +1541,7 @@ def _not_json(text: str) -> bool:
 
 
 def _recorded() -> list[bytes]:
-    from tests.conftest import RECORDED
+    from tests.support.oracle import RECORDED
 
     return RECORDED
 

@@ -20,10 +20,11 @@ from engine.core import EngineConfig
 from protocol.response import Response
 from protocol.states import IllegalTransition, ResponseState
 from protocol.stream import ResponseStream
-from tests.conftest import LiveServer, sdk_parse
 from tests.fuzz._replay import replay
 from tests.fuzz._support import LiveEnv
 from tests.fuzz.test_live_ws import MAX_QUEUED, AppendLive, Immediate, WsProtocolMachine
+from tests.support.oracle import sdk_parse
+from tests.support.server import LiveServer
 
 FINDINGS = Path(__file__).parent / "findings"  # failing runs as hypothesis printed them
 

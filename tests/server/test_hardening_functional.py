@@ -17,7 +17,7 @@ from engine.models.base import TextDelta
 from engine.models.router import Router
 from engine.models.scripted import ScriptedModel
 from engine.server.config import ServerConfig, load_api_keys
-from tests.conftest import LiveServer
+from tests.support.server import LiveServer
 
 KEY = "sk-test-key-123"
 

@@ -14,8 +14,8 @@ from engine.observe.turnlog import MAX_TURNS, TurnHistory, TurnRecord
 from engine.server.config import ServerConfig
 from engine.server.inspector import COOKIE, FEED
 from engine.server.keys import INSPECTOR
-from tests.conftest import LiveServer
-from tests.server.test_smoke_functional import WEATHER
+from tests.support.server import LiveServer
+from tests.support.tools import WEATHER
 
 KEY = "sk-inspect-test"
 

@@ -18,7 +18,7 @@ from openai import AsyncOpenAI
 
 from engine.core import EngineConfig
 from engine.server.config import ServerConfig
-from tests.conftest import LiveServer
+from tests.support.server import LiveServer
 
 KEYS = ServerConfig(api_keys=frozenset({"key-alice", "key-bob"}))
 TOOLS: list[Any] = [

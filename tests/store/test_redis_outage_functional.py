@@ -13,9 +13,9 @@ import pytest
 
 from engine.core import Engine, EngineConfig
 from engine.store.redis import RedisStore
-from tests.conftest import LiveServer, start_server
 from tests.store._chain import Chain, Reply, body, fork_from, http_create, ws_create
 from tests.store._procs import RedisServer, ServeProcess
+from tests.support.server import LiveServer, start_server
 
 Serve = Callable[..., Awaitable[ServeProcess]]
 

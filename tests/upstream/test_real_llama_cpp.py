@@ -22,7 +22,7 @@ import pytest
 from openai import AsyncOpenAI
 
 from engine.models.config import build_router, parse_config
-from tests.conftest import LiveServer
+from tests.support.server import LiveServer
 from tests.upstream.conftest import WEATHER, StartEngine
 
 REAL_PYTHON = os.environ.get("ROLLOUT_REAL_PYTHON", "")

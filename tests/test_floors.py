@@ -290,6 +290,7 @@ def imports_of_test_modules(test_root: Path) -> list[str]:
 
 
 def test_no_test_module_imports_another() -> None:
+    """TEST-1."""
     assert imports_of_test_modules(ROOT / "tests") == []
 
 

@@ -278,13 +278,12 @@ def imports_of_test_modules(test_root: Path) -> list[str]:
     be read, run and changed alone (issue 18 §5)."""
     found = []
     for path in sorted(test_root.rglob("*.py")):
-        parts = path.relative_to(test_root.parent).with_suffix("").parts
-        package = ".".join(parts[:-1])
+        package = ".".join(path.relative_to(test_root.parent).with_suffix("").parts[:-1])
         for name in _imports_in(path.read_text(encoding="utf-8"), package):
-            parts = name.split(".")
-            tests = [i for i, part in enumerate(parts) if i and part.startswith("test_")]
+            names = name.split(".")
+            tests = [i for i, part in enumerate(names) if i and part.startswith("test_")]
             if tests:  # ``from tests.a.test_y import h`` names ``tests.a.test_y.h`` too
-                module = ".".join(parts[: tests[0] + 1])
+                module = ".".join(names[: tests[0] + 1])
                 found.append(f"{path.relative_to(test_root.parent)} imports {module}")
     return sorted(set(found))
 

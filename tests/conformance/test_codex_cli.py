@@ -22,6 +22,7 @@ import pytest
 
 from engine.server import http as http_routes
 from engine.server import ws as ws_driver
+from engine.server.keys import SESSIONS
 from tests.conformance.codex import (
     KEY_ENV,
     MARKER,
@@ -31,6 +32,7 @@ from tests.conformance.codex import (
 )
 from tests.support.oracle import RECORDED
 from tests.support.server import LiveServer
+from tests.support.wait import wait_for
 
 
 class ProxyTrap:
@@ -132,7 +134,10 @@ async def run_codex(
         if proc.returncode is None:
             proc.kill()
         await trap.stop()
-    await asyncio.sleep(0.05)  # let the server finish its bookkeeping for the last response
+    # The server's bookkeeping for the last response (its rollout's stats, WS-12) is done once
+    # its sockets are closed and no rollout coroutine is left.
+    sessions = server.runner.app[SESSIONS]
+    await wait_for(lambda: not sessions and not _live_rollouts(), "the last rollout to end")
     return CodexRun(
         returncode=proc.returncode or 0,
         answer=last.read_text() if last.exists() else "",
@@ -143,6 +148,10 @@ async def run_codex(
         proxy_attempts=trap.attempts,
         requests=requests.bodies,
     )
+
+
+def _live_rollouts() -> list[asyncio.Task[Any]]:
+    return [t for t in asyncio.all_tasks() if t.get_name().startswith("rollout_")]
 
 
 def assert_clean(run: CodexRun, caplog: pytest.LogCaptureFixture) -> None:

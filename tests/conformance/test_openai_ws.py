@@ -42,6 +42,7 @@ from tests.conformance.sdk_ws import (
 )
 from tests.support.server import LiveServer
 from tests.support.tools import WEATHER
+from tests.support.wait import wait_for
 
 # ----------------------------------------------------------------------------- helpers
 
@@ -140,12 +141,11 @@ async def test_ws_tool_round_trip_resumes_rollout_on_fast_path(
 
 
 async def _ledger_record(server: LiveServer, response_id: str) -> Any:
-    for _ in range(200):
-        records = server.engine.post.records_for(response_id)
-        if records:
-            return records[-1]
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"no usage record for {response_id}")
+    records = await wait_for(
+        lambda: server.engine.post.records_for(response_id), f"a usage record for {response_id}"
+    )
+    assert isinstance(records, list)
+    return records[-1]
 
 
 async def test_ws_parallel_tool_calls(client: AsyncOpenAI) -> None:
@@ -306,7 +306,7 @@ async def test_ws_new_connection_resumes_parked_rollout(
     """PARK-1, PARK-3: the same continuation with the defaults resumes the parked coroutine."""
     async with client.responses.connect() as conn:
         first = final(await create(conn, input="Weather in Rome?", tools=[WEATHER]))
-    await _until(lambda: server.engine.counters["park.parked"] == 1)
+    await wait_for(lambda: server.engine.counters["park.parked"] == 1)
     call = first.output[0]
     async with client.responses.connect() as conn:
         events = await create(
@@ -319,15 +319,6 @@ async def test_ws_new_connection_resumes_parked_rollout(
     counters = server.engine.counters
     assert counters["create.unparked"] == counters["create.fast_path"] == 1
     assert counters["create.store_hydrate"] == 0
-
-
-async def _until(condition: Callable[[], bool]) -> None:
-    """Server-side effects of a client's close land a moment later: wait for them."""
-    for _ in range(400):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("condition never held")
 
 
 async def test_ws_background_true_rejected_with_error_event(client: AsyncOpenAI) -> None:

@@ -14,6 +14,7 @@ from engine.models.base import CallEnd, CallStart, Finish, TextDelta
 from engine.models.router import Router
 from engine.models.scripted import ScriptedModel
 from tests.support.server import LiveServer
+from tests.support.wait import wait_for
 
 TOOL = {"type": "function", "name": "f", "parameters": {"type": "object", "properties": {}}}
 CALL_TURN = [CallStart("call_1", "f"), CallEnd(), Finish("tool_calls", 1)]
@@ -27,6 +28,11 @@ async def _events(ws: aiohttp.ClientWebSocketResponse, *until: str) -> list[dict
         out.append(json.loads(msg.data))
         if out[-1]["type"] in until:
             return out
+
+
+def _rollout_tasks() -> list[asyncio.Task[Any]]:
+    """The coroutines of live rollouts (their tasks are named by the rollout id)."""
+    return [t for t in asyncio.all_tasks() if t.get_name().startswith("rollout_")]
 
 
 def _router(*turns: list[Any]) -> Router:
@@ -101,7 +107,8 @@ async def test_compat_idle_rollout_still_continues_from_cache(
             {"type": "response.create", "input": "hi", "tools": [TOOL], "store": False}
         )
         first = (await _events(ws, "response.completed"))[-1]["response"]
-        await asyncio.sleep(0.3)
+        # Past its idle timeout (ROLL-6) the suspended coroutine is retired: its task ends.
+        await wait_for(lambda: not _rollout_tasks(), "the idle rollout to be retired")
         output = {"type": "function_call_output", "call_id": "call_1", "output": "r"}
         await ws.send_json(
             {
@@ -141,11 +148,8 @@ async def test_disconnect_mid_stream_leaves_nothing_running(
         events = await _events(ws, "response.output_text.delta")
         response_id = events[0]["response"]["id"]
         await ws.close()
-    for _ in range(100):  # the server notices the close asynchronously
-        if len(asyncio.all_tasks()) <= baseline:
-            break
-        await asyncio.sleep(0.02)
-    assert len(asyncio.all_tasks()) <= baseline
+    # the server notices the close asynchronously
+    await wait_for(lambda: len(asyncio.all_tasks()) <= baseline, "the rollout's tasks to end")
     record = await live.engine.store.get(response_id)
     assert record is not None and record.response.status == "cancelled"  # never in_progress
     await live.engine.post.stop()

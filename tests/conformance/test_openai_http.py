@@ -21,22 +21,10 @@ from openai.types.responses import ResponseItem
 
 from engine.server.config import ServerConfig
 from tests.support.server import LiveServer
+from tests.support.tools import WEATHER
 
 MODEL = "gpt-x"
 TERMINAL = {"response.completed", "response.failed", "response.incomplete"}
-
-WEATHER: dict[str, Any] = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "Current weather for a city.",
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string"}},
-        "required": ["city"],
-        "additionalProperties": False,
-    },
-    "strict": True,
-}
 
 
 def call_output(call_id: str, output: str) -> dict[str, Any]:

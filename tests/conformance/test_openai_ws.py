@@ -663,7 +663,7 @@ async def _age_limited_create(server_factory: Any, **params: Any) -> Any:
     )
     sdk = AsyncOpenAI(base_url=server.base_url, api_key="x", max_retries=0)
     async with sdk.responses.connect() as conn:
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)  # time itself: the connection outlives its 0 s age
         events = await create(conn, input="too late", store=False, **params)
     await sdk.close()
     assert len(events) == 1

@@ -25,17 +25,12 @@ from tests.fuzz.ws_machine.machine import WsProtocolMachine
 from tests.fuzz.ws_machine.model import MAX_QUEUED, AppendLive, Immediate
 from tests.support.oracle import sdk_parse
 from tests.support.server import LiveServer
+from tests.support.tools import WEATHER_LOOSE
 from tests.support.ws import read_until
 
 FINDINGS = Path(__file__).parent / "findings"  # failing runs as hypothesis printed them
 
-TOOLS = [
-    {
-        "type": "function",
-        "name": "get_weather",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
-    }
-]
+TOOLS = [WEATHER_LOOSE]
 
 
 # ----------------------------------------------------------------------------- protocol

@@ -52,7 +52,7 @@ async def _traffic(server: ServeProcess, stop: asyncio.Event, seen: list[Reply])
                 chain.accept(reply)
             else:
                 assert (reply.status, reply.code) == (503, "store_unavailable"), reply
-                await asyncio.sleep(0.01)
+                await asyncio.sleep(0.01)  # pacing the retries, not a wait for a state
     return chain
 
 

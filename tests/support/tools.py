@@ -18,6 +18,13 @@ WEATHER: dict[str, Any] = {
     "strict": True,
 }
 
+# The same tool, not strict and with nothing required (the simulator may call it with {}).
+WEATHER_LOOSE: dict[str, Any] = {
+    "type": "function",
+    "name": "get_weather",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+}
+
 # A non-strict tool the simulator calls for ``read_file <path>`` inputs.
 READ_FILE: dict[str, Any] = {
     "type": "function",

@@ -19,18 +19,6 @@ from tests.support.server import LiveServer, start_server
 from tests.upstream.peer import SECRET, ChatPeer, ResponsesPeer
 
 KEY_ENV = "ROLLOUT_TEST_UPSTREAM_KEY"
-WEATHER = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "Weather for a city",
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string"}},
-        "required": ["city"],
-        "additionalProperties": False,
-    },
-    "strict": True,
-}
 StartEngine = Callable[..., Awaitable[LiveServer]]
 
 

@@ -16,6 +16,7 @@ from engine.server.inspector import COOKIE, FEED
 from engine.server.keys import INSPECTOR
 from tests.support.server import LiveServer
 from tests.support.tools import WEATHER
+from tests.support.ws import read_until
 
 KEY = "sk-inspect-test"
 
@@ -47,12 +48,7 @@ async def suspend_on_lanes(ws: aiohttp.ClientWebSocketResponse, lanes: list[str]
                 "stream_id": lane,
             }
         )
-    done: list[Any] = []
-    while len(done) < len(lanes):
-        event = await ws.receive_json(timeout=10)
-        if event["type"] == "response.completed":
-            done.append(event["response"])
-    return done
+    return [(await read_until(ws, "response.completed"))[-1]["response"] for _ in lanes]
 
 
 @pytest.fixture
@@ -139,10 +135,7 @@ async def test_suspended_rollouts_rows_cap_and_turns(server: LiveServer, http: A
 
 
 async def _turns_answer(ws: aiohttp.ClientWebSocketResponse) -> dict[str, Any]:
-    while True:
-        message = await ws.receive_json(timeout=10)
-        if message["type"] == "turns":
-            return message
+    return (await read_until(ws, "turns"))[-1]
 
 
 async def test_ended_rollout_keeps_its_turns(server: LiveServer, http: Any) -> None:

@@ -13,8 +13,9 @@ import pytest
 from engine.conversation.tokens import count
 from tests.support.http import post
 from tests.support.server import LiveServer
+from tests.support.tools import WEATHER
 from tests.support.ws import read_until
-from tests.upstream.conftest import WEATHER, StartEngine, router_for
+from tests.upstream.conftest import StartEngine, router_for
 from tests.upstream.peer import SECRET, Call, ChatPeer, Reply
 
 Event = dict[str, Any]

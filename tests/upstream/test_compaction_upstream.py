@@ -10,8 +10,9 @@ import aiohttp
 from openai import AsyncOpenAI
 
 from tests.support.server import LiveServer
+from tests.support.tools import WEATHER
 from tests.support.ws import read_until
-from tests.upstream.conftest import WEATHER, StartEngine, router_for
+from tests.upstream.conftest import StartEngine, router_for
 from tests.upstream.peer import ChatPeer, Reply, ResponsesPeer
 
 HISTORY: list[dict[str, Any]] = [

@@ -23,8 +23,9 @@ from openai import AsyncOpenAI
 
 from engine.models.config import build_router, parse_config
 from tests.support.server import LiveServer
+from tests.support.tools import WEATHER
 from tests.support.wait import wait_for
-from tests.upstream.conftest import WEATHER, StartEngine
+from tests.upstream.conftest import StartEngine
 
 REAL_PYTHON = os.environ.get("ROLLOUT_REAL_PYTHON", "")
 pytestmark = [

@@ -10,8 +10,9 @@ import aiohttp
 
 from tests.support.http import post
 from tests.support.server import LiveServer
+from tests.support.tools import WEATHER
 from tests.support.ws import read_until
-from tests.upstream.conftest import WEATHER, StartEngine, router_for
+from tests.upstream.conftest import StartEngine, router_for
 from tests.upstream.peer import SECRET, Call, Reply, ResponsesPeer
 
 FCO = {"type": "function_call_output", "call_id": "call_r", "output": "sunny"}

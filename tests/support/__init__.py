@@ -2,5 +2,5 @@
 the SDK client fixtures, the conformance oracle and condition waits.
 
 A test module imports helpers from here (or from a non-test module beside it), never from
-another ``test_*.py`` module; ``tests/test_floors.py`` checks that.
+another ``test_*.py`` module; ``tests/test_floors.py`` checks that (TEST-1).
 """

@@ -1,4 +1,4 @@
-"""Waiting on a condition instead of sleeping: a test states what it waits for."""
+"""Waiting on a condition instead of sleeping: a test states what it waits for (TEST-2)."""
 
 from __future__ import annotations
 

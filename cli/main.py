@@ -14,7 +14,8 @@ Handler = Callable[[argparse.Namespace], int]
 
 
 def _serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Handler:
-    from engine.server.cli import add_serve_parser, serve
+    from engine.server.flags import add_serve_parser
+    from engine.server.run import serve
 
     add_serve_parser(sub)
     return serve

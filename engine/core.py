@@ -14,42 +14,119 @@ from engine.models.router import Router, simulator_router
 from engine.observe.benchclock import BenchClock
 from engine.observe.metrics import Metrics
 from engine.observe.postinference import PostInference
+from engine.settings import duration, setting
 from engine.shared.hydration import HydrationCache
 from engine.shared.parking import ParkingBounds, ParkingLot
-from engine.store import DEFAULT_TTL_S, MemoryStore, ResponseRecord, ResponseStore, StoreError
+from engine.store import (
+    DEFAULT_MAX_ENTRIES,
+    DEFAULT_TTL_S,
+    MemoryStore,
+    ResponseRecord,
+    ResponseStore,
+    StoreError,
+)
 
 log = logging.getLogger("rollout.engine")
 
 
-@dataclass
-class EngineConfig:
-    """Limits and defaults (SPEC: LIM-1..LIM-8)."""
+LIMITS, ENGINE = "limits", "engine"
 
-    tokens_per_second: float = 1000.0
-    max_connection_age_s: float = 3600.0
-    suspended_idle_timeout_s: float = 600.0
-    max_queued_creates: int = 16
-    max_queued_bytes: int = 64 * 1024 * 1024  # queued create frames, per connection (LIM-22)
-    max_lanes: int = 32
-    max_input_items: int = 10_000
-    max_input_chars: int = 8_000_000  # text the model would read, per request (LIM-15)
-    store_max_entries: int = 10_000  # memory:// only (LIM-5)
-    store_ttl_s: float = DEFAULT_TTL_S  # retention of stored responses; 0 = forever (STORE-7)
-    post_queue_size: int = 4096
-    ledger_path: Path | None = None
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Limits and defaults (SPEC: LIM-1..LIM-8), each written once, with its flag (CFG-6)."""
+
+    tokens_per_second: float = setting(
+        1000.0, "--tps", help="simulated model speed (0: no pacing)", group=ENGINE, unit="tokens/s"
+    )
+    max_connection_age_s: float = setting(
+        3600.0, "--max-connection-age", help="age of a WebSocket (LIM-1)", group=LIMITS, unit="s"
+    )
+    suspended_idle_timeout_s: float = setting(
+        600.0, "--idle-timeout", help="suspended rollout (LIM-6)", group=LIMITS, unit="s"
+    )
+    max_queued_creates: int = setting(
+        16, "--max-queued", help="queued creates per lane (LIM-2)", group=LIMITS
+    )
+    max_queued_bytes: int = setting(
+        64 * 1024 * 1024,
+        "--max-queued-bytes",
+        help="create frames queued per connection (LIM-22)",
+        group=LIMITS,
+        unit="bytes",
+    )
+    max_lanes: int = setting(
+        32, "--max-lanes", help="named stream_ids per connection (LIM-3)", group=LIMITS
+    )
+    max_input_items: int = setting(
+        10_000, "--max-input-items", help="items per request (LIM-4)", group=LIMITS
+    )
+    max_input_chars: int = setting(
+        8_000_000,
+        "--max-input-chars",
+        help="text the model would read, per request (LIM-15)",
+        group=LIMITS,
+        unit="characters",
+    )
+    store_max_entries: int = setting(
+        DEFAULT_MAX_ENTRIES,
+        "--store-max-entries",
+        help="stored responses (memory:// only, LIM-5)",
+        group=LIMITS,
+    )
+    store_ttl_s: float = setting(
+        DEFAULT_TTL_S,
+        "--store-ttl",
+        help="retention of stored responses: seconds or 90s/45m/12h/30d; 0 = forever (STORE-7)",
+        group="store",
+        unit="s",
+        parse=duration,
+        metavar="AGE",
+    )
+    post_queue_size: int = 4096  # post-inference records waiting (LIM-8)
+    ledger_path: Path | None = setting(
+        None, "--ledger", help="append usage records (JSONL)", group=ENGINE, parse=Path
+    )
+    # Set from the routing config (CFG-4) when the router is built, before this config is.
     default_model: str = "sim"
-    model_timeout_s: float = 600.0  # one sampling step; over -> response.failed (LIM-7)
+    model_timeout_s: float = setting(
+        600.0, "--model-timeout", help="one sampling step (LIM-7)", group=LIMITS, unit="s"
+    )
     # Background responses (BG-*): live runs at once, each run's replayable event log, and the
     # age after which an unfinished stored background response no live run owns is orphaned
     # (longer than any run can last: one sampling step, LIM-7).
     max_background_runs: int = 1024
     background_log_bytes: int = 8 * 1024 * 1024
     background_orphan_after_s: float = 900.0
-    safety_policy: str = "flag"  # "flag" records findings; "redact" also masks secrets (SAFE-3)
-    bench_timings: bool = False  # per-turn stage timings for the benchmark (OBS-5)
-    hydration_cache_bytes: int = 256 * 1024 * 1024  # per-process context cache, bytes (HYD-2)
-    park_seconds: float = 60.0  # a suspended rollout outlives its socket this long (PARK-1)
-    park_bounds: ParkingBounds = field(default_factory=ParkingBounds)  # count, bytes (PARK-7)
+    safety_policy: str = setting(
+        "flag",
+        "--safety-policy",
+        help="flag records findings; redact also masks secrets (SAFE-3)",
+        group=ENGINE,
+        choices=("flag", "redact"),
+    )
+    bench_timings: bool = setting(
+        False,
+        "--bench-timings",
+        help="record per-turn stage timings, served at GET /v1/bench/timings (OBS-5, benchmark)",
+        group="models",
+    )
+    hydration_cache_bytes: int = setting(
+        256 * 1024 * 1024,
+        "--hydration-cache-bytes",
+        help="per-process cache of recent stored contexts (HYD-2, LIM-21; 0: off)",
+        group=LIMITS,
+        unit="bytes",
+    )
+    park_seconds: float = setting(
+        60.0,
+        "--park-seconds",
+        help="a suspended rollout outlives its closed WebSocket this long (PARK-1; 0: off)",
+        group=LIMITS,
+        unit="s",
+    )
+    # count and bytes, per owner and per process (PARK-7)
+    park_bounds: ParkingBounds = field(default_factory=ParkingBounds)
 
 
 class Engine:

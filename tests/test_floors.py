@@ -180,6 +180,7 @@ def test_no_import_cycles() -> None:
 # read bottom-up as the data flows: what a conversation is, who samples it, what is observed and
 # shared, the engine that holds them, the coroutine, the connection, the inspector, the transports.
 ENGINE_PARTS = (
+    "engine.settings",
     "engine.store",
     "engine.conversation",
     "engine.models",
@@ -269,3 +270,32 @@ def test_importing_protocol_loads_no_io() -> None:
     loaded = set(done.stdout.split())
     for name in ("asyncio", "aiohttp", "engine", "clients", "cli", "uvloop", "numpy"):
         assert not any(_is(m, name) for m in loaded), name
+
+
+def imports_of_test_modules(test_root: Path) -> list[str]:
+    """Every import of a ``test_*.py`` module by another module under ``tests/``: shared helpers
+    live in ``tests/support`` (or a non-test module beside their tests), so a test module can
+    be read, run and changed alone (issue 18 §5)."""
+    found = []
+    for path in sorted(test_root.rglob("*.py")):
+        package = ".".join(path.relative_to(test_root.parent).with_suffix("").parts[:-1])
+        for name in _imports_in(path.read_text(encoding="utf-8"), package):
+            names = name.split(".")
+            tests = [i for i, part in enumerate(names) if i and part.startswith("test_")]
+            if tests:  # ``from tests.a.test_y import h`` names ``tests.a.test_y.h`` too
+                module = ".".join(names[: tests[0] + 1])
+                found.append(f"{path.relative_to(test_root.parent)} imports {module}")
+    return sorted(set(found))
+
+
+def test_no_test_module_imports_another() -> None:
+    """TEST-1."""
+    assert imports_of_test_modules(ROOT / "tests") == []
+
+
+def test_the_test_import_check_finds_one(tmp_path: Path) -> None:
+    tests = tmp_path / "tests"
+    (tests / "a").mkdir(parents=True)
+    (tests / "a" / "test_x.py").write_text("from tests.a.test_y import helper\n")
+    (tests / "a" / "test_z.py").write_text("from tests.support.ws import read_until\n")
+    assert imports_of_test_modules(tests) == ["tests/a/test_x.py imports tests.a.test_y"]

@@ -113,7 +113,7 @@ def new_response(params: CreateParams, model: str) -> Response:
 
 
 def check_supported(
-    params: CreateParams, transport: str, max_items: int, max_chars: int = 8_000_000
+    params: CreateParams, transport: str, max_items: int, max_chars: int
 ) -> tuple[list[InputItem], ItemTexts]:
     """Reject what this server does not do, clearly (LEN-3), and parse the input. Returns the
     items and their readable texts (computed once: the size limit here, the safety scan later)."""

@@ -54,7 +54,7 @@ class Router:
             await close()
 
 
-def simulator_router(tokens_per_second: float = 1000.0) -> Router:
+def simulator_router(tokens_per_second: float) -> Router:
     """The embedded default: ``sim`` for any model name, plus the scripted scenarios."""
     sim = SimulatedModel(tokens_per_second)
     coding = SimulatedModel(tokens_per_second, scenario="coding-agent")

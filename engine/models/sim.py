@@ -96,7 +96,7 @@ class SimulatedModel:
     name = "sim"
     supports = frozenset({"text", "image"})
 
-    def __init__(self, tokens_per_second: float = 1000.0, scenario: str | None = None) -> None:
+    def __init__(self, tokens_per_second: float, scenario: str | None = None) -> None:
         if scenario is not None and scenario not in SCENARIOS:
             raise ValueError(f"unknown scenario {scenario!r}")
         self.tokens_per_second = tokens_per_second

@@ -50,9 +50,7 @@ class UsageRecord:
 class PostInference:
     """Owns the post-inference worker, the recent-records window and the JSONL ledger."""
 
-    def __init__(
-        self, metrics: Metrics, max_queue: int = 4096, ledger_path: Path | None = None
-    ) -> None:
+    def __init__(self, metrics: Metrics, max_queue: int, ledger_path: Path | None = None) -> None:
         self.metrics = metrics
         self._queue: asyncio.Queue[UsageRecord] = asyncio.Queue(maxsize=max_queue)
         self._task: asyncio.Task[None] | None = None

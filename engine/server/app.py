@@ -192,7 +192,7 @@ def create_app(
     inspector.install(app)
     if app[ENGINE].bench_clock is not None:  # rollout serve --bench-timings (OBS-5)
         app.router.add_get("/v1/bench/timings", http.bench_timings)
-    turn_state.install(app, app[ENGINE], config.node_id)
+    turn_state.install(app, app[ENGINE], config.node_id or turn_state.default_node_id())
     app.on_startup.append(_start)
     app.on_shutdown.append(_drain_sockets)
     app.on_cleanup.append(_stop)

@@ -9,7 +9,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.server.turn_state import default_node_id
+from engine.server.turn_state import check_node_id
+from engine.settings import setting
 
 log = logging.getLogger("rollout.server")
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
@@ -17,13 +18,49 @@ LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 @dataclass(frozen=True)
 class ServerConfig:
-    max_frame_bytes: int = 32 * 1024 * 1024  # one WS message / one HTTP body (LIM-9)
-    max_connections: int = 1024  # open WebSockets; over -> 503 before the upgrade (LIM-10)
-    websocket_enabled: bool = True  # False -> 426 on upgrade, clients fall back to HTTP (WS-13)
+    """Transport limits, each written once, with its ``rollout serve`` flag (CFG-6)."""
+
+    max_frame_bytes: int = setting(
+        32 * 1024 * 1024,
+        "--max-frame-bytes",
+        help="one WS message / one HTTP body (LIM-9)",
+        group="limits",
+        unit="bytes",
+    )
+    max_connections: int = setting(
+        1024,
+        "--max-connections",
+        help="open WebSockets; over -> 503 before the upgrade (LIM-10)",
+        group="limits",
+    )
+    websocket_enabled: bool = setting(
+        True,
+        "--no-websocket",
+        help="answer upgrades with 426; clients fall back to HTTP (WS-13)",
+        group="network",
+    )
     api_keys: frozenset[str] = field(default_factory=frozenset)  # empty = no auth (AUTH-1)
-    send_timeout_s: float = 30.0  # a reader this slow is disconnected (LIM-12)
-    shutdown_grace_s: float = 10.0  # in-flight responses may finish this long (LIM-13)
-    node_id: str = field(default_factory=default_node_id)  # named in x-codex-turn-state (TURN-1)
+    send_timeout_s: float = setting(
+        30.0,
+        "--send-timeout",
+        help="a reader this slow is disconnected (LIM-12)",
+        group="limits",
+        unit="s",
+    )
+    shutdown_grace_s: float = setting(
+        10.0,
+        "--shutdown-grace",
+        help="in-flight responses may finish this long (LIM-13)",
+        group="limits",
+        unit="s",
+    )
+    node_id: str = setting(
+        "",
+        "--node-id",
+        help="this node's name in x-codex-turn-state (TURN-1; empty: the host name)",
+        group="network",
+        parse=lambda text: check_node_id(text) if text else "",
+    )
     max_inspector_viewers: int = 16  # open /inspect/feed sockets; over -> 503 (LIM-23)
 
     def key_allowed(self, presented: str) -> bool:

@@ -13,6 +13,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 from engine.store.base import (
+    DEFAULT_MAX_ENTRIES,
     DEFAULT_MAX_RECORD_BYTES,
     DEFAULT_TTL_S,
     SNAPSHOT_EVERY,
@@ -43,7 +44,7 @@ def open_store(
     *,
     ttl_s: float = DEFAULT_TTL_S,
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
-    max_entries: int = 10_000,
+    max_entries: int = DEFAULT_MAX_ENTRIES,
 ) -> ResponseStore:
     """The backend named by ``url``. Raises ``ValueError`` with a message for the operator."""
     scheme = urlsplit(url).scheme
@@ -112,6 +113,7 @@ def sqlite_path(url: str) -> Path:
 
 
 __all__ = [
+    "DEFAULT_MAX_ENTRIES",
     "DEFAULT_MAX_RECORD_BYTES",
     "DEFAULT_TTL_S",
     "SNAPSHOT_EVERY",

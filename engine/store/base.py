@@ -35,6 +35,7 @@ RECORD_VERSION = 1  # bumped when the record layout changes; readers reject unkn
 SNAPSHOT_EVERY = 16  # a chain stores a full-context snapshot at least every this many records
 DEFAULT_TTL_S = 30 * 24 * 3600.0  # --store-ttl (STORE-7)
 DEFAULT_MAX_RECORD_BYTES = 64 * 1024 * 1024  # one encoded record (STORE-9)
+DEFAULT_MAX_ENTRIES = 10_000  # records kept by memory:// (LIM-5)
 # Records live ttl + 1%: a chain then extends its links' expiry at most once per 1% of the TTL
 # (7.2 h of 30 days), not on every write (STORE-7).
 SLACK_FRACTION = 0.01

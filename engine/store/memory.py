@@ -8,7 +8,12 @@ import time
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from engine.store.base import DEFAULT_MAX_RECORD_BYTES, DEFAULT_TTL_S, ResponseStore
+from engine.store.base import (
+    DEFAULT_MAX_ENTRIES,
+    DEFAULT_MAX_RECORD_BYTES,
+    DEFAULT_TTL_S,
+    ResponseStore,
+)
 
 
 class MemoryStore(ResponseStore):
@@ -16,7 +21,7 @@ class MemoryStore(ResponseStore):
 
     def __init__(
         self,
-        max_entries: int = 10_000,
+        max_entries: int = DEFAULT_MAX_ENTRIES,
         ttl_s: float = DEFAULT_TTL_S,
         max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
     ) -> None:

@@ -7,7 +7,7 @@ import io
 import pytest
 
 from clients.demo import run_demo, summarize_arguments
-from tests.conftest import LiveServer
+from tests.support.server import LiveServer
 
 
 @pytest.mark.parametrize("mode", ["append", "ws", "http"])

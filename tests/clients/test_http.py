@@ -13,7 +13,7 @@ from clients.loop import Hooks
 from clients.tools import ToolRegistry
 from protocol import events as ev
 from tests.clients.conftest import assert_scenario_completed
-from tests.conftest import LiveServer
+from tests.support.server import LiveServer
 
 MODEL = "sim-coding-agent"
 

@@ -11,7 +11,7 @@ from clients.loop import RolloutClient
 from clients.tools import ToolRegistry
 from clients.ws_append import AppendClient
 from clients.ws_compat import CompatClient
-from tests.conftest import LiveServer
+from tests.support.server import LiveServer
 
 
 def meeting_tools() -> ToolRegistry:

@@ -16,7 +16,7 @@ from clients.ws_compat import CompatClient
 from protocol import events as ev
 from protocol.items import FunctionCall
 from tests.clients.conftest import assert_scenario_completed
-from tests.conftest import LiveServer, start_server
+from tests.support.server import LiveServer, start_server
 
 MODEL = "sim-coding-agent"
 

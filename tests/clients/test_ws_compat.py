@@ -12,7 +12,7 @@ from clients.tools import ToolRegistry
 from clients.ws_append import APPEND_BETA
 from clients.ws_compat import CompatClient
 from tests.clients.conftest import assert_scenario_completed
-from tests.conftest import LiveServer
+from tests.support.server import LiveServer
 
 
 async def test_scenario_resumes_on_the_fast_path(server: LiveServer, sandbox: Path) -> None:

@@ -18,14 +18,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
-
 from engine.core import Engine, EngineConfig
 from engine.server import http as http_routes
 from engine.server import ws as ws_driver
 from engine.server.app import create_app
 from protocol.codec import encode
-from tests.conformance.test_codex_cli import (
+from tests.conformance.codex import (
     KEY_ENV,
     MARKER,
     PROMPT,
@@ -33,6 +31,7 @@ from tests.conformance.test_codex_cli import (
     codex_binary,
     write_config,
 )
+from tests.support.server import serve_app
 
 SENT: Counter[str] = Counter()
 
@@ -77,13 +76,7 @@ async def one_run(base_url: str, websockets: bool) -> tuple[float, dict[str, int
 
 async def main(runs: int, tps: float) -> None:
     count_frames()
-    engine = Engine(EngineConfig(tokens_per_second=tps))
-    runner = web.AppRunner(create_app(engine), handle_signals=False, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    assert site._server is not None
-    port = site._server.sockets[0].getsockname()[1]
+    runner, port = await serve_app(create_app(Engine(EngineConfig(tokens_per_second=tps))))
     base_url = f"http://127.0.0.1:{port}/v1"
     report: dict[str, Any] = {}
     try:

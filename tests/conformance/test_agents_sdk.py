@@ -10,7 +10,6 @@ accepted, final answer produced.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import agents
@@ -19,7 +18,7 @@ from agents import Agent, ModelSettings, Runner, function_tool, responses_websoc
 from agents.models.openai_responses import OpenAIResponsesModel, ResponsesWebSocketError
 from openai import AsyncOpenAI
 
-from tests.conftest import LiveServer
+from tests.support.server import LiveServer
 
 agents.set_tracing_disabled(True)  # no exporter may try the network
 
@@ -43,15 +42,6 @@ def weather_agent(calls: list[str], *, model: Any = MODEL) -> Agent[Any]:
         tools=[get_weather],
         model=model,
     )
-
-
-@pytest.fixture
-async def http_client(server: LiveServer) -> AsyncIterator[AsyncOpenAI]:
-    sdk = AsyncOpenAI(base_url=server.base_url, api_key="x", max_retries=0)
-    try:
-        yield sdk
-    finally:
-        await sdk.close()
 
 
 # ----------------------------------------------------------------------------- WebSocket
@@ -171,23 +161,21 @@ def http_model(client: AsyncOpenAI) -> OpenAIResponsesModel:
 
 
 async def test_agents_http_run_invokes_tool_and_finishes(
-    server: LiveServer, http_client: AsyncOpenAI
+    server: LiveServer, client: AsyncOpenAI
 ) -> None:
     calls: list[str] = []
-    result = await Runner.run(
-        weather_agent(calls, model=http_model(http_client)), "Weather in Madrid?"
-    )
+    result = await Runner.run(weather_agent(calls, model=http_model(client)), "Weather in Madrid?")
     assert calls == ["Madrid"]
     assert result.final_output == "Based on the tool results: sunny in Madrid"
     assert server.engine.counters["create.stateless"] == 2
 
 
 async def test_agents_http_auto_previous_response_id_continues_by_id(
-    server: LiveServer, http_client: AsyncOpenAI
+    server: LiveServer, client: AsyncOpenAI
 ) -> None:
     calls: list[str] = []
     result = await Runner.run(
-        weather_agent(calls, model=http_model(http_client)),
+        weather_agent(calls, model=http_model(client)),
         "Weather in Athens?",
         auto_previous_response_id=True,
     )
@@ -196,11 +184,9 @@ async def test_agents_http_auto_previous_response_id_continues_by_id(
     assert server.engine.counters["create.hydrated"] == 1  # a recent response of this process
 
 
-async def test_agents_http_streamed_run(server: LiveServer, http_client: AsyncOpenAI) -> None:
+async def test_agents_http_streamed_run(server: LiveServer, client: AsyncOpenAI) -> None:
     calls: list[str] = []
-    result = Runner.run_streamed(
-        weather_agent(calls, model=http_model(http_client)), "Weather in Nice?"
-    )
+    result = Runner.run_streamed(weather_agent(calls, model=http_model(client)), "Weather in Nice?")
     deltas: list[str] = []
     async for event in result.stream_events():
         if event.type == "raw_response_event" and event.data.type == "response.output_text.delta":

@@ -23,7 +23,8 @@ from engine.models.upstream import UpstreamError
 from engine.server.config import ServerConfig
 from engine.store import chain_record
 from protocol.response import Response
-from tests.conftest import LiveServer
+from tests.support.server import LiveServer
+from tests.support.wait import wait_for
 
 
 async def _client(live: LiveServer) -> AsyncOpenAI:
@@ -62,12 +63,12 @@ async def test_background_create_returns_queued_then_polls_to_completed(
     try:
         first = await client.responses.create(model="sim", input="Say hi", background=True)
         assert first.background is True and first.status == "queued"
-        response = first
-        for _ in range(200):
+
+        async def finished() -> Any:
             response = await client.responses.retrieve(first.id)
-            if response.status not in ("queued", "in_progress"):
-                break
-            await asyncio.sleep(0.01)
+            return response if response.status not in ("queued", "in_progress") else None
+
+        response = await wait_for(finished, "the background response to finish")
         assert response.status == "completed" and response.background is True
         assert response.output_text.startswith("This is a simulated answer to: Say hi")
         assert response.usage is not None and response.usage.output_tokens > 0
@@ -154,12 +155,8 @@ async def test_cancel_ends_the_run_cancelled_stored_and_billed(
     assert "response.output_text.delta" not in rest  # nothing after the cancel
     stored = await client.responses.retrieve(created.id)
     assert stored.status == "cancelled"
-    records = live.engine.post.records_for(created.id)
-    for _ in range(100):  # the record is accounted by the post-inference worker (POST-2)
-        if records:
-            break
-        await asyncio.sleep(0.01)
-        records = live.engine.post.records_for(created.id)
+    # the record is accounted by the post-inference worker (POST-2)
+    records = await wait_for(lambda: live.engine.post.records_for(created.id), "its usage record")
     assert [record.status for record in records] == ["cancelled"]
     again = await client.responses.cancel(created.id)  # idempotent once finished
     assert again.status == "cancelled"

@@ -10,10 +10,8 @@ A recording proxy in the environment catches any attempt of Codex to reach the i
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
-import subprocess
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,105 +25,17 @@ from engine.conversation.compaction import unseal
 from engine.server import http as http_routes
 from engine.server import ws as ws_driver
 from engine.server.config import ServerConfig
-from tests.conftest import RECORDED, LiveServer
-
-ROOT = Path(__file__).resolve().parents[2]
-CODEX = ROOT / ".tools" / "codex" / "node_modules" / ".bin" / "codex"
-CODEX_VERSION = "0.169.0"
-MARKER = "marker-7f3a.txt"  # a file in the work dir that only `ls` can reveal
-PROMPT = "Use exec_command to list the files, and get_goal to see the current goal."
-KEY_ENV = "ROLLOUT_CODEX_TEST_KEY"
-
-
-def codex_binary() -> Path:
-    """The pinned Codex CLI, or a test failure that says how to get it (no skip)."""
-    if not CODEX.exists():
-        pytest.fail(
-            f"Codex CLI not found at {CODEX}: `make test` installs @openai/codex@{CODEX_VERSION}"
-            " there with .ci/sysdeps (npm); run `bash .ci/sysdeps`."
-        )
-    version = subprocess.run(
-        [str(CODEX), "--version"], capture_output=True, text=True, timeout=60, check=False
-    )
-    if CODEX_VERSION not in version.stdout:
-        pytest.fail(f"Codex CLI {CODEX_VERSION} expected, found {version.stdout!r}")
-    return CODEX
-
-
-# A model catalog entry for `sim` (Codex 0.169's schema) whose `apply_patch` is the freeform
-# (custom) tool. Without it Codex falls back to generic metadata, which offers no apply_patch.
-CATALOG_ENTRY: dict[str, Any] = {
-    "slug": "sim",
-    "display_name": "sim",
-    "description": "rollout engine simulator",
-    "supports_reasoning_summaries": False,
-    "support_verbosity": False,
-    "default_verbosity": None,
-    "apply_patch_tool_type": "freeform",
-    "input_modalities": ["text"],
-    "truncation_policy": {"mode": "tokens", "limit": 10000},
-    "supports_parallel_tool_calls": True,
-    "context_window": 128000,
-    "reasoning_summary_format": "none",
-    "default_reasoning_level": None,
-    "supported_reasoning_levels": [],
-    "shell_type": "unified_exec",
-    "visibility": "list",
-    "minimal_client_version": "0.0.1",
-    "supported_in_api": True,
-    "upgrade": None,
-    "priority": 0,
-    "base_instructions": "You are a coding agent.",
-    "experimental_supported_tools": [],
-}
-
-
-@dataclass
-class CodexTask:
-    prompt: str = PROMPT
-    sandbox: str = "read-only"
-    freeform_patch: bool = False  # a model catalog that offers apply_patch as a custom tool
-    settings: str = ""  # more top-level config.toml settings
-    provider_name: str = "rollout engine"
-
-
-def write_config(home: Path, base_url: str, websockets: bool, task: CodexTask) -> None:
-    """A model provider pointing at the server. The update check, analytics, feedback and the
-    plugin/app/model-catalog syncs are off: each would otherwise reach the internet."""
-    home.mkdir()
-    catalog = ""
-    if task.freeform_patch:
-        (home / "models.json").write_text(json.dumps({"models": [CATALOG_ENTRY]}))
-        catalog = f'model_catalog_json = "{home / "models.json"}"\n'
-    (home / "config.toml").write_text(
-        catalog
-        + task.settings
-        + f"""model = "sim"
-model_provider = "rollout"
-approval_policy = "never"
-sandbox_mode = "{task.sandbox}"
-check_for_update_on_startup = false
-
-[analytics]
-enabled = false
-
-[feedback]
-enabled = false
-
-[features]
-plugins = false
-remote_plugin = false
-remote_models = false
-apps = false
-
-[model_providers.rollout]
-name = "{task.provider_name}"
-base_url = "{base_url}"
-env_key = "{KEY_ENV}"
-wire_api = "responses"
-supports_websockets = {str(websockets).lower()}
-"""
-    )
+from engine.server.keys import SESSIONS
+from tests.conformance.codex import (
+    KEY_ENV,
+    MARKER,
+    CodexTask,
+    codex_binary,
+    write_config,
+)
+from tests.support.oracle import RECORDED
+from tests.support.server import LiveServer
+from tests.support.wait import wait_for
 
 
 class ProxyTrap:
@@ -227,7 +137,10 @@ async def run_codex(
         if proc.returncode is None:
             proc.kill()
         await trap.stop()
-    await asyncio.sleep(0.05)  # let the server finish its bookkeeping for the last response
+    # The server's bookkeeping for the last response (its rollout's stats, WS-12) is done once
+    # its sockets are closed and no rollout coroutine is left.
+    sessions = server.runner.app[SESSIONS]
+    await wait_for(lambda: not sessions and not _live_rollouts(), "the last rollout to end")
     return CodexRun(
         returncode=proc.returncode or 0,
         answer=last.read_text() if last.exists() else "",
@@ -238,6 +151,10 @@ async def run_codex(
         proxy_attempts=trap.attempts,
         requests=requests.bodies,
     )
+
+
+def _live_rollouts() -> list[asyncio.Task[Any]]:
+    return [t for t in asyncio.all_tasks() if t.get_name().startswith("rollout_")]
 
 
 def assert_clean(run: CodexRun, caplog: pytest.LogCaptureFixture) -> None:

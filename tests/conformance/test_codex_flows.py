@@ -19,7 +19,8 @@ from openai import AsyncOpenAI, BadRequestError
 from engine.conversation.compaction import unseal
 from engine.server.config import ServerConfig
 from engine.server.turn_state import HEADER, TOKEN, new_token
-from tests.conftest import WEATHER, LiveServer
+from tests.support.server import LiveServer
+from tests.support.tools import WEATHER
 
 TERMINAL = {"response.completed", "response.failed", "response.incomplete"}
 NODE = "node-a"

@@ -5,7 +5,6 @@ both oracles (``tests/conftest.py``)."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -15,7 +14,8 @@ from openai.resources.responses.responses import AsyncResponsesConnection
 from openai.types.responses import CompactedResponse, ResponseCompactionItem, ResponseUsage
 
 from engine.conversation.compaction import unseal
-from tests.conftest import WEATHER, LiveServer
+from tests.support.server import LiveServer
+from tests.support.tools import WEATHER
 
 MODEL = "gpt-x"
 TERMINAL = {"response.completed", "response.failed", "response.incomplete"}
@@ -35,15 +35,6 @@ def conversation() -> list[dict[str, Any]]:
         },
         {"role": "user", "content": "Thanks. What about Quito?"},
     ]
-
-
-@pytest.fixture
-async def client(server: LiveServer) -> AsyncIterator[AsyncOpenAI]:
-    sdk = AsyncOpenAI(base_url=server.base_url, api_key="x", max_retries=0)
-    try:
-        yield sdk
-    finally:
-        await sdk.close()
 
 
 async def compact_raw(client: AsyncOpenAI, **params: Any) -> tuple[CompactedResponse, list[Any]]:

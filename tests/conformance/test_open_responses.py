@@ -22,7 +22,7 @@ from tests.conformance.open_responses import (
     check_body,
     check_event,
 )
-from tests.conformance.test_oracle import (
+from tests.conformance.oracle_kit import (
     WEATHER,
     BrokenModel,
     sse_turn,
@@ -30,7 +30,8 @@ from tests.conformance.test_oracle import (
     ws_turn,
     ws_until_done,
 )
-from tests.conftest import BODIES, LiveServer, open_responses_faults
+from tests.support.oracle import BODIES, open_responses_faults
+from tests.support.server import LiveServer
 
 
 def _response() -> dict[str, Any]:

@@ -9,7 +9,6 @@ rules it checks.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -21,23 +20,11 @@ from openai import AsyncOpenAI
 from openai.types.responses import ResponseItem
 
 from engine.server.config import ServerConfig
-from tests.conftest import LiveServer
+from tests.support.server import LiveServer
+from tests.support.tools import WEATHER
 
 MODEL = "gpt-x"
 TERMINAL = {"response.completed", "response.failed", "response.incomplete"}
-
-WEATHER: dict[str, Any] = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "Current weather for a city.",
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string"}},
-        "required": ["city"],
-        "additionalProperties": False,
-    },
-    "strict": True,
-}
 
 
 def call_output(call_id: str, output: str) -> dict[str, Any]:
@@ -46,15 +33,6 @@ def call_output(call_id: str, output: str) -> dict[str, Any]:
 
 def item_reference(item_id: str) -> dict[str, Any]:
     return {"type": "item_reference", "id": item_id}
-
-
-@pytest.fixture
-async def client(server: LiveServer) -> AsyncIterator[AsyncOpenAI]:
-    sdk = AsyncOpenAI(base_url=server.base_url, api_key="x", max_retries=0)
-    try:
-        yield sdk
-    finally:
-        await sdk.close()
 
 
 # ----------------------------------------------------------------------------- plain create

@@ -11,98 +11,40 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
-import pydantic
 import pytest
 from openai import AsyncOpenAI
 from openai.lib.responses_websocket import (
     AsyncResponsesWebSocketSession,
     ResponsesWebSocketLimits,
 )
-from openai.resources.responses.responses import AsyncResponsesConnection
-from openai.types.responses import Response, ResponsesServerEvent
+from openai.types.responses import Response
 from websockets.exceptions import InvalidStatus
 
 from engine.core import EngineConfig
 from engine.server.config import ServerConfig
-from tests.conftest import WEATHER, LiveServer
-
-MODEL = "gpt-x"
-TERMINAL = {"response.completed", "response.failed", "response.incomplete"}
-RECV_TIMEOUT = 10.0
-EVENTS: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(ResponsesServerEvent)
-# Internal text that must never reach a client (ERR-3): Python exception names, tracebacks.
-INTERNAL = re.compile(
-    r"Traceback|msgspec|pydantic|Exception|Error\(|KeyError|TypeError|ValueError|"
-    r"AttributeError|DecodeError|ValidationError|File \""
+from tests.conformance.sdk_ws import (
+    EVENTS,
+    INTERNAL,
+    MODEL,
+    RECV_TIMEOUT,
+    TERMINAL,
+    call_output,
+    check_error,
+    check_response_events,
+    create,
+    final,
+    recv,
+    until_done,
 )
-
+from tests.support.server import LiveServer
+from tests.support.tools import WEATHER
+from tests.support.wait import wait_for
 
 # ----------------------------------------------------------------------------- helpers
-
-
-@pytest.fixture
-async def client(server: LiveServer) -> AsyncIterator[AsyncOpenAI]:
-    sdk = AsyncOpenAI(base_url=server.base_url, api_key="x", max_retries=0)
-    try:
-        yield sdk
-    finally:
-        await sdk.close()
-
-
-async def recv(conn: AsyncResponsesConnection) -> Any:
-    """One frame, strictly validated with the SDK's server-event union."""
-    data = await asyncio.wait_for(conn.recv_bytes(), RECV_TIMEOUT)
-    return EVENTS.validate_python(json.loads(data))
-
-
-async def until_done(conn: AsyncResponsesConnection) -> list[Any]:
-    """Events up to and including a terminal event or an ``error`` event."""
-    events: list[Any] = []
-    while True:
-        event = await recv(conn)
-        events.append(event)
-        if event.type in TERMINAL or event.type == "error":
-            return events
-
-
-async def create(conn: AsyncResponsesConnection, **params: Any) -> list[Any]:
-    params.setdefault("model", MODEL)
-    await conn.response.create(**params)
-    return await until_done(conn)
-
-
-def final(events: list[Any]) -> Response:
-    assert events[-1].type in TERMINAL, [e.type for e in events]
-    response: Response = events[-1].response
-    return response
-
-
-def check_response_events(events: list[Any]) -> None:
-    """§4.1: created first, sequence numbers 0..n, one id, exactly one terminal, last."""
-    types = [e.type for e in events]
-    assert types[0] == "response.created"
-    assert [e.sequence_number for e in events] == list(range(len(events)))
-    assert sum(t in TERMINAL for t in types) == 1 and types[-1] in TERMINAL
-    assert len({e.response.id for e in events if hasattr(e, "response")}) == 1
-
-
-def check_error(event: Any, code: str, status: int = 400, param: str | None = None) -> None:
-    assert event.type == "error"
-    assert isinstance(event.status, int) and event.status == status
-    assert event.error.code == code
-    assert event.error.type
-    assert event.error.message and not INTERNAL.search(event.error.message)
-    if param is not None:
-        assert event.error.param == param
-
-
-def call_output(call_id: str, output: str) -> dict[str, Any]:
-    return {"type": "function_call_output", "call_id": call_id, "output": output}
 
 
 # ----------------------------------------------------------------------------- basic creates
@@ -199,12 +141,11 @@ async def test_ws_tool_round_trip_resumes_rollout_on_fast_path(
 
 
 async def _ledger_record(server: LiveServer, response_id: str) -> Any:
-    for _ in range(200):
-        records = server.engine.post.records_for(response_id)
-        if records:
-            return records[-1]
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"no usage record for {response_id}")
+    records = await wait_for(
+        lambda: server.engine.post.records_for(response_id), f"a usage record for {response_id}"
+    )
+    assert isinstance(records, list)
+    return records[-1]
 
 
 async def test_ws_parallel_tool_calls(client: AsyncOpenAI) -> None:
@@ -401,7 +342,7 @@ async def test_ws_new_connection_resumes_parked_rollout(
     """PARK-1, PARK-3: the same continuation with the defaults resumes the parked coroutine."""
     async with client.responses.connect() as conn:
         first = final(await create(conn, input="Weather in Rome?", tools=[WEATHER]))
-    await _until(lambda: server.engine.counters["park.parked"] == 1)
+    await wait_for(lambda: server.engine.counters["park.parked"] == 1)
     call = first.output[0]
     async with client.responses.connect() as conn:
         events = await create(
@@ -414,15 +355,6 @@ async def test_ws_new_connection_resumes_parked_rollout(
     counters = server.engine.counters
     assert counters["create.unparked"] == counters["create.fast_path"] == 1
     assert counters["create.store_hydrate"] == 0
-
-
-async def _until(condition: Callable[[], bool]) -> None:
-    """Server-side effects of a client's close land a moment later: wait for them."""
-    for _ in range(400):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("condition never held")
 
 
 async def test_ws_background_true_rejected_with_error_event(client: AsyncOpenAI) -> None:
@@ -767,7 +699,7 @@ async def _age_limited_create(server_factory: Any, **params: Any) -> Any:
     )
     sdk = AsyncOpenAI(base_url=server.base_url, api_key="x", max_retries=0)
     async with sdk.responses.connect() as conn:
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)  # time itself: the connection outlives its 0 s age
         events = await create(conn, input="too late", store=False, **params)
     await sdk.close()
     assert len(events) == 1

@@ -26,23 +26,28 @@ import msgspec
 import openai
 import pydantic
 import pytest
-from aiohttp import web
 from openai import AsyncOpenAI, omit
 from openai.lib.streaming.responses._responses import ResponseStreamState
-from openai.resources.responses.responses import AsyncResponsesConnection
 from openai.types.beta import BetaResponsesServerEvent
 from openai.types.responses import Response, ResponsesServerEvent, ResponseStreamEvent
 
-from engine.core import Engine, EngineConfig
-from engine.models.base import ArgsDelta, BackendError, CallStart, Delta, SampleRequest, TextDelta
-from engine.models.router import Router
-from engine.models.sim import SimulatedModel
-from engine.server.app import create_app
 from protocol import events as protocol_events
-from tests.conftest import LiveServer, sdk_parse
+from tests.conformance.oracle_kit import (
+    CLOCK,
+    MODEL,
+    TERMINAL,
+    WEATHER,
+    broken_router,
+    sse_turn,
+    start_append,
+    types_of,
+    ws_turn,
+    ws_until_done,
+)
+from tests.support.fixtures import sdk_client
+from tests.support.oracle import sdk_parse
+from tests.support.server import LiveServer, start_server
 
-MODEL = "gpt-x"
-TERMINAL = {"response.completed", "response.failed", "response.incomplete"}
 LIFECYCLE = TERMINAL | {"response.created", "response.in_progress", "response.queued"}
 WS_EVENTS: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(ResponsesServerEvent)
 SSE_EVENTS: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(ResponseStreamEvent)
@@ -74,19 +79,6 @@ NAMESPACE: dict[str, Any] = {
         }
     ],
 }
-WEATHER: dict[str, Any] = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "",
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
-        "required": ["city", "days"],
-        "additionalProperties": False,
-    },
-    "strict": True,
-}
-CLOCK: dict[str, Any] = {**WEATHER, "name": "get_time"}
 
 
 # ----------------------------------------------------------------------------- the oracle
@@ -157,108 +149,21 @@ def check_events(raws: list[dict[str, Any]], adapter: pydantic.TypeAdapter[Any])
 # ----------------------------------------------------------------------------- backends / servers
 
 
-class BrokenModel:
-    """A backend that fails: before any output, mid-message, or mid-function-call."""
-
-    name = "broken"
-    supports = frozenset({"text"})
-
-    def __init__(self, where: str) -> None:
-        self.where = where
-        self.calls = 0
-
-    async def stream(self, request: SampleRequest) -> AsyncIterator[Delta]:
-        self.calls += 1
-        if self.where == "message":
-            yield TextDelta("partial ")
-            yield TextDelta("answer")
-        elif self.where == "call":
-            yield CallStart("call_broken0", "get_weather")
-            yield ArgsDelta('{"city":')
-        raise BackendError("upstream exploded: secret-internal-detail")
-
-
 @pytest.fixture
 async def live() -> AsyncIterator[LiveServer]:
     """The simulator for every model name, plus ``broken-*`` models whose backend raises."""
-    sim = SimulatedModel(tokens_per_second=0)
-    routes: dict[str, Any] = {
-        "broken-early": BrokenModel("early"),
-        "broken-message": BrokenModel("message"),
-        "broken-call": BrokenModel("call"),
-    }
-    engine = Engine(EngineConfig(tokens_per_second=0), router=Router(routes=routes, default=sim))
-    runner = web.AppRunner(create_app(engine), handle_signals=False, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    assert site._server is not None
-    port = site._server.sockets[0].getsockname()[1]
+    server = await start_server(router=broken_router())
     try:
-        yield LiveServer(engine=engine, port=port, runner=runner)
+        yield server
     finally:
-        await runner.cleanup()
+        await server.runner.cleanup()
 
 
 @pytest.fixture
 async def client(live: LiveServer) -> AsyncIterator[AsyncOpenAI]:
-    sdk = AsyncOpenAI(base_url=live.base_url, api_key="x", max_retries=0)
-    try:
+    """The openai SDK against ``live`` (the server with broken models)."""
+    async with sdk_client(live) as sdk:
         yield sdk
-    finally:
-        await sdk.close()
-
-
-async def ws_send_create(conn: AsyncResponsesConnection, **params: Any) -> None:
-    await conn.send_raw(json.dumps({"type": "response.create", "model": MODEL, **params}))
-
-
-async def ws_turn(conn: AsyncResponsesConnection, **params: Any) -> list[dict[str, Any]]:
-    """Send one create; raw frames up to its terminal (or a request error)."""
-    await ws_send_create(conn, **params)
-    return await ws_until_done(conn)
-
-
-async def ws_until_done(conn: AsyncResponsesConnection) -> list[dict[str, Any]]:
-    raws: list[dict[str, Any]] = []
-    while True:
-        raw = json.loads(await conn.recv_bytes())
-        raws.append(raw)
-        if raw["type"] in TERMINAL or raw["type"] == "error":
-            return raws
-
-
-async def sse_turn(live: LiveServer, **params: Any) -> list[dict[str, Any]]:
-    body = {"model": MODEL, "stream": True, **params}
-    async with (
-        aiohttp.ClientSession() as http,
-        http.post(f"{live.base_url}/responses", json=body) as resp,
-    ):
-        assert resp.status == 200, await resp.text()
-        text = (await resp.read()).decode()
-    raws = []
-    for block in filter(None, (b.strip() for b in text.split("\n\n"))):
-        event_line, data_line = block.split("\n")
-        raw = json.loads(data_line.removeprefix("data: "))
-        assert event_line == f"event: {raw['type']}"
-        raws.append(raw)
-    return raws
-
-
-async def start_append(
-    conn: AsyncResponsesConnection, text: str
-) -> tuple[list[dict[str, Any]], str, dict[str, str]]:
-    """Open an append-mode rollout with one tool; frames up to its ``response.done``."""
-    await ws_send_create(conn, input=text, tools=[WEATHER], store=False, rollout_mode="append")
-    raws: list[dict[str, Any]] = []
-    while not raws or raws[-1]["type"] != "response.done":
-        raws.append(json.loads(await conn.recv_bytes()))
-    (pending,) = raws[-1]["pending_calls"]
-    return raws, raws[-1]["response"]["id"], pending
-
-
-def types_of(raws: list[dict[str, Any]]) -> list[str]:
-    return [r["type"] for r in raws]
 
 
 # ----------------------------------------------------------------------------- WebSocket outcomes

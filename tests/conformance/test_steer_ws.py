@@ -26,8 +26,9 @@ from engine.models.base import CallEnd, CallStart, TextDelta
 from engine.models.router import Router
 from engine.models.scripted import ScriptedModel, Step
 from protocol.items import Message, text_of
-from tests.conformance.test_openai_ws import WEATHER, call_output, create, final, recv, until_done
-from tests.conftest import LiveServer
+from tests.conformance.sdk_ws import call_output, create, final, recv, until_done
+from tests.support.server import LiveServer
+from tests.support.tools import WEATHER
 
 
 @pytest.fixture

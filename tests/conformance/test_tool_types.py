@@ -32,7 +32,7 @@ from tests.conformance.samples import (
     NAMESPACE,
     echoed,
 )
-from tests.conftest import LiveServer
+from tests.support.server import LiveServer
 
 TERMINAL = {"response.completed", "response.failed", "response.incomplete"}
 

@@ -6,7 +6,6 @@ processed only the new items, post-inference ran once for the whole rollout (ROL
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import aiohttp
@@ -14,30 +13,14 @@ import aiohttp
 from engine.conversation.render import render_item
 from engine.models.scenarios import CODING_AGENT_STEPS
 from protocol.codec import parse_input
-from tests.conftest import LiveServer
+from tests.support.server import LiveServer
+from tests.support.tools import WEATHER_LOOSE
+from tests.support.ws import next_event, read_until
 
 CODING_TOOLS = [
     {"type": "function", "name": name, "parameters": {"type": "object", "properties": {}}}
     for name in ("list_dir", "read_file", "search", "edit_file", "run_tests")
 ]
-
-
-async def _next(ws: aiohttp.ClientWebSocketResponse) -> dict[str, Any]:
-    msg = await ws.receive(timeout=10)
-    assert msg.type is aiohttp.WSMsgType.TEXT, msg
-    event: dict[str, Any] = json.loads(msg.data)
-    return event
-
-
-async def _until(
-    ws: aiohttp.ClientWebSocketResponse, *types: str
-) -> tuple[dict[str, Any], list[Any]]:
-    seen = []
-    while True:
-        event = await _next(ws)
-        seen.append(event)
-        if event["type"] in types:
-            return event, seen
 
 
 def _output_for(call_id: str, size: int = 3000) -> dict[str, Any]:
@@ -56,7 +39,8 @@ async def test_append_rollout_is_one_response_with_incremental_resumes(server: L
                 "store": False,
             }
         )
-        done, events = await _until(ws, "response.done")
+        events = await read_until(ws, "response.done")
+        done = events[-1]
         response_id = done["response"]["id"]
         sequence = [e["sequence_number"] for e in events]
         appended_tokens: list[int] = []
@@ -69,7 +53,8 @@ async def test_append_rollout_is_one_response_with_incremental_resumes(server: L
             await ws.send_json(
                 {"type": "response.append", "response_id": response_id, "input": [output]}
             )
-            done, events = await _until(ws, "response.done", "response.completed")
+            events = await read_until(ws, "response.done", "response.completed")
+            done = events[-1]
             sequence += [e["sequence_number"] for e in events]
         assert done["type"] == "response.completed"
         assert done["response"]["id"] == response_id
@@ -92,13 +77,7 @@ async def test_append_rollout_is_one_response_with_incremental_resumes(server: L
 
 
 async def test_append_errors_keep_rollout_waiting(server: LiveServer) -> None:
-    tools = [
-        {
-            "type": "function",
-            "name": "get_weather",
-            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
-        }
-    ]
+    tools = [WEATHER_LOOSE]
     async with aiohttp.ClientSession() as http, http.ws_connect(server.ws_url) as ws:
         await ws.send_json(
             {
@@ -108,7 +87,7 @@ async def test_append_errors_keep_rollout_waiting(server: LiveServer) -> None:
                 "tools": tools,
             }
         )
-        done, _ = await _until(ws, "response.done")
+        done = (await read_until(ws, "response.done"))[-1]
         rid, call_id = done["response"]["id"], done["pending_calls"][0]["call_id"]
         bad = [
             ({"response_id": "resp_nope", "input": [_output_for(call_id)]}, "response_not_found"),
@@ -120,19 +99,19 @@ async def test_append_errors_keep_rollout_waiting(server: LiveServer) -> None:
         ]
         for body, code in bad:
             await ws.send_json({"type": "response.append", **body})
-            error = await _next(ws)
+            error = await next_event(ws)
             assert error["type"] == "error" and error["error"]["code"] == code
             assert isinstance(error["status"], int)
         await ws.send_json(
             {"type": "response.inject", "response_id": rid, "input": [_output_for(call_id)]}
         )
-        ack = await _next(ws)
+        ack = await next_event(ws)
         assert ack["type"] == "response.inject.created" and ack["response_id"] == rid
-        final, _ = await _until(ws, "response.completed")
+        final = (await read_until(ws, "response.completed"))[-1]
         assert final["response"]["output"][-1]["type"] == "message"
         await ws.send_json(
             {"type": "response.append", "response_id": rid, "input": [_output_for(call_id)]}
         )
-        error = await _next(ws)
+        error = await next_event(ws)
         assert error["type"] == "error"
         assert error["error"]["code"] == "response_already_completed"

@@ -2,34 +2,26 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
 import aiohttp
 
 from engine.core import EngineConfig
-from tests.conftest import LiveServer
-
-TOOL: Any = {
-    "type": "function",
-    "name": "read_file",
-    "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
-}
+from tests.support.server import LiveServer
+from tests.support.tools import READ_FILE
+from tests.support.ws import turn
 
 
 async def _turn(ws: aiohttp.ClientWebSocketResponse, event: dict[str, Any]) -> dict[str, Any]:
-    await ws.send_str(json.dumps(event))
-    while True:
-        data = json.loads(await ws.receive_str())
-        if data["type"] == "response.completed":
-            return dict(data["response"])
-        assert data["type"] != "error", data
+    done = (await turn(ws, event))[-1]
+    assert done["type"] == "response.completed", done
+    return dict(done["response"])
 
 
 async def _two_turns(live: LiveServer) -> list[dict[str, Any]]:
     create = {"type": "response.create", "model": "sim", "input": "read_file a.py",
-              "tools": [TOOL], "instructions": "Be brief.", "store": False}  # fmt: skip
+              "tools": [READ_FILE], "instructions": "Be brief.", "store": False}  # fmt: skip
     async with aiohttp.ClientSession() as session, session.ws_connect(live.ws_url) as ws:
         first = await _turn(ws, create)
         call = first["output"][-1]
@@ -55,7 +47,8 @@ async def test_each_turn_gets_a_record_with_stages_and_token_counts(
         stages = record["stages"]
         assert stages["send"] > 0 and stages["decode"] > 0 and stages["post"] > 0
         assert stages["pre_inference"] >= stages["render"] > 0
-        assert stages["dispatch"] >= 0
+        # measured, not a default: the rollout woke before the model started (OBS-5)
+        assert stages["dispatch"] > 0
     # The server's own counts: the continuation's prompt is the first one plus the new items.
     assert first["prompt_tokens"] == responses[0]["usage"]["input_tokens"]
     assert second["prompt_tokens"] == responses[1]["usage"]["input_tokens"]

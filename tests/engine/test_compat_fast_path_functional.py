@@ -16,7 +16,7 @@ from openai import AsyncOpenAI
 from engine.conversation.render import render_item
 from engine.models.scenarios import CODING_AGENT_STEPS
 from protocol.codec import parse_input
-from tests.conftest import LiveServer
+from tests.support.server import LiveServer
 
 TOOLS: list[Any] = [
     {"type": "function", "name": name, "parameters": {"type": "object", "properties": {}}}

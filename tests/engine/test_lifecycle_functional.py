@@ -13,20 +13,17 @@ from engine.core import EngineConfig
 from engine.models.base import CallEnd, CallStart, Finish, TextDelta
 from engine.models.router import Router
 from engine.models.scripted import ScriptedModel
-from tests.conftest import LiveServer
+from tests.support.server import LiveServer
+from tests.support.wait import wait_for
+from tests.support.ws import read_until
 
 TOOL = {"type": "function", "name": "f", "parameters": {"type": "object", "properties": {}}}
 CALL_TURN = [CallStart("call_1", "f"), CallEnd(), Finish("tool_calls", 1)]
 
 
-async def _events(ws: aiohttp.ClientWebSocketResponse, *until: str) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    while True:
-        msg = await ws.receive(timeout=10)
-        assert msg.type is aiohttp.WSMsgType.TEXT, msg
-        out.append(json.loads(msg.data))
-        if out[-1]["type"] in until:
-            return out
+def _rollout_tasks() -> list[asyncio.Task[Any]]:
+    """The coroutines of live rollouts (their tasks are named by the rollout id)."""
+    return [t for t in asyncio.all_tasks() if t.get_name().startswith("rollout_")]
 
 
 def _router(*turns: list[Any]) -> Router:
@@ -41,14 +38,14 @@ async def test_backend_failure_is_response_failed_and_socket_survives(
     live: LiveServer = await server_factory(router=router)
     async with aiohttp.ClientSession() as http, http.ws_connect(live.ws_url) as ws:
         await ws.send_json({"type": "response.create", "input": "hi"})
-        events = await _events(ws, "response.failed", "response.completed", "error")
+        events = await read_until(ws, "response.failed", "response.completed", "error")
         failed = events[-1]
         assert failed["type"] == "response.failed"
         assert failed["response"]["error"]["code"] == "server_error"
         assert "secret" not in json.dumps(events)  # ERR-3
         assert failed["response"]["output"][0]["status"] == "incomplete"  # ORD-8
         await ws.send_json({"type": "response.create", "input": "again"})
-        events = await _events(ws, "response.completed")
+        events = await read_until(ws, "response.completed")
         assert events[-1]["response"]["output"][0]["content"][0]["text"] == "ok"
 
 
@@ -58,7 +55,7 @@ async def test_failed_continuation_evicts_parent(server_factory: Callable[..., A
         await ws.send_json(
             {"type": "response.create", "input": "hi", "tools": [TOOL], "store": False}
         )
-        first = (await _events(ws, "response.completed"))[-1]["response"]
+        first = (await read_until(ws, "response.completed"))[-1]["response"]
         output = {"type": "function_call_output", "call_id": "call_1", "output": "r"}
         continuation = {
             "type": "response.create",
@@ -68,9 +65,9 @@ async def test_failed_continuation_evicts_parent(server_factory: Callable[..., A
             "store": False,
         }
         await ws.send_json(continuation)
-        assert (await _events(ws, "response.failed"))[-1]["type"] == "response.failed"
+        assert (await read_until(ws, "response.failed"))[-1]["type"] == "response.failed"
         await ws.send_json(continuation)  # CACHE-3: the parent is gone
-        error = (await _events(ws, "error"))[-1]
+        error = (await read_until(ws, "error"))[-1]
         assert error["error"]["code"] == "previous_response_not_found"
         assert error["status"] == 400 and error["error"]["param"] == "previous_response_id"
 
@@ -82,7 +79,7 @@ async def test_append_idle_timeout_ends_incomplete(server_factory: Callable[...,
         await ws.send_json(
             {"type": "response.create", "input": "hi", "tools": [TOOL], "rollout_mode": "append"}
         )
-        events = await _events(ws, "response.incomplete")
+        events = await read_until(ws, "response.incomplete")
         types = [e["type"] for e in events]
         assert types.count("response.done") == 1
         reason = events[-1]["response"]["incomplete_details"]["reason"]
@@ -100,8 +97,9 @@ async def test_compat_idle_rollout_still_continues_from_cache(
         await ws.send_json(
             {"type": "response.create", "input": "hi", "tools": [TOOL], "store": False}
         )
-        first = (await _events(ws, "response.completed"))[-1]["response"]
-        await asyncio.sleep(0.3)
+        first = (await read_until(ws, "response.completed"))[-1]["response"]
+        # Past its idle timeout (ROLL-6) the suspended coroutine is retired: its task ends.
+        await wait_for(lambda: not _rollout_tasks(), "the idle rollout to be retired")
         output = {"type": "function_call_output", "call_id": "call_1", "output": "r"}
         await ws.send_json(
             {
@@ -111,7 +109,7 @@ async def test_compat_idle_rollout_still_continues_from_cache(
                 "store": False,
             }
         )
-        final = (await _events(ws, "response.completed"))[-1]["response"]
+        final = (await read_until(ws, "response.completed"))[-1]["response"]
         assert final["output"][0]["content"][0]["text"] == "done"
     assert live.engine.counters["create.cache_hit"] == 1
     assert live.engine.counters["create.fast_path"] == 0
@@ -122,9 +120,9 @@ async def test_connection_age_limit(server_factory: Callable[..., Any]) -> None:
         EngineConfig(tokens_per_second=0, max_connection_age_s=0)
     )
     async with aiohttp.ClientSession() as http, http.ws_connect(live.ws_url) as ws:
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)  # time itself: the connection outlives its 0 s age limit
         await ws.send_json({"type": "response.create", "input": "hi"})
-        error = (await _events(ws, "error"))[-1]
+        error = (await read_until(ws, "error"))[-1]
         assert error["error"]["code"] == "websocket_connection_limit_reached"
         assert error["status"] == 400 and "param" in error["error"]
 
@@ -138,14 +136,11 @@ async def test_disconnect_mid_stream_leaves_nothing_running(
     async with aiohttp.ClientSession() as http:
         ws = await http.ws_connect(live.ws_url)
         await ws.send_json({"type": "response.create", "input": "hi", "store": True})
-        events = await _events(ws, "response.output_text.delta")
+        events = await read_until(ws, "response.output_text.delta")
         response_id = events[0]["response"]["id"]
         await ws.close()
-    for _ in range(100):  # the server notices the close asynchronously
-        if len(asyncio.all_tasks()) <= baseline:
-            break
-        await asyncio.sleep(0.02)
-    assert len(asyncio.all_tasks()) <= baseline
+    # the server notices the close asynchronously
+    await wait_for(lambda: len(asyncio.all_tasks()) <= baseline, "the rollout's tasks to end")
     record = await live.engine.store.get(response_id)
     assert record is not None and record.response.status == "cancelled"  # never in_progress
     await live.engine.post.stop()

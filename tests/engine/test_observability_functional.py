@@ -12,7 +12,7 @@ import aiohttp
 from openai import AsyncOpenAI
 
 from engine.core import EngineConfig
-from tests.conftest import LiveServer
+from tests.support.server import LiveServer
 
 SECRET = "AKIAIOSFODNN7EXAMPLE"
 TOOL: Any = {

@@ -26,7 +26,8 @@ from engine.core import EngineConfig
 from engine.models.router import Router
 from engine.server.keys import SESSIONS
 from engine.store import ResponseStore
-from tests.conftest import RECORDED, LiveServer, sdk_parse, start_server
+from tests.support.oracle import RECORDED, sdk_parse
+from tests.support.server import LiveServer, start_server
 
 T = TypeVar("T")
 

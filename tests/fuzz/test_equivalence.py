@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from engine.core import EngineConfig
 from engine.models.scenarios import CODING_AGENT_STEPS
 from tests.fuzz._support import LiveEnv, WsConn, examples, timeout_for, validate_recorded
-from tests.fuzz.test_live_ws import _recorded
+from tests.fuzz.ws_machine.model import _recorded
 
 CODING_TOOLS = sorted({step.name for step in CODING_AGENT_STEPS})
 MAX_TURNS = 30

@@ -40,7 +40,7 @@ from tests.fuzz._support import (
     timeout_for,
     validate_recorded,
 )
-from tests.fuzz.test_live_ws import (
+from tests.fuzz.ws_machine.model import (
     BAD_INPUTS,
     TOOL_DEFS,
     TOOL_NAMES,

@@ -8,7 +8,6 @@ was wrong.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -20,30 +19,18 @@ from engine.core import EngineConfig
 from protocol.response import Response
 from protocol.states import IllegalTransition, ResponseState
 from protocol.stream import ResponseStream
-from tests.conftest import LiveServer, sdk_parse
 from tests.fuzz._replay import replay
 from tests.fuzz._support import LiveEnv
-from tests.fuzz.test_live_ws import MAX_QUEUED, AppendLive, Immediate, WsProtocolMachine
+from tests.fuzz.ws_machine.machine import WsProtocolMachine
+from tests.fuzz.ws_machine.model import MAX_QUEUED, AppendLive, Immediate
+from tests.support.oracle import sdk_parse
+from tests.support.server import LiveServer
+from tests.support.tools import WEATHER_LOOSE
+from tests.support.ws import read_until
 
 FINDINGS = Path(__file__).parent / "findings"  # failing runs as hypothesis printed them
 
-TOOLS = [
-    {
-        "type": "function",
-        "name": "get_weather",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
-    }
-]
-
-
-async def _events(ws: aiohttp.ClientWebSocketResponse, *until: str) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    while True:
-        msg = await ws.receive(timeout=10)
-        assert msg.type is aiohttp.WSMsgType.TEXT, msg
-        out.append(json.loads(msg.data))
-        if out[-1]["type"] in until:
-            return out
+TOOLS = [WEATHER_LOOSE]
 
 
 # ----------------------------------------------------------------------------- protocol
@@ -82,7 +69,7 @@ async def _round_trip_parent(
     await ws.send_json(
         {"type": "response.create", "input": "Weather in Paris?", "tools": TOOLS, "store": store}
     )
-    done = (await _events(ws, "response.completed"))[-1]["response"]
+    done = (await read_until(ws, "response.completed"))[-1]["response"]
     return done["id"], done["output"][0]["call_id"]
 
 
@@ -100,10 +87,10 @@ async def test_deeply_nested_ws_frame_is_a_request_error(server: LiveServer, fra
     ``ProtocolError``, so the exception escaped ``serve_socket`` and killed the connection."""
     async with aiohttp.ClientSession() as http, http.ws_connect(server.ws_url) as ws:
         await ws.send_str(frame)
-        error = (await _events(ws, "error"))[-1]  # was: the socket closed instead
+        error = (await read_until(ws, "error"))[-1]  # was: the socket closed instead
         assert error["status"] == 400
         await ws.send_json({"type": "response.create", "input": "still there?"})
-        assert (await _events(ws, "response.completed"))[-1]["type"] == "response.completed"
+        assert (await read_until(ws, "response.completed"))[-1]["type"] == "response.completed"
 
 
 async def test_deeply_nested_http_body_is_a_400(server: LiveServer) -> None:
@@ -125,9 +112,11 @@ async def test_inject_failed_for_unknown_target_parses_with_sdk(
     anything but a list of valid items made the event fail the SDK's model."""
     async with aiohttp.ClientSession() as http, http.ws_connect(server.ws_url) as ws:
         await ws.send_json({"type": "response.inject", "response_id": "resp_x", "input": garbage})
-        event = (await _events(ws, "response.inject.failed", "error"))[-1]
-        if event["type"] == "response.inject.failed":
-            sdk_parse(event)  # was: the echoed input was not a list of input items
+        event = (await read_until(ws, "response.inject.failed", "error"))[-1]
+        # An unknown target is answered with inject.failed (APPEND-5), never a plain error.
+        assert event["type"] == "response.inject.failed", event
+        assert event["error"]["code"] == "response_not_found"
+        sdk_parse(event)  # was: the echoed input was not a list of input items
 
 
 @pytest.mark.parametrize("garbage", [[1, 2], [{"foo": 1}]])
@@ -138,9 +127,10 @@ async def test_steer_failed_parses_with_sdk(server: LiveServer, garbage: list[An
         await ws.send_json(
             {"type": "response.steer", "previous_response_id": "resp_x", "input": garbage}
         )
-        event = (await _events(ws, "response.steer.failed", "error"))[-1]
-        if event["type"] == "response.steer.failed":
-            sdk_parse(event)  # was: a validation error
+        event = (await read_until(ws, "response.steer.failed", "error"))[-1]
+        assert event["type"] == "response.steer.failed", event  # STEER-7: never a plain error
+        assert event["error"]["code"] == "response_not_found"
+        sdk_parse(event)  # was: a validation error
 
 
 async def test_store_path_error_param_indexes_the_request_input(server: LiveServer) -> None:
@@ -159,7 +149,7 @@ async def test_store_path_error_param_indexes_the_request_input(server: LiveServ
                 ],
             }
         )
-        error = (await _events(ws, "error"))[-1]
+        error = (await read_until(ws, "error"))[-1]
         assert error["error"]["code"] == "unknown_call_id"
         assert error["error"]["param"] == "input[1].call_id"  # was: input[3].call_id
 
@@ -172,7 +162,7 @@ async def test_not_json_is_invalid_json(server: LiveServer, frame: str) -> None:
     async with aiohttp.ClientSession() as http:
         async with http.ws_connect(server.ws_url) as ws:
             await ws.send_str(frame)
-            error = (await _events(ws, "error"))[-1]
+            error = (await read_until(ws, "error"))[-1]
             assert error["error"]["code"] == "invalid_json", error
         if not frame.startswith("{"):
             async with http.post(f"{server.base_url}/responses", data=frame) as response:
@@ -184,7 +174,7 @@ async def test_metadata_error_param_is_a_json_path(server: LiveServer) -> None:
     """CODEC-3. A bad metadata value got msgspec's path ``metadata[...]``, not a JSON path."""
     async with aiohttp.ClientSession() as http, http.ws_connect(server.ws_url) as ws:
         await ws.send_json({"type": "response.create", "input": "x", "metadata": {"k": 1}})
-        error = (await _events(ws, "error"))[-1]
+        error = (await read_until(ws, "error"))[-1]
         assert error["error"]["code"] == "invalid_type"
         assert error["error"]["param"] == "metadata.k", error  # was: 'metadata[...]'
 
@@ -275,7 +265,7 @@ async def test_duplicate_output_in_a_history_is_rejected(
         else:
             async with http.ws_connect(server.ws_url) as ws:
                 await ws.send_json({"type": "response.create", **body})
-                event = (await _events(ws, "error", "response.created"))[-1]
+                event = (await read_until(ws, "error", "response.created"))[-1]
                 assert event["type"] == "error" and event.get("stream_id") == lane, event
                 error = event["error"]
     assert (error["code"], error["param"]) == ("duplicate_tool_output", "input[3].call_id")
@@ -294,7 +284,7 @@ async def test_queued_duplicate_output_create_behind_a_double_append(server: Liv
             {"type": "response.create", "input": "Weather in Paris?", "tools": TOOLS,
              "rollout_mode": "append", "store": False, "stream_id": lane}
         )  # fmt: skip
-        done = (await _events(ws, "response.done"))[-1]
+        done = (await read_until(ws, "response.done"))[-1]
         rid, call_id = done["response"]["id"], done["pending_calls"][0]["call_id"]
         await ws.send_json({"type": "response.create", **_dup_history(lane, store=False)})
         await ws.send_json({"type": "response.create", "input": "next", "stream_id": lane})
@@ -306,7 +296,7 @@ async def test_queued_duplicate_output_create_behind_a_double_append(server: Liv
         created: list[str] = []
         completed: list[str] = []
         while len(errors) < 2 or len(completed) < 2:
-            event = (await _events(ws, "error", "response.created", "response.completed"))[-1]
+            event = (await read_until(ws, "error", "response.created", "response.completed"))[-1]
             if event["type"] == "error":
                 errors.append(event)
             elif event["type"] == "response.created":

@@ -43,8 +43,8 @@ from protocol.states import (
     next_state,
 )
 from protocol.stream import ResponseStream
-from tests.conftest import sdk_parse
 from tests.fuzz._support import examples, report, timeout_for
+from tests.support.oracle import sdk_parse
 
 S = ResponseState
 DECODER = msgspec.json.Decoder(ev.ServerEvent)

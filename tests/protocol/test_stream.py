@@ -16,7 +16,7 @@ from protocol.items import Compaction, FunctionCall
 from protocol.response import Response, Usage
 from protocol.states import IllegalTransition
 from protocol.stream import ResponseStream
-from tests.conftest import sdk_parse
+from tests.support.oracle import sdk_parse
 
 DECODER = msgspec.json.Decoder(ev.ServerEvent)
 

@@ -17,7 +17,9 @@ from engine.models.base import TextDelta
 from engine.models.router import Router
 from engine.models.scripted import ScriptedModel
 from engine.server.config import ServerConfig, load_api_keys
-from tests.conftest import LiveServer
+from engine.server.keys import SESSIONS
+from tests.support.server import LiveServer
+from tests.support.wait import wait_for
 
 KEY = "sk-test-key-123"
 
@@ -79,7 +81,8 @@ async def test_connection_limit_answers_503_before_upgrade(
             await http.ws_connect(live.ws_url)
         assert info.value.status == 503
         await first.close()
-        await asyncio.sleep(0.05)
+        sessions = live.runner.app[SESSIONS]
+        await wait_for(lambda: len(sessions) < 2, "the closed socket's slot to free up")
         third = await http.ws_connect(live.ws_url)  # a slot freed up
         for ws in (second, third):
             await ws.close()
@@ -139,10 +142,8 @@ async def test_slow_reader_is_disconnected_with_reason(server_factory: Callable[
     mask = b"\x00\x00\x00\x00"
     writer.write(bytes([0x81, 0x80 | 126]) + len(payload).to_bytes(2, "big") + mask + payload)
     await writer.drain()
-    for _ in range(100):  # we never read: the server must give up on us within its timeout
-        if live.engine.post.runs:
-            break
-        await asyncio.sleep(0.1)
+    # we never read: the server must give up on us within its timeout
+    await wait_for(lambda: live.engine.post.runs, "the slow reader's response to be accounted")
     writer.close()
     await live.engine.post.stop()
     (record,) = live.engine.post.recent

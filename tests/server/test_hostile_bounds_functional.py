@@ -11,7 +11,6 @@ allocator's slack), well under what keeping the pushed data would take.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,9 @@ from engine.core import EngineConfig
 from engine.server.config import ServerConfig
 from engine.shared.parking import ParkingBounds
 from engine.store import open_store
-from tests.conftest import WEATHER, LiveServer, start_server
+from tests.support.server import LiveServer, start_server
+from tests.support.tools import WEATHER
+from tests.support.wait import wait_for
 
 MIB = 1024 * 1024
 BOUND = 16 * MIB
@@ -123,10 +124,8 @@ async def test_memory_stays_bounded_under_a_hostile_client(live: LiveServer) -> 
         viewers = await _crowd_inspector(live)
     finally:
         await client.close()
-    for _ in range(500):  # the last close is parked a moment after the client leaves
-        if live.engine.counters["park.parked"] + live.engine.counters["park.refused"] >= 48:
-            break
-        await asyncio.sleep(0.01)
+    counters = live.engine.counters  # the last close is parked a moment after the client left
+    await wait_for(lambda: counters["park.parked"] + counters["park.refused"] >= PUSHED_PARKS)
     engine = live.engine
     assert 0 < engine.hydrated.nbytes <= BOUND
     assert engine.counters["hydration.evicted"] > 0

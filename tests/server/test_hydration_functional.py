@@ -15,7 +15,7 @@ import openai
 from openai import AsyncOpenAI
 
 from engine.core import EngineConfig
-from tests.conftest import LiveServer
+from tests.support.server import LiveServer
 
 TOOLS: list[Any] = [
     {"type": "function", "name": name, "parameters": {"type": "object", "properties": {}}}

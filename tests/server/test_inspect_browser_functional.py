@@ -17,7 +17,7 @@ from openai import AsyncOpenAI
 from playwright.async_api import Page, async_playwright, expect
 
 from engine.server.config import ServerConfig
-from tests.server.test_smoke_functional import WEATHER
+from tests.support.tools import WEATHER
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [

@@ -14,8 +14,10 @@ from engine.observe.turnlog import MAX_TURNS, TurnHistory, TurnRecord
 from engine.server.config import ServerConfig
 from engine.server.inspector import COOKIE, FEED
 from engine.server.keys import INSPECTOR
-from tests.conftest import LiveServer
-from tests.server.test_smoke_functional import WEATHER
+from tests.support.server import LiveServer
+from tests.support.tools import WEATHER
+from tests.support.wait import wait_for
+from tests.support.ws import read_until
 
 KEY = "sk-inspect-test"
 
@@ -47,12 +49,7 @@ async def suspend_on_lanes(ws: aiohttp.ClientWebSocketResponse, lanes: list[str]
                 "stream_id": lane,
             }
         )
-    done: list[Any] = []
-    while len(done) < len(lanes):
-        event = await ws.receive_json(timeout=10)
-        if event["type"] == "response.completed":
-            done.append(event["response"])
-    return done
+    return [(await read_until(ws, "response.completed"))[-1]["response"] for _ in lanes]
 
 
 @pytest.fixture
@@ -139,10 +136,7 @@ async def test_suspended_rollouts_rows_cap_and_turns(server: LiveServer, http: A
 
 
 async def _turns_answer(ws: aiohttp.ClientWebSocketResponse) -> dict[str, Any]:
-    while True:
-        message = await ws.receive_json(timeout=10)
-        if message["type"] == "turns":
-            return message
+    return (await read_until(ws, "turns"))[-1]
 
 
 async def test_ended_rollout_keeps_its_turns(server: LiveServer, http: Any) -> None:
@@ -209,7 +203,8 @@ async def test_sampler_runs_only_while_watched(server: LiveServer, http: Any) ->
     await asyncio.wait_for(feed._task, 10)  # the sampler stops once the last viewer left
     assert not feed.viewers
     before = inspector.samples
-    await asyncio.sleep(1.2)  # more than two ticks
+    # No sampler task is left to tick: nothing samples until a viewer comes back.
+    assert not [t for t in asyncio.all_tasks() if t.get_name() == "inspect-feed"]
     assert inspector.samples == before
 
 
@@ -265,10 +260,7 @@ async def test_viewers_are_capped(server_factory: Any, http: Any) -> None:
     assert resp.status == 503 and body["error"]["code"] == "too_many_viewers"
     await first.close()
     feed = live.runner.app[FEED]
-    for _ in range(500):  # the server notices the close a moment later
-        if len(feed.viewers) < 2:
-            break
-        await asyncio.sleep(0.01)
+    await wait_for(lambda: len(feed.viewers) < 2, "the server noticed the close")
     third = await http.ws_connect(url)
     await third.close()
     await second.close()

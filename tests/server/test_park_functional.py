@@ -8,7 +8,6 @@ rollout id, the history processed once). Another key must get not-found, never t
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -19,7 +18,8 @@ from openai import AsyncOpenAI
 from engine.core import EngineConfig
 from engine.server.config import ServerConfig
 from engine.shared.parking import ParkingBounds
-from tests.conftest import LiveServer
+from tests.support.server import LiveServer
+from tests.support.wait import wait_for
 
 KEYS = ServerConfig(api_keys=frozenset({"key-alice", "key-bob"}))
 TOOLS: list[Any] = [
@@ -51,15 +51,6 @@ async def _turn(conn: Any) -> Any:
     async for event in conn:
         if event.type in ("response.completed", "error"):
             return event
-
-
-async def _until(condition: Callable[[], bool]) -> None:
-    """What a client's close causes on the server lands a moment later: wait for it."""
-    for _ in range(500):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("condition never held")
 
 
 def _answer(response: Any) -> list[Any]:
@@ -99,13 +90,13 @@ async def test_parked_rollout_resumed_by_a_new_connection(
     alice, _ = clients
     engine = keyed.engine
     first = await _first_turn(alice, store)
-    await _until(lambda: len(engine.parking) == 1)
+    await wait_for(lambda: len(engine.parking) == 1)
     second = await _continue(alice, first, store)
     assert second.type == "response.completed", second
     assert second.response.previous_response_id == first.id
     assert engine.counters["create.unparked"] == engine.counters["create.fast_path"] == 1
     assert engine.counters["park.parked"] == 2  # the second connection closed suspended too
-    await _until(lambda: len(engine.parking) == 1)
+    await wait_for(lambda: len(engine.parking) == 1)
     await keyed.runner.cleanup()  # shutdown retires what is parked and drains accounting
     records = list(engine.post.recent)
     assert [r.response_ids for r in records] == [[first.id], [second.response.id]]
@@ -125,8 +116,8 @@ async def test_park_expiry_retires_the_rollout_and_accounts_once(
     client = AsyncOpenAI(base_url=live.base_url, api_key="x", max_retries=0)
     engine = live.engine
     first = await _first_turn(client, store=False)
-    await _until(lambda: engine.counters["park.expired"] == 1)
-    await _until(lambda: engine.stats.runs["validate.full"] == 1)  # _finish ran: stats added
+    await wait_for(lambda: engine.counters["park.expired"] == 1)
+    await wait_for(lambda: engine.stats.runs["validate.full"] == 1)  # _finish ran: stats added
     assert len(engine.parking) == 0
     late = await _continue(client, first, store=False)
     assert late.type == "error" and late.error.code == "previous_response_not_found"
@@ -143,7 +134,7 @@ async def test_another_key_gets_not_found_and_the_owner_still_resumes(
     unknown id, and it disturbs nothing: the owner then resumes the parked rollout."""
     alice, bob = clients
     first = await _first_turn(alice, store=True)
-    await _until(lambda: len(keyed.engine.parking) == 1)
+    await wait_for(lambda: len(keyed.engine.parking) == 1)
     refused = await _continue(bob, first, store=True)
     assert refused.type == "error"
     assert (refused.error.code, refused.error.param) == (
@@ -205,7 +196,7 @@ async def test_the_lot_is_bounded_per_owner_and_retires_the_oldest(
     try:
         bobs = await _first_turn(bob, store=False)
         first = [await _first_turn(alice, store=False) for _ in range(3)]
-        await _until(lambda: live.engine.counters["park.parked"] == 4)
+        await wait_for(lambda: live.engine.counters["park.parked"] == 4)
         assert live.engine.counters["park.evicted"] == 1
         assert len(live.engine.parking) == 3
         # The oldest of alice's is gone (store: false: nothing else knows it), the newest resumes.
@@ -231,7 +222,7 @@ async def test_a_rollout_over_the_byte_bound_is_not_parked(
     alice = AsyncOpenAI(base_url=live.base_url, api_key="key-alice", max_retries=0)
     try:
         await _first_turn(alice, store=False)
-        await _until(lambda: live.engine.counters["park.refused"] == 1)
+        await wait_for(lambda: live.engine.counters["park.refused"] == 1)
         assert len(live.engine.parking) == 0 and live.engine.parking.nbytes == 0
     finally:
         await alice.close()

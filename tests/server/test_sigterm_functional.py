@@ -11,6 +11,8 @@ from pathlib import Path
 
 import aiohttp
 
+from tests.support.wait import wait_for
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -21,15 +23,15 @@ def _free_port() -> int:
 
 async def _wait_healthy(port: int) -> None:
     async with aiohttp.ClientSession() as http:
-        for _ in range(100):
+
+        async def healthy() -> bool:
             try:
                 async with http.get(f"http://127.0.0.1:{port}/healthz") as resp:
-                    if resp.status == 200:
-                        return
+                    return resp.status == 200
             except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.1)
-    raise AssertionError("server did not start")
+                return False
+
+        await wait_for(healthy, "the server to start")
 
 
 async def test_sigterm_drains_in_flight_then_exits_cleanly(tmp_path: Path) -> None:

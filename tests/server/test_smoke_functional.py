@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from openai import AsyncOpenAI
 
-from tests.conftest import WEATHER, LiveServer
+from tests.support.server import LiveServer
+from tests.support.tools import WEATHER
 
 
 async def test_http_create_text(server: LiveServer) -> None:

@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
 from openai import AsyncOpenAI, DefaultAsyncHttpxClient
 
 from engine.core import Engine, EngineConfig
 from engine.server.app import create_app
-from engine.server.cli import tls_context
+from engine.server.run import tls_context
+from tests.support.server import serve_app
 
 
 def _self_signed(directory: Path) -> tuple[Path, Path]:
@@ -34,11 +34,8 @@ def _self_signed(directory: Path) -> tuple[Path, Path]:
 @pytest.fixture
 async def tls_server(tmp_path: Path) -> AsyncIterator[tuple[int, ssl.SSLContext]]:
     cert, key = _self_signed(tmp_path)
-    runner = web.AppRunner(create_app(Engine(EngineConfig(tokens_per_second=0))))
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=tls_context(cert, key))
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]
+    app = create_app(Engine(EngineConfig(tokens_per_second=0)))
+    runner, port = await serve_app(app, ssl_context=tls_context(cert, key))
     try:
         yield port, ssl.create_default_context(cafile=str(cert))
     finally:

@@ -18,6 +18,7 @@ import pytest
 from openai import AsyncOpenAI
 
 from engine.server.workers import worker_argv
+from tests.support.wait import wait_for
 
 TOOLS: list[Any] = [
     {"type": "function", "name": "read_file", "parameters": {"type": "object", "properties": {}}}
@@ -72,13 +73,14 @@ async def pool(store_url: str) -> AsyncIterator[tuple[int, asyncio.subprocess.Pr
 async def _worker_views(port: int, want: int = 2) -> dict[int, dict[str, Any]]:
     """The latest ``/debug/stats`` of each worker, polled until ``want`` workers answered."""
     views: dict[int, dict[str, Any]] = {}
-    for _ in range(600):  # a worker still starting (a loaded machine) is not listening yet
+
+    async def all_answered() -> bool:  # a worker still starting is not listening yet
         data = await _stats(port)
         views[data["pid"]] = data
-        if len(views) >= want:
-            return views
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"only {len(views)} worker(s) ever answered")
+        return len(views) >= want
+
+    await wait_for(all_answered, f"{want} workers answering", limit=30)
+    return views
 
 
 def _events_total(body: str, event: str) -> float:
@@ -108,18 +110,20 @@ async def test_two_workers_share_the_port_metrics_and_drain_on_sigterm(
             break
     assert sum(served) == requests and min(served) > 0  # both served some
     body = ""
-    for _ in range(400):  # WORK-3: one scrape covers both (responses are counted post-inference)
+
+    async def both_counted() -> bool:  # WORK-3: one scrape covers both (counted post-inference)
+        nonlocal body
         async with (
             aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as http,
             http.get(f"http://127.0.0.1:{port}/metrics") as resp,
         ):
             body = await resp.text()
-        if (
+        return (
             f'rollout_responses_total{{mode="standard",status="completed"}} {requests}.0' in body
             and _events_total(body, "create.stateless") == requests
-        ):
-            break
-        await asyncio.sleep(0.05)
+        )
+
+    await wait_for(both_counted, "both workers' responses in one scrape", limit=20)
     assert f'rollout_responses_total{{mode="standard",status="completed"}} {requests}.0' in body
     assert _events_total(body, "create.stateless") == requests
     proc.send_signal(signal.SIGTERM)
@@ -245,12 +249,7 @@ async def test_workers_follow_a_killed_parent(pool: tuple[int, asyncio.subproces
     pids = set(await _worker_views(port))
     proc.kill()
     await proc.wait()
-    for _ in range(500):
-        alive = [pid for pid in pids if _alive(pid)]
-        if not alive:
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"workers {alive} outlived their parent")
+    await wait_for(lambda: not any(_alive(pid) for pid in pids), "the workers to exit")
 
 
 def _alive(pid: int) -> bool:

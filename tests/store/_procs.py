@@ -14,6 +14,8 @@ from pathlib import Path
 
 import aiohttp
 
+from tests.support.wait import wait_for
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -25,7 +27,8 @@ def free_port() -> int:
 async def _wait_port(
     port: int, probe: bytes, expect: bytes, proc: asyncio.subprocess.Process
 ) -> None:
-    for _ in range(200):
+
+    async def answers() -> bool:
         if proc.returncode is not None:
             raise AssertionError(f"process exited with {proc.returncode} before listening")
         with contextlib.suppress(OSError):
@@ -33,13 +36,12 @@ async def _wait_port(
             try:
                 writer.write(probe)
                 await writer.drain()
-                reply = await asyncio.wait_for(reader.read(64), 2)
+                return expect in await asyncio.wait_for(reader.read(64), 2)
             finally:
                 writer.close()
-            if expect in reply:
-                return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"nothing answered on port {port}")
+        return False
+
+    await wait_for(answers, f"an answer on port {port}")
 
 
 class RedisServer:
@@ -113,16 +115,18 @@ class ServeProcess:
 
     async def _wait_healthy(self) -> None:
         assert self.proc is not None
+        proc = self.proc
         async with aiohttp.ClientSession() as http:
-            for _ in range(300):
-                if self.proc.returncode is not None:
+
+            async def healthy() -> bool:
+                if proc.returncode is not None:
                     raise AssertionError(f"rollout serve exited: {self.logs()}")
                 with contextlib.suppress(aiohttp.ClientError):
                     async with http.get(f"{self.base}/healthz") as resp:
-                        if resp.status == 200:
-                            return
-                await asyncio.sleep(0.05)
-        raise AssertionError(f"rollout serve did not start: {self.logs()}")
+                        return resp.status == 200
+                return False
+
+            await wait_for(healthy, "rollout serve to start", limit=15)
 
     def logs(self) -> str:
         return "\n".join(p.read_text(errors="replace") for p in self.workdir.glob("serve-*.log"))

@@ -249,19 +249,22 @@ def test_serve_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``--store`` defaults to the per-user SQLite file (STORE-10); ``--store-ttl`` reads units."""
     import argparse
 
-    from engine.server import cli
+    from engine.server import flags, run
+    from engine.settings import duration
 
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
     parser = argparse.ArgumentParser()
-    cli.add_serve_parser(parser.add_subparsers(dest="command"))
+    flags.add_serve_parser(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["serve", "--store-ttl", "12h"])
-    assert args.store_ttl == 12 * 3600
-    store = cli.response_store(args)
+    assert args.store_ttl_s == 12 * 3600
+    store = run.response_store(flags.serve_options(args), flags.engine_config(args))
     assert isinstance(store, SqliteStore) and store.ttl_s == 12 * 3600
     assert store.path == tmp_path / "xdg" / "rollout" / "rollout.db" and store.path.parent.is_dir()
-    assert cli.duration("30d") == 30 * 86400 and cli.duration("90") == 90
-    with pytest.raises(argparse.ArgumentTypeError):
-        cli.duration("3x")
+    assert duration("30d") == 30 * 86400 and duration("90") == 90
+    with pytest.raises(ValueError, match="not a duration"):
+        duration("3x")
+    with pytest.raises(SystemExit):  # argparse says what is wrong and exits 2
+        parser.parse_args(["serve", "--store-ttl", "-1d"])
 
 
 def test_serve_refuses_a_broken_database(

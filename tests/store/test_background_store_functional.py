@@ -24,8 +24,8 @@ from engine.models.base import TextDelta
 from engine.models.router import Router
 from engine.models.scripted import ScriptedModel
 from engine.store.redis import RedisStore
-from tests.conftest import LiveServer, start_server
 from tests.store._procs import RedisServer
+from tests.support.server import LiveServer, start_server
 
 
 @pytest.fixture

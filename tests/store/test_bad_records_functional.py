@@ -10,8 +10,8 @@ import aiohttp
 import pytest
 
 from engine.store.sqlite import SqliteStore
-from tests.conftest import LiveServer, start_server
 from tests.store._chain import http_create, ws_create
+from tests.support.server import LiveServer, start_server
 
 
 @pytest.fixture

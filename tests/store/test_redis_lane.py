@@ -19,6 +19,7 @@ from engine.store.redis import KEY_PREFIX, RedisStore, _set_command
 from protocol.items import Message
 from protocol.response import Response
 from tests.store._procs import RedisServer
+from tests.support.wait import wait_for
 
 
 @pytest.fixture
@@ -234,11 +235,7 @@ async def test_cancelled_write_leaves_the_lane_clean(
     _signal(redis_server, signal.SIGSTOP)  # the reply to the next SET cannot arrive
     try:
         pending = asyncio.create_task(store.put(_record(1)))
-        for _ in range(1000):
-            if lane.busy:
-                break
-            await asyncio.sleep(0)
-        assert lane.busy  # the SET is sent, its reply awaited
+        await wait_for(lambda: lane.busy, "the SET sent, its reply awaited")
         pending.cancel()
         with pytest.raises(asyncio.CancelledError):
             await pending

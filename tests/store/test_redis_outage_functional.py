@@ -18,9 +18,10 @@ from engine.core import Engine, EngineConfig
 from engine.store import ResponseStore
 from engine.store.postgres import PostgresStore
 from engine.store.redis import RedisStore
-from tests.conftest import LiveServer, start_server
 from tests.store._chain import Chain, Reply, body, fork_from, http_create, ws_create
 from tests.store._procs import RedisServer, ServeProcess
+from tests.support.server import LiveServer, start_server
+from tests.support.wait import wait_for
 
 Serve = Callable[..., Awaitable[ServeProcess]]
 Action = Callable[[], Awaitable[None]]
@@ -60,13 +61,17 @@ def outage(request: pytest.FixtureRequest) -> Outage:
 
 async def _until_served(make: Callable[[], Awaitable[Reply]]) -> Reply:
     """The first request the recovered store serves; until then only store_unavailable."""
-    for _ in range(100):
+
+    async def served() -> Reply | None:
         reply = await make()
         if reply.status == 200:
             return reply
         assert (reply.status, reply.code) == (503, "store_unavailable"), reply
-        await asyncio.sleep(0.05)
-    raise AssertionError("the store did not come back")
+        return None
+
+    reply = await wait_for(served, "the store to come back")
+    assert isinstance(reply, Reply)
+    return reply
 
 
 async def _store_state(http: aiohttp.ClientSession, server: ServeProcess) -> object:
@@ -85,7 +90,7 @@ async def _traffic(server: ServeProcess, stop: asyncio.Event, seen: list[Reply])
                 chain.accept(reply)
             else:
                 assert (reply.status, reply.code) == (503, "store_unavailable"), reply
-                await asyncio.sleep(0.01)
+                await asyncio.sleep(0.01)  # pacing the retries, not a wait for a state
     return chain
 
 

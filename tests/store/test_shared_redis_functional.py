@@ -4,7 +4,6 @@ the other, caches included (Redis publishes it, Postgres notifies it)."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 
 import aiohttp
@@ -12,6 +11,7 @@ import pytest
 
 from tests.store._chain import Chain, body, http_create, ws_create
 from tests.store._procs import RedisServer, ServeProcess
+from tests.support.wait import wait_for
 
 Serve = Callable[..., Awaitable[ServeProcess]]
 
@@ -52,11 +52,12 @@ async def test_delete_on_one_process_reaches_the_other(shared_url: str, serve: S
         for server in (a, b):
             async with http.get(f"{server.base}/v1/responses/{rid}") as resp:
                 assert resp.status == 404
+
         # B's socket had it cached: the published delete evicts it there (CACHE counters).
-        for _ in range(100):
+        async def evicted() -> bool:
             async with http.get(f"{b.base}/debug/stats") as resp:
-                if (await resp.json())["counters"].get("cache.evicted") == 1:
-                    break
-            await asyncio.sleep(0.02)
+                return bool((await resp.json())["counters"].get("cache.evicted") == 1)
+
+        await wait_for(evicted, "B to evict the deleted response")
         reply = await ws_create(ws, body(chain.last, 1))
         assert reply.code == "previous_response_not_found"

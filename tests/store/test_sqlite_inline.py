@@ -17,6 +17,7 @@ from engine.store.sqlite import SqliteStore
 from engine.store.sqlite_inline import MAX_BYTES, InlineConnection
 from protocol.items import Message
 from protocol.response import Response
+from tests.support.wait import wait_for
 
 
 def _record(n: int, text: str = "hello") -> ResponseRecord:
@@ -76,9 +77,9 @@ async def test_a_held_write_lock_hands_the_write_to_the_thread(store: SqliteStor
     other = sqlite3.connect(store.path, isolation_level=None, check_same_thread=False)
     other.execute("BEGIN IMMEDIATE")
     put = asyncio.create_task(store.put(_record(3)))
-    await asyncio.sleep(0.2)
+    await wait_for(lambda: store._queued_writes == 1, "the write handed to the thread")
+    assert _inline(store).declined == 1  # the inline attempt failed at once: the lock is held
     assert not put.done()  # waiting in the thread (busy_timeout), not on the loop
-    assert _inline(store).declined == 1
     other.execute("COMMIT")
     other.close()
     await put
@@ -90,9 +91,9 @@ async def test_writes_queued_for_the_thread_are_never_overtaken(store: SqliteSto
     other = sqlite3.connect(store.path, isolation_level=None, check_same_thread=False)
     other.execute("BEGIN IMMEDIATE")
     first = asyncio.create_task(store.put(_record(4)))
-    await asyncio.sleep(0.05)
+    await wait_for(lambda: store._queued_writes == 1, "the first write handed to the thread")
     second = asyncio.create_task(store.put(_record(5)))  # one write is queued: no inline try
-    await asyncio.sleep(0.05)
+    await wait_for(lambda: store._queued_writes == 2, "the second write queued behind it")
     assert _inline(store).declined == 1
     other.execute("COMMIT")
     other.close()

@@ -11,28 +11,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
-from aiohttp import web
 
-from engine.core import Engine, EngineConfig
+from engine.core import EngineConfig
 from engine.models.config import build_router, parse_config
 from engine.models.router import Router
-from engine.server.app import create_app
-from tests.conftest import LiveServer
+from tests.support.server import LiveServer, start_server
 from tests.upstream.peer import SECRET, ChatPeer, ResponsesPeer
 
 KEY_ENV = "ROLLOUT_TEST_UPSTREAM_KEY"
-WEATHER = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "Weather for a city",
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string"}},
-        "required": ["city"],
-        "additionalProperties": False,
-    },
-    "strict": True,
-}
 StartEngine = Callable[..., Awaitable[LiveServer]]
 
 
@@ -84,14 +70,7 @@ def router_for(backend: str, base_url: str, **extra: Any) -> Router:
 
 async def start_engine(router: Router, **config: Any) -> LiveServer:
     settings = {"tokens_per_second": 0, "default_model": "model-a", **config}
-    engine = Engine(EngineConfig(**settings), router=router)
-    runner = web.AppRunner(create_app(engine), handle_signals=False, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    assert site._server is not None
-    port = site._server.sockets[0].getsockname()[1]
-    return LiveServer(engine=engine, port=port, runner=runner)
+    return await start_server(EngineConfig(**settings), router)
 
 
 @pytest.fixture

@@ -17,6 +17,8 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.support.server import serve_app
+
 SECRET = "sk-test-SECRET-0123456789abcdef"  # the upstream key the tests put in the environment
 
 
@@ -80,12 +82,7 @@ class Peer:
     async def start(self) -> None:
         app = web.Application()
         self.routes(app)
-        self.runner = web.AppRunner(app, handle_signals=False, access_log=None)
-        await self.runner.setup()
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
-        await site.start()
-        assert site._server is not None
-        self.port = site._server.sockets[0].getsockname()[1]
+        self.runner, self.port = await serve_app(app)
 
     async def stop(self) -> None:
         if self.runner is not None:

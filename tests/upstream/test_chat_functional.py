@@ -11,30 +11,14 @@ import aiohttp
 import pytest
 
 from engine.conversation.tokens import count
-from tests.conftest import LiveServer
-from tests.upstream.conftest import WEATHER, StartEngine, router_for
+from tests.support.http import post
+from tests.support.server import LiveServer
+from tests.support.tools import WEATHER
+from tests.support.ws import read_until
+from tests.upstream.conftest import StartEngine, router_for
 from tests.upstream.peer import SECRET, Call, ChatPeer, Reply
 
 Event = dict[str, Any]
-
-
-async def post(server: LiveServer, **body: Any) -> tuple[int, Event]:
-    async with (
-        aiohttp.ClientSession() as http,
-        http.post(f"{server.base_url}/responses", json=body) as resp,
-    ):
-        return resp.status, await resp.json()
-
-
-async def until(ws: aiohttp.ClientWebSocketResponse, *types: str) -> tuple[Event, list[Event]]:
-    seen: list[Event] = []
-    while True:
-        msg = await ws.receive(timeout=10)
-        assert msg.type is aiohttp.WSMsgType.TEXT, msg
-        event: Event = json.loads(msg.data)
-        seen.append(event)
-        if event["type"] in types:
-            return event, seen
 
 
 def call_msg(call_id: str, city: str) -> Event:
@@ -90,7 +74,7 @@ async def test_compat_fast_path_sends_the_full_context(
                 **common,
             }
         )
-        first, _ = await until(ws, "response.completed")
+        first = (await read_until(ws, "response.completed"))[-1]
         call = first["response"]["output"][-1]
         assert call["type"] == "function_call" and call["call_id"] == "call_p"
         await ws.send_json(
@@ -101,7 +85,7 @@ async def test_compat_fast_path_sends_the_full_context(
                 **common,
             }
         )
-        second, _ = await until(ws, "response.completed")
+        second = (await read_until(ws, "response.completed"))[-1]
     assert second["response"]["output"][0]["content"][0]["text"] == "It is sunny."
     assert chat_server.engine.counters["create.fast_path"] == 1
     turn1, turn2 = (r.body for r in chat_peer.requests)
@@ -140,7 +124,7 @@ async def test_append_mode_two_parallel_calls_full_context(
                 "store": False,
             }
         )
-        done, _ = await until(ws, "response.done")
+        done = (await read_until(ws, "response.done"))[-1]
         pending = [c["call_id"] for c in done["pending_calls"]]
         assert pending == ["call_1", "call_2"]
         outputs = [
@@ -151,7 +135,7 @@ async def test_append_mode_two_parallel_calls_full_context(
         await ws.send_json(
             {"type": "response.append", "response_id": response_id, "input": outputs}
         )
-        final, _ = await until(ws, "response.completed")
+        final = (await read_until(ws, "response.completed"))[-1]
     assert final["response"]["id"] == response_id  # one response for the whole rollout
     assert chat_peer.requests[1].body["messages"] == [
         {"role": "user", "content": "Weather in Paris and Rome?"},
@@ -196,7 +180,7 @@ async def test_upstream_4xx_fails_the_response_without_secrets(
     chat_peer.queue(Reply(status=status, error_body=body))
     async with aiohttp.ClientSession() as http, http.ws_connect(chat_server.ws_url) as ws:
         await ws.send_json({"type": "response.create", "model": "model-a", "input": "hi"})
-        _, events = await until(ws, "response.failed", "error")
+        events = await read_until(ws, "response.failed", "error")
     assert SECRET not in json.dumps(events) and "sk-test" not in json.dumps(events)
 
 
@@ -221,7 +205,7 @@ async def test_upstream_5xx_is_response_failed_server_error(
     chat_peer.queue(Reply(status=503))
     async with aiohttp.ClientSession() as http, http.ws_connect(chat_server.ws_url) as ws:
         await ws.send_json({"type": "response.create", "model": "model-a", "input": "hi"})
-        failed, _ = await until(ws, "response.failed")
+        failed = (await read_until(ws, "response.failed"))[-1]
     assert failed["response"]["error"]["code"] == "server_error"
 
 
@@ -233,7 +217,7 @@ async def test_timeout_and_mid_stream_disconnect_are_server_errors(
     async with aiohttp.ClientSession() as http, http.ws_connect(server.ws_url) as ws:
         for _ in range(2):
             await ws.send_json({"type": "response.create", "model": "model-a", "input": "hi"})
-            failed, _ = await until(ws, "response.failed")
+            failed = (await read_until(ws, "response.failed"))[-1]
             assert failed["response"]["error"]["code"] == "server_error"
 
 
@@ -244,7 +228,7 @@ async def test_client_disconnect_closes_the_upstream_request(
     async with aiohttp.ClientSession() as http:
         ws = await http.ws_connect(chat_server.ws_url)
         await ws.send_json({"type": "response.create", "model": "model-a", "input": "hi"})
-        await until(ws, "response.output_text.delta")
+        await read_until(ws, "response.output_text.delta")
         await ws.close()
     await asyncio.wait_for(chat_peer.gone.wait(), 2)
     assert chat_peer.finished == 0

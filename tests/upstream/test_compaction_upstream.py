@@ -9,10 +9,11 @@ from typing import Any
 import aiohttp
 from openai import AsyncOpenAI
 
-from tests.conftest import LiveServer
-from tests.upstream.conftest import WEATHER, StartEngine, router_for
+from tests.support.server import LiveServer
+from tests.support.tools import WEATHER
+from tests.support.ws import read_until
+from tests.upstream.conftest import StartEngine, router_for
 from tests.upstream.peer import ChatPeer, Reply, ResponsesPeer
-from tests.upstream.test_chat_functional import until
 
 HISTORY: list[dict[str, Any]] = [
     {"role": "user", "content": "Tell me about Lima."},
@@ -96,7 +97,7 @@ async def test_chat_upstream_context_management_over_websocket(
     create["tools"] = [WEATHER]
     async with aiohttp.ClientSession() as http, http.ws_connect(server.ws_url) as ws:
         await ws.send_json(create)
-        done, _ = await until(ws, "response.completed")
+        done = (await read_until(ws, "response.completed"))[-1]
     output = done["response"]["output"]
     assert [o["type"] for o in output] == ["compaction", "message"]
     assert output[1]["content"][0]["text"] == "Quito is cool."

@@ -18,7 +18,7 @@ from engine.models.config import (
 )
 from engine.models.responses_upstream import ResponsesBackend
 from engine.models.sim import SimulatedModel
-from engine.server import cli
+from engine.server import flags, run
 
 GOOD = """
 default = "qwen"
@@ -148,9 +148,9 @@ def test_upstream_shortcut() -> None:
 def test_cli_flags_build_the_router(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     parser_args = ["serve", "--upstream", "http://127.0.0.1:8001/v1", "--upstream-model", "m"]
     args = _parse([*parser_args, "--upstream-key-env", "ROLLOUT_TEST_UPSTREAM_KEY"])
-    config = cli.EngineConfig()
-    router = cli._router(args, config)
-    assert router is not None and config.default_model == "m"
+    router, default_model = run.models(flags.serve_options(args), args.tokens_per_second)
+    assert router is not None and default_model == "m"
+    assert flags.engine_config(args, default_model).default_model == "m"
     path = tmp_path / "r.toml"
     path.write_text('[models.a]\nbackend = "sim"\nspeeed = 3\n')
     assert main(["serve", "--config", str(path), "--port", "0"]) == 2
@@ -164,5 +164,5 @@ def _parse(argv: list[str]) -> Any:
 
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="command")
-    cli.add_serve_parser(sub)
+    flags.add_serve_parser(sub)
     return parser.parse_args(argv)

@@ -22,8 +22,10 @@ import pytest
 from openai import AsyncOpenAI
 
 from engine.models.config import build_router, parse_config
-from tests.conftest import LiveServer
-from tests.upstream.conftest import WEATHER, StartEngine
+from tests.support.server import LiveServer
+from tests.support.tools import WEATHER
+from tests.support.wait import wait_for
+from tests.upstream.conftest import StartEngine
 
 REAL_PYTHON = os.environ.get("ROLLOUT_REAL_PYTHON", "")
 pytestmark = [
@@ -47,15 +49,15 @@ async def _run(*args: str) -> None:
 
 async def _ready(url: str, deadline_s: float = 120) -> None:
     async with aiohttp.ClientSession() as http:
-        for _ in range(int(deadline_s * 4)):
+
+        async def answers() -> bool:
             try:
                 async with http.get(url) as resp:
-                    if resp.status == 200:
-                        return
+                    return resp.status == 200
             except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.25)
-    raise AssertionError(f"llama.cpp server not ready at {url}")
+                return False
+
+        await wait_for(answers, f"llama.cpp server ready at {url}", limit=deadline_s)
 
 
 @pytest.fixture

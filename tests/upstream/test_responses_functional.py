@@ -8,10 +8,12 @@ from typing import Any
 
 import aiohttp
 
-from tests.conftest import LiveServer
-from tests.upstream.conftest import WEATHER, StartEngine, router_for
+from tests.support.http import post
+from tests.support.server import LiveServer
+from tests.support.tools import WEATHER
+from tests.support.ws import read_until
+from tests.upstream.conftest import StartEngine, router_for
 from tests.upstream.peer import SECRET, Call, Reply, ResponsesPeer
-from tests.upstream.test_chat_functional import post, until
 
 FCO = {"type": "function_call_output", "call_id": "call_r", "output": "sunny"}
 
@@ -25,7 +27,7 @@ async def tool_round(server: LiveServer, peer: ResponsesPeer, **extra: Any) -> l
     common = {"model": "model-a", "tools": [WEATHER], "instructions": "Be brief.", "store": False}
     async with aiohttp.ClientSession() as http, http.ws_connect(server.ws_url) as ws:
         await ws.send_json({"type": "response.create", "input": "Weather?", **common, **extra})
-        first, _ = await until(ws, "response.completed")
+        first = (await read_until(ws, "response.completed"))[-1]
         assert [i["type"] for i in first["response"]["output"]] == ["message", "function_call"]
         await ws.send_json(
             {
@@ -35,7 +37,7 @@ async def tool_round(server: LiveServer, peer: ResponsesPeer, **extra: Any) -> l
                 **common,
             }
         )
-        second, _ = await until(ws, "response.completed")
+        second = (await read_until(ws, "response.completed"))[-1]
     assert second["response"]["output"][0]["content"][0]["text"] == "It is sunny."
     return [r.body for r in peer.requests]
 
@@ -99,7 +101,7 @@ async def test_rejected_continuation_falls_back_to_full_context(
     async with aiohttp.ClientSession() as http, http.ws_connect(server.ws_url) as ws:
         common = {"model": "model-a", "tools": [WEATHER], "store": False}
         await ws.send_json({"type": "response.create", "input": "Weather?", **common})
-        first, _ = await until(ws, "response.completed")
+        first = (await read_until(ws, "response.completed"))[-1]
         await ws.send_json(
             {
                 "type": "response.create",
@@ -108,7 +110,7 @@ async def test_rejected_continuation_falls_back_to_full_context(
                 **common,
             }
         )
-        await until(ws, "response.completed")
+        await read_until(ws, "response.completed")
     retry = responses_peer.requests[2].body
     assert "previous_response_id" not in retry and len(retry["input"]) == 3
 
@@ -122,7 +124,8 @@ async def test_incomplete_and_failed_upstream_responses(
     assert body["incomplete_details"] == {"reason": "max_output_tokens"}
     async with aiohttp.ClientSession() as http, http.ws_connect(responses_server.ws_url) as ws:
         await ws.send_json({"type": "response.create", "model": "model-a", "input": "hi"})
-        failed, events = await until(ws, "response.failed")
+        events = await read_until(ws, "response.failed")
+        failed = events[-1]
     assert failed["response"]["error"]["code"] == "server_error"
     assert SECRET not in json.dumps(events)
 

@@ -7,8 +7,8 @@ from typing import Any
 
 from openai import AsyncOpenAI
 
-from tests.conftest import LiveServer
-from tests.upstream.conftest import WEATHER
+from tests.support.server import LiveServer
+from tests.support.tools import WEATHER
 from tests.upstream.peer import ChatPeer, ResponsesPeer
 
 

@@ -3,24 +3,15 @@ response is closed, and the successor samples again with the steering input in i
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import aiohttp
 
-from tests.conftest import LiveServer
+from tests.support.server import LiveServer
+from tests.support.ws import read_until
 from tests.upstream.peer import ChatPeer, Reply
 
 Event = dict[str, Any]
-
-
-async def _next(ws: aiohttp.ClientWebSocketResponse, kind: str) -> Event:
-    while True:
-        msg = await ws.receive(timeout=10)
-        assert msg.type is aiohttp.WSMsgType.TEXT, msg
-        event: Event = json.loads(msg.data)
-        if event["type"] == kind:
-            return event
 
 
 async def test_steering_stops_the_upstream_and_restarts_with_the_new_input(
@@ -30,16 +21,16 @@ async def test_steering_stops_the_upstream_and_restarts_with_the_new_input(
     chat_peer.queue(Reply(text="word " * 40, delay=0.2), Reply(text="Briefly: done."))
     async with aiohttp.ClientSession() as http, http.ws_connect(chat_server.ws_url) as ws:
         await ws.send_json({"type": "response.create", "model": "model-a", "input": "Tell all"})
-        created = await _next(ws, "response.created")
-        await _next(ws, "response.output_text.delta")
+        created = (await read_until(ws, "response.created"))[-1]
+        await read_until(ws, "response.output_text.delta")
         rid = created["response"]["id"]
         await ws.send_json(
             {"type": "response.steer", "previous_response_id": rid, "input": "Stop."}
         )
-        await _next(ws, "response.steer.accepted")
-        cut = await _next(ws, "response.incomplete")
+        await read_until(ws, "response.steer.accepted")
+        cut = (await read_until(ws, "response.incomplete"))[-1]
         assert cut["response"]["incomplete_details"] == {"reason": "steered"}
-        successor = await _next(ws, "response.completed")
+        successor = (await read_until(ws, "response.completed"))[-1]
     await chat_peer.gone.wait()  # the first upstream request was closed by the engine
     assert chat_peer.disconnects == 1
     assert successor["response"]["previous_response_id"] == rid

@@ -1,0 +1,73 @@
+"""A configuration field's one source: its default, its ``rollout serve`` flag, help and unit.
+
+The config dataclasses (``EngineConfig``, ``ServerConfig``, ``ServeOptions``) declare each field
+with :func:`setting`; ``engine/server/flags.py`` generates the serve flags from that metadata, so
+a default is written once, next to the field it belongs to (SPEC: CFG-6). A leaf: it imports
+nothing of the engine, so every part, the store included, may use it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+FLAG = "rollout.flag"  # the key of a field's Flag in its dataclass metadata
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Flag:
+    """How a field is set from the command line.
+
+    A ``bool`` field is a switch that sets the opposite of its default. ``parse`` reads the
+    text (default: the type of the default value); ``group`` is the help section."""
+
+    name: str
+    help: str
+    group: str
+    unit: str = ""
+    parse: Callable[[str], Any] | None = None
+    choices: tuple[str, ...] = ()
+    metavar: str | None = None
+    hidden: bool = False  # internal (a worker's index), not shown in --help
+
+
+def setting(
+    default: T,
+    flag: str | None = None,
+    *,
+    help: str = "",
+    group: str = "",
+    unit: str = "",
+    parse: Callable[[str], Any] | None = None,
+    choices: tuple[str, ...] = (),
+    metavar: str | None = None,
+    hidden: bool = False,
+) -> T:
+    """A dataclass field with its default and, when ``flag`` is given, its serve flag."""
+    if flag is None:
+        return dataclasses.field(default=default)
+    meta = Flag(flag, help, group, unit, parse, choices, metavar, hidden)
+    # typed as the default so ``x: int = setting(16, ...)`` reads like ``x: int = 16``
+    field: T = dataclasses.field(default=default, metadata={FLAG: meta})
+    return field
+
+
+def flags_of(cls: type[Any]) -> list[tuple[dataclasses.Field[Any], Flag]]:
+    """The fields of a config dataclass that have a flag, in declaration order."""
+    return [(f, f.metadata[FLAG]) for f in dataclasses.fields(cls) if FLAG in f.metadata]
+
+
+def duration(text: str) -> float:
+    """``3600``, ``90s``, ``45m``, ``12h`` or ``30d`` as seconds (``--store-ttl``)."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    scale = units.get(text[-1:].lower(), 0)
+    try:
+        value = float(text[:-1] if scale else text) * (scale or 1)
+    except ValueError:
+        raise ValueError(f"not a duration: {text!r}") from None
+    if value < 0:
+        raise ValueError("a duration is not negative")
+    return value

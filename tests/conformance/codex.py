@@ -1,0 +1,120 @@
+"""The pinned Codex CLI and its configuration for a run against a live server (used by
+``test_codex_cli.py`` and ``measure_codex.py``)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+CODEX = ROOT / ".tools" / "codex" / "node_modules" / ".bin" / "codex"
+
+
+CODEX_VERSION = "0.169.0"
+
+
+MARKER = "marker-7f3a.txt"  # a file in the work dir that only `ls` can reveal
+
+
+PROMPT = "Use exec_command to list the files, and get_goal to see the current goal."
+
+
+KEY_ENV = "ROLLOUT_CODEX_TEST_KEY"
+
+
+def codex_binary() -> Path:
+    """The pinned Codex CLI, or a test failure that says how to get it (no skip)."""
+    if not CODEX.exists():
+        pytest.fail(
+            f"Codex CLI not found at {CODEX}: `make test` installs @openai/codex@{CODEX_VERSION}"
+            " there with .ci/sysdeps (npm); run `bash .ci/sysdeps`."
+        )
+    version = subprocess.run(
+        [str(CODEX), "--version"], capture_output=True, text=True, timeout=60, check=False
+    )
+    if CODEX_VERSION not in version.stdout:
+        pytest.fail(f"Codex CLI {CODEX_VERSION} expected, found {version.stdout!r}")
+    return CODEX
+
+
+# A model catalog entry for `sim` (Codex 0.169's schema) whose `apply_patch` is the freeform
+# (custom) tool. Without it Codex falls back to generic metadata, which offers no apply_patch.
+CATALOG_ENTRY: dict[str, Any] = {
+    "slug": "sim",
+    "display_name": "sim",
+    "description": "rollout engine simulator",
+    "supports_reasoning_summaries": False,
+    "support_verbosity": False,
+    "default_verbosity": None,
+    "apply_patch_tool_type": "freeform",
+    "input_modalities": ["text"],
+    "truncation_policy": {"mode": "tokens", "limit": 10000},
+    "supports_parallel_tool_calls": True,
+    "context_window": 128000,
+    "reasoning_summary_format": "none",
+    "default_reasoning_level": None,
+    "supported_reasoning_levels": [],
+    "shell_type": "unified_exec",
+    "visibility": "list",
+    "minimal_client_version": "0.0.1",
+    "supported_in_api": True,
+    "upgrade": None,
+    "priority": 0,
+    "base_instructions": "You are a coding agent.",
+    "experimental_supported_tools": [],
+}
+
+
+@dataclass
+class CodexTask:
+    prompt: str = PROMPT
+    sandbox: str = "read-only"
+    freeform_patch: bool = False  # a model catalog that offers apply_patch as a custom tool
+    settings: str = ""  # more top-level config.toml settings
+    provider_name: str = "rollout engine"
+
+
+def write_config(home: Path, base_url: str, websockets: bool, task: CodexTask) -> None:
+    """A model provider pointing at the server. The update check, analytics, feedback and the
+    plugin/app/model-catalog syncs are off: each would otherwise reach the internet."""
+    home.mkdir()
+    catalog = ""
+    if task.freeform_patch:
+        (home / "models.json").write_text(json.dumps({"models": [CATALOG_ENTRY]}))
+        catalog = f'model_catalog_json = "{home / "models.json"}"\n'
+    (home / "config.toml").write_text(
+        catalog
+        + task.settings
+        + f"""model = "sim"
+model_provider = "rollout"
+approval_policy = "never"
+sandbox_mode = "{task.sandbox}"
+check_for_update_on_startup = false
+
+[analytics]
+enabled = false
+
+[feedback]
+enabled = false
+
+[features]
+plugins = false
+remote_plugin = false
+remote_models = false
+apps = false
+
+[model_providers.rollout]
+name = "{task.provider_name}"
+base_url = "{base_url}"
+env_key = "{KEY_ENV}"
+wire_api = "responses"
+supports_websockets = {str(websockets).lower()}
+"""
+    )

@@ -1,0 +1,212 @@
+"""``rollout serve``'s flags come from the config fields; each default is written once (CFG-6)."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import re
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine.core import EngineConfig
+from engine.server import flags
+from engine.server.config import ServerConfig
+from engine.settings import duration, flags_of
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser()
+    flags.add_serve_parser(parser.add_subparsers(dest="command"))
+    return parser
+
+
+def _serve_parser() -> argparse.ArgumentParser:
+    parser = _parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices["serve"]
+
+
+def test_every_flagged_field_has_its_flag_with_its_default() -> None:
+    args = _parser().parse_args(["serve"])
+    options = {o for a in _serve_parser()._actions for o in a.option_strings} - {"-h", "--help"}
+    declared = set()
+    for cls in flags.FLAGGED:
+        for field, flag in flags_of(cls):
+            declared.add(flag.name)
+            assert getattr(args, field.name) == field.default, (cls.__name__, field.name)
+    assert options == declared  # no flag without a field, no flagged field without its flag
+    assert len(declared) == 40  # the hand-written parser's 38, --max-queued-bytes, --node-id
+
+
+def test_a_flag_lands_in_its_field_and_the_configs_are_frozen() -> None:
+    argv = ["serve", "--max-queued", "3", "--no-websocket", "--store-ttl", "12h", "--tps", "0"]
+    args = _parser().parse_args([*argv, "--port", "0", "--upstream", "http://h/v1"])
+    engine = flags.engine_config(args, "m")
+    server = flags.server_config(args)
+    options = flags.serve_options(args)
+    assert (engine.max_queued_creates, engine.store_ttl_s, engine.tokens_per_second) == (
+        3,
+        43200,
+        0,
+    )
+    assert engine.default_model == "m" and flags.engine_config(args).default_model == "sim"
+    assert server.websocket_enabled is False and server.max_connections == 1024
+    assert (options.port, options.upstream) == (0, "http://h/v1")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        engine.default_model = "other"  # type: ignore[misc]
+    with pytest.raises(SystemExit):  # a bad duration is argparse's usage error, exit 2
+        _parser().parse_args(["serve", "--store-ttl", "3x"])
+
+
+def _number(node: ast.expr) -> object:
+    """A literal, or a product of literals (``32 * 1024 * 1024``)."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        left, right = _number(node.left), _number(node.right)
+        if isinstance(left, int | float) and isinstance(right, int | float):
+            return left * right
+        return None
+    try:
+        return ast.literal_eval(node)
+    except ValueError:
+        return None
+
+
+def literal_defaults(root: Path) -> dict[object, list[tuple[str, str]]]:
+    """Every number written as a default in engine/: a dataclass field, a parameter default,
+    an argparse ``default=``. Value -> (where, the name it is the default of)."""
+    found: dict[object, list[tuple[str, str]]] = defaultdict(list)
+    for path in sorted((root / "engine").rglob("*.py")):
+        where = str(path.relative_to(root))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            pairs: list[tuple[ast.expr, str]] = []
+            if isinstance(node, ast.AnnAssign) and node.value is not None:
+                value = node.value
+                if isinstance(value, ast.Call) and getattr(value.func, "id", "") == "setting":
+                    value = value.args[0]
+                pairs.append((value, ast.unparse(node.target)))
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                args = [*node.args.posonlyargs, *node.args.args]
+                named = (a.arg for a in reversed(args))
+                pairs += zip(reversed(node.args.defaults), named, strict=False)
+                pairs += (
+                    (d, a.arg)
+                    for a, d in zip(node.args.kwonlyargs, node.args.kw_defaults, strict=True)
+                    if d
+                )
+            elif isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument":
+                flag = ast.unparse(node.args[0]) if node.args else "?"
+                pairs += ((k.value, flag) for k in node.keywords if k.arg == "default")
+            for expr, name in pairs:
+                number = _number(expr)
+                if isinstance(number, int | float) and not isinstance(number, bool):
+                    found[number].append((f"{where}:{expr.lineno}", name))
+    return found
+
+
+def _words(name: str) -> set[str]:
+    return set(re.split(r"[_\-'\"]+", name.lower())) - {"", "max", "s", "size", "per", "bytes"}
+
+
+def written_more_than_once(root: Path) -> dict[str, list[str]]:
+    """Each config field whose default is written again: as a flag's ``default=``, or as the
+    default of a parameter named like it (``max_entries`` for ``store_max_entries``)."""
+    found = literal_defaults(root)
+    fields = [f for cls in flags.FLAGGED for f in dataclasses.fields(cls)]
+    names = {f.name for f in fields}
+    again = {}
+    for field in fields:
+        if not isinstance(field.default, int | float) or isinstance(field.default, bool):
+            continue
+        places = [
+            where
+            for where, name in found.get(field.default, [])
+            if name == field.name
+            or (
+                name not in names
+                and (name.startswith(("'--", '"--')) or _words(name) & _words(field.name))
+            )
+        ]
+        if len(places) > 1:
+            again[field.name] = places
+    return again
+
+
+def test_each_default_is_written_once() -> None:
+    assert written_more_than_once(ROOT) == {}
+
+
+def test_the_count_sees_a_second_copy(tmp_path: Path) -> None:
+    """The check can fail: a parameter default and a flag default repeating fields' values."""
+    engine = tmp_path / "engine"
+    engine.mkdir()
+    (engine / "core.py").write_text(
+        "class EngineConfig:\n    max_lanes: int = setting(32, '--max-lanes')\n"
+        "class ServerConfig:\n    send_timeout_s: float = 30.0\n",
+        encoding="utf-8",
+    )
+    assert written_more_than_once(tmp_path) == {}
+    (engine / "copy.py").write_text(
+        "def lanes(max_lanes: int = 32) -> None: ...\n"
+        "parser.add_argument('--send-timeout', default=30.0)\n",
+        encoding="utf-8",
+    )
+    again = written_more_than_once(tmp_path)
+    assert set(again) == {"max_lanes", "send_timeout_s"}
+
+
+def _readme_rows() -> dict[str, str]:
+    """``rollout serve`` flags table of the README: flag -> its default cell."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    table = text.split("## `rollout serve` flags", 1)[1].split("\n\n", 2)[1]
+    rows: dict[str, str] = {}
+    for line in table.splitlines()[2:]:
+        names, default = (cell.strip() for cell in line.strip("|").split("|")[:2])
+        flag_names = re.findall(r"`(--[a-z-]+)", names)
+        defaults = [d.strip() for d in default.split(" / ")]
+        if len(defaults) != len(flag_names):
+            defaults = defaults[:1] * len(flag_names)
+        rows.update(zip(flag_names, defaults, strict=True))
+    return rows
+
+
+def _readme_value(cell: str) -> Any:
+    text = cell.strip("`")
+    if text in ("off", "—"):
+        return None
+    try:
+        return duration(text)
+    except ValueError:
+        return text
+
+
+def test_the_readme_lists_every_flag_with_its_default() -> None:
+    rows = _readme_rows()
+    for cls in flags.FLAGGED:
+        for field, flag in flags_of(cls):
+            if flag.hidden:
+                continue
+            assert flag.name in rows, f"README's serve flags table lacks {flag.name}"
+            shown = _readme_value(rows[flag.name])
+            default = field.default
+            if isinstance(default, bool) or default is None or default == "":
+                assert shown is None or flag.name in ("--store",), flag.name
+            elif isinstance(default, int | float):
+                assert shown == default, (flag.name, rows[flag.name], default)
+            else:
+                assert shown == default, (flag.name, rows[flag.name], default)
+
+
+def test_limit_table_names_the_fields() -> None:
+    """SPEC §13 names EngineConfig/ServerConfig fields: each exists."""
+    spec = (ROOT / "SPEC.md").read_text(encoding="utf-8")
+    section = spec.split("## 13. Limits", 1)[1].split("\n## ", 1)[0]
+    cells = [line.split("|")[3].strip() for line in section.splitlines() if line.startswith("| ")]
+    named = {m.group(1) for c in cells if (m := re.fullmatch(r"`(?:ServerConfig\.)?([a-z_]+)`", c))}
+    known = {f.name for cls in (EngineConfig, ServerConfig) for f in dataclasses.fields(cls)}
+    assert named and named <= known, named - known

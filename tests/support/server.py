@@ -1,0 +1,59 @@
+"""One way to start a real server on an ephemeral loopback port, read through public API."""
+
+from __future__ import annotations
+
+import ssl
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from engine.core import Engine, EngineConfig
+from engine.models.router import Router
+from engine.server.app import create_app
+from engine.store import ResponseStore
+
+
+@dataclass
+class LiveServer:
+    engine: Engine
+    port: int
+    runner: web.AppRunner
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/v1/responses"
+
+
+async def serve_app(
+    app: web.Application, ssl_context: ssl.SSLContext | None = None
+) -> tuple[web.AppRunner, int]:
+    """Serve any aiohttp app (ours, a fake upstream) on 127.0.0.1 and a free port; the caller
+    cleans the runner up. The port is the runner's public ``addresses``."""
+    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ssl_context).start()
+    return runner, bound_port(runner)
+
+
+def bound_port(runner: web.AppRunner) -> int:
+    """The port the runner's (first) site listens on: the one a ``port=0`` site picked."""
+    address = runner.addresses[0]
+    return int(address[1])
+
+
+async def start_server(
+    config: EngineConfig | None = None,
+    router: Router | None = None,
+    store: ResponseStore | None = None,
+    **app_kwargs: Any,
+) -> LiveServer:
+    """The engine's app with this config (default: the simulator at full speed, no pacing)."""
+    engine = Engine(config or EngineConfig(tokens_per_second=0), router=router, store=store)
+    runner, port = await serve_app(create_app(engine, **app_kwargs))
+    return LiveServer(engine=engine, port=port, runner=runner)

@@ -1,0 +1,37 @@
+"""Reading a raw WebSocket (aiohttp's client) frame by frame."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import aiohttp
+
+from protocol.events import TERMINAL_TYPES
+
+Event = dict[str, Any]
+TERMINAL_OR_ERROR = (*sorted(TERMINAL_TYPES), "error")
+RECV_TIMEOUT_S = 10.0  # a frame that does not come in this long is a failed test, not a hang
+
+
+async def next_event(ws: aiohttp.ClientWebSocketResponse) -> Event:
+    """The next frame, which must be a JSON text frame."""
+    msg = await ws.receive(timeout=RECV_TIMEOUT_S)
+    assert msg.type is aiohttp.WSMsgType.TEXT, msg
+    event: Event = json.loads(msg.data)
+    return event
+
+
+async def read_until(ws: aiohttp.ClientWebSocketResponse, *types: str) -> list[Event]:
+    """Every event up to and including the first whose ``type`` is one of ``types``."""
+    seen: list[Event] = []
+    while not seen or seen[-1]["type"] not in types:
+        seen.append(await next_event(ws))
+    return seen
+
+
+async def turn(ws: aiohttp.ClientWebSocketResponse, event: Event, *types: str) -> list[Event]:
+    """Send one client event; its events up to one of ``types`` (default: the terminal ones or
+    an ``error``)."""
+    await ws.send_str(json.dumps(event))
+    return await read_until(ws, *(types or TERMINAL_OR_ERROR))

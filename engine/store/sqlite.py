@@ -32,6 +32,7 @@ from engine.store.base import (
     StoreUnavailable,
 )
 from engine.store.sqlite_checkpoint import BACKSTOP_PAGES, WAL_LIMIT_BYTES, Checkpointer
+from engine.store.sqlite_checkpoint import EVERY_S as CHECKPOINT_EVERY_S
 from engine.store.sqlite_inline import InlineConnection
 from engine.store.sqlite_thread import DEADLINE_S, MAX_QUEUED, Op, StoreThread
 
@@ -66,6 +67,7 @@ class SqliteStore(ResponseStore):
         inline: bool = True,
         deadline_s: float = DEADLINE_S,
         max_queued: int = MAX_QUEUED,
+        checkpoint_every_s: float = CHECKPOINT_EVERY_S,
     ) -> None:
         super().__init__(ttl_s, max_record_bytes)
         self.path = path
@@ -85,7 +87,11 @@ class SqliteStore(ResponseStore):
         fast = inline and self.synchronous == "NORMAL"
         self._inline = InlineConnection(path) if fast else None
         self._checkpointer = Checkpointer(
-            path, synchronous=self.synchronous, restart_log=fast, on_event=self._count_later
+            path,
+            checkpoint_every_s,
+            synchronous=self.synchronous,
+            restart_log=fast,
+            on_event=self._count_later,
         )
 
     @property

@@ -15,10 +15,10 @@ empties the file. Every connection also sets ``journal_size_limit`` to that size
 that restarts is cut back to it.
 
 After a round that left the log completely checkpointed, the next commit restarts it and
-syncs the new log header; this thread makes that commit itself (a one-row rewrite of
-``schema_version``, which changes nothing), so the sync happens here, not in a turn's write
-(STORE-15). It does so only when the log held something besides its own last such commit, so
-an idle store writes nothing.
+syncs the new log header; this thread makes that commit itself (it rewrites the database
+header's unused ``user_version`` with its own value), so the sync happens here, not in a
+turn's write (STORE-15). It does so only when the log held something besides its own last
+such commit, so an idle store writes nothing.
 
 Failures (an I/O error, a full disk) are logged, at most once a minute, and counted
 (``store.checkpoint_failed``, OBS-2); the next round tries again.
@@ -89,7 +89,7 @@ class Checkpointer:
 
     def _run(self) -> None:
         try:
-            conn = self._connect()
+            conn = self.connect()
         except (sqlite3.Error, OSError) as exc:
             self._failed("no checkpoint connection", exc)
             return
@@ -102,7 +102,8 @@ class Checkpointer:
             if self._index is not None:
                 self._index.close()
 
-    def _connect(self) -> sqlite3.Connection:
+    def connect(self) -> sqlite3.Connection:
+        """The thread's connection (blocking); tests drive ``round`` on one by hand."""
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         try:
             conn.execute(f"PRAGMA synchronous = {self.synchronous}")
@@ -150,10 +151,13 @@ class Checkpointer:
         return busy, frames, done
 
     def _restart(self, conn: sqlite3.Connection) -> None:
-        """Commit one unchanged row: it restarts the log and syncs its header, here."""
+        """Commit one unchanged value: it restarts the log and syncs its header, here. (An
+        unchanged row would write nothing; the header's ``user_version``, unused by this
+        store, is written whatever its value: one page.)"""
         try:
             conn.execute("BEGIN IMMEDIATE")  # busy_timeout 0: a writer at work restarts it
-            conn.execute("UPDATE schema_version SET version = version")
+            (version,) = conn.execute("PRAGMA user_version").fetchone()
+            conn.execute(f"PRAGMA user_version = {int(version)}")
             conn.execute("COMMIT")
         except sqlite3.Error:
             with contextlib.suppress(sqlite3.Error):

@@ -5,6 +5,7 @@ whichever path a write takes, it is durable when ``put`` returns (STORE-6)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -14,7 +15,9 @@ import pytest
 from engine.store import ResponseRecord, chain_record, open_store
 from engine.store import sqlite_inline as inline_module
 from engine.store.sqlite import SqliteStore
+from engine.store.sqlite_checkpoint import WAL_LIMIT_BYTES, Checkpointer
 from engine.store.sqlite_inline import MAX_BYTES, InlineConnection
+from engine.store.sqlite_wal import WalIndex
 from protocol.items import Message
 from protocol.response import Response
 
@@ -148,3 +151,102 @@ async def test_no_inline_writes_with_fsync_or_when_switched_off(tmp_path: Path, 
 def test_inline_switch_is_checked(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="inline"):
         open_store(f"sqlite:///{tmp_path / 'f.db'}?inline=maybe")
+
+
+def _checkpoint(path: Path, mode: str) -> None:
+    """A checkpoint by another connection (another worker process's checkpointer, say)."""
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()
+
+
+async def test_a_commit_that_would_restart_the_log_goes_to_the_thread(tmp_path: Path) -> None:
+    """The first commit after the log was emptied (TRUNCATE) or completely checkpointed
+    (PASSIVE) restarts it and syncs its header: never on the loop (STORE-15). The thread's
+    commit restarts it; the next small write is inline again."""
+    store = SqliteStore(tmp_path / "r.db", checkpoint_every_s=3600)  # checkpoints by hand
+    await store.open()
+    try:
+        writer = _inline(store)
+        await store.put(_record(30))
+        assert (writer.commits, writer.restarts) == (1, 0)
+        for mode, n in (("TRUNCATE", 31), ("PASSIVE", 33)):
+            await asyncio.to_thread(_checkpoint, store.path, mode)
+            await store.put(_record(n))  # would restart the log: the thread's
+            assert writer.restarts == 1 + (n > 31) and _on_disk(store.path, f"resp_{n:04d}")
+            await store.put(_record(n + 1))  # the log has frames to append to again
+            assert writer.commits == 2 + (n > 31)
+    finally:
+        await store.close()
+
+
+async def test_the_checkpointer_restarts_a_checkpointed_log_itself(tmp_path: Path) -> None:
+    """After a round that checkpointed the whole log, the checkpoint thread commits once itself
+    (that commit restarts the log and syncs its header there), so the turns' next small writes
+    stay inline (STORE-15); a round with nothing new to checkpoint writes nothing."""
+    store = SqliteStore(tmp_path / "p.db", checkpoint_every_s=3600)  # rounds by hand
+    await store.open()
+    rounds = Checkpointer(store.path, restart_log=True)
+    conn = await asyncio.to_thread(rounds.connect)
+    try:
+        writer = _inline(store)
+        for n in range(40, 44):
+            await store.put(_record(n))
+            await asyncio.to_thread(rounds.round, conn)
+        assert (writer.commits, writer.restarts) == (4, 0)
+        frames = _wal_frames(store.path)
+        await asyncio.to_thread(rounds.round, conn)  # idle: nothing new
+        assert _wal_frames(store.path) == frames
+    finally:
+        await asyncio.to_thread(conn.close)
+        await store.close()
+
+
+async def test_without_the_restart_the_next_write_would_restart_the_log(tmp_path: Path) -> None:
+    """The same rounds without the checkpointer's own commit: the next write is one that
+    would restart the log, and goes to the thread (the case the restart saves)."""
+    store = SqliteStore(tmp_path / "n.db", checkpoint_every_s=3600)
+    await store.open()
+    rounds = Checkpointer(store.path, restart_log=False)
+    conn = await asyncio.to_thread(rounds.connect)
+    try:
+        await store.put(_record(50))
+        await asyncio.to_thread(rounds.round, conn)
+        await store.put(_record(51))
+        assert (_inline(store).commits, _inline(store).restarts) == (1, 1)
+    finally:
+        await asyncio.to_thread(conn.close)
+        await store.close()
+
+
+async def test_a_log_past_its_limit_is_truncated_by_the_next_round(tmp_path: Path) -> None:
+    """STORE-17: a passive checkpoint copies the log but leaves its file as large as it grew;
+    once the file is past WAL_LIMIT_BYTES the round is a TRUNCATE, and it is counted."""
+    store = SqliteStore(tmp_path / "w.db", checkpoint_every_s=3600)
+    await store.open()
+    events: list[str] = []
+    rounds = Checkpointer(store.path, restart_log=True, on_event=events.append)
+    conn = await asyncio.to_thread(rounds.connect)
+    try:
+        big = "y" * (256 * 1024)
+        await asyncio.gather(*(store.put(_record(60 + n, f"{n}{big}")) for n in range(24)))
+        wal = Path(f"{store.path}-wal")
+        assert _size(wal) > WAL_LIMIT_BYTES
+        await asyncio.to_thread(rounds.round, conn)
+        assert _size(wal) < 64 * 1024  # emptied (then one small restarting commit)
+        assert events == ["store.wal_truncated"]
+        assert all([await store.exists(f"resp_{60 + n:04d}") for n in range(24)])
+    finally:
+        await asyncio.to_thread(conn.close)
+        await store.close()
+
+
+def _size(path: Path) -> int:
+    return path.stat().st_size
+
+
+def _wal_frames(path: Path) -> int | None:
+    index = WalIndex(path)
+    try:
+        return index.frames()
+    finally:
+        index.close()

@@ -78,6 +78,7 @@ class SqliteStore(ResponseStore):
         self._thread = StoreThread(
             self._connect,
             self._sweep,
+            self._bound_wal,
             deadline_s=deadline_s,
             max_queued=max_queued,
             on_event=self.count,
@@ -122,6 +123,9 @@ class SqliteStore(ResponseStore):
         if self._inline is not None:
             await asyncio.to_thread(self._inline.close)  # closing may checkpoint: off the loop
         await asyncio.to_thread(self._checkpointer.stop)
+
+    def _bound_wal(self, conn: sqlite3.Connection) -> None:
+        self._checkpointer.bound(conn)  # after each transaction of the thread's (STORE-17)
 
     def _count_later(self, event: str) -> None:
         """``count`` from another thread (the checkpointer's)."""

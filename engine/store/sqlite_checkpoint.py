@@ -9,10 +9,12 @@ only as a backstop.
 
 A passive checkpoint never restarts the log, and under a steady stream of writes the log may
 never be completely checkpointed at the moment a writer begins (the only time SQLite restarts
-it): so once the log file passes ``WAL_LIMIT_BYTES`` the round is a TRUNCATE checkpoint, which
-waits (up to ``TRUNCATE_WAIT_MS``) for the writer's lock and the readers, copies the rest and
-empties the file. Every connection also sets ``journal_size_limit`` to that size, so a log
-that restarts is cut back to it.
+it); a TRUNCATE checkpoint from this thread would have to win the write lock between two of
+the writer's transactions, which under load it rarely does. So the bound is kept by the writer
+itself (``bound``): after a transaction that left the log file past ``WAL_LIMIT_BYTES``, the
+store's thread checkpoints and empties it (TRUNCATE) before its next transaction, under
+``lock`` so that it never meets this thread's round. Every connection also sets
+``journal_size_limit`` to that size, so a log that restarts is cut back to it.
 
 After a round that left the log completely checkpointed, the next commit restarts it and
 syncs the new log header; this thread makes that commit itself (it rewrites the database
@@ -39,9 +41,9 @@ from engine.store.sqlite_wal import WalIndex
 log = logging.getLogger("rollout.store.sqlite")
 
 EVERY_S = 1.0
+WAL_LIMIT_BYTES = 4 * 1024 * 1024  # the log's bound (STORE-17)
 BACKSTOP_PAGES = 16_384  # the writer's own wal_autocheckpoint (64 MiB of 4 KiB pages)
-WAL_LIMIT_BYTES = 4 * 1024 * 1024  # a log file past this is truncated at the next round
-TRUNCATE_WAIT_MS = 1000  # how long a TRUNCATE round waits for the writer and the readers
+TRUNCATE_WAIT_MS = 1000  # how long the last checkpoint, at stop, waits for readers
 LOG_EVERY_S = 60.0  # failures are counted every time, logged at most this often
 
 
@@ -65,6 +67,7 @@ class Checkpointer:
         self._on_event = on_event
         self._wal = Path(f"{path}-wal")
         self._index: WalIndex | None = None
+        self.lock = threading.Lock()  # one checkpoint at a time here: a round, or ``bound``
         self._primed_frames = -1  # the log's length right after this thread restarted it
         self._logged_at = -LOG_EVERY_S
         self._stop = threading.Event()
@@ -117,19 +120,31 @@ class Checkpointer:
         return conn
 
     def round(self, conn: sqlite3.Connection) -> None:
-        """One round: PASSIVE, or TRUNCATE once the log file is past its limit; then, if the
-        log is now completely checkpointed, restart it here."""
-        mode = "TRUNCATE" if self._wal_bytes() > self.wal_limit_bytes else "PASSIVE"
-        if mode == "PASSIVE" and self._untouched(conn):
+        """One round: a PASSIVE checkpoint; then, if it left the log completely checkpointed,
+        the commit that restarts it, here."""
+        with self.lock:
+            if self._untouched(conn):
+                return
+            outcome = self._checkpoint(conn, "PASSIVE")
+            if outcome is None:
+                return
+            busy, frames, done = outcome
+            if self.restart_log and not busy and frames == done:
+                self._restart(conn)
+
+    def bound(self, conn: sqlite3.Connection) -> None:
+        """On the store's thread, on its connection, between its transactions (STORE-17): a log
+        file past ``wal_limit_bytes`` is checkpointed and emptied. The writer is this very
+        thread, so only a reader or another process can make it wait (its busy timeout)."""
+        if self._wal_bytes() <= self.wal_limit_bytes:
             return
-        outcome = self._checkpoint(conn, mode)
-        if outcome is None:
-            return
-        busy, frames, done = outcome
-        if mode == "TRUNCATE":
-            self._on_event("store.wal_truncated" if not busy else "store.wal_truncate_busy")
-        if self.restart_log and not busy and frames == done:
-            self._restart(conn)
+        with self.lock:
+            try:
+                busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+            except sqlite3.Error as exc:
+                self._failed("truncate checkpoint failed", exc)
+                return
+        self._on_event("store.wal_truncate_busy" if busy else "store.wal_truncated")
 
     def _untouched(self, conn: sqlite3.Connection) -> bool:
         """Nothing written since this thread restarted the log: checkpointing its own commit

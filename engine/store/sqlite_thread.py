@@ -57,6 +57,7 @@ class StoreThread:
         self,
         connect: Callable[[], sqlite3.Connection],
         idle: Callable[[sqlite3.Connection], None],
+        after_batch: Callable[[sqlite3.Connection], None],
         *,
         deadline_s: float = DEADLINE_S,
         max_queued: int = MAX_QUEUED,
@@ -67,6 +68,7 @@ class StoreThread:
         self.pending_writes = 0  # submitted and not yet settled (STORE-13 checks it)
         self._connect = connect
         self._idle = idle
+        self._after_batch = after_batch
         self._on_event = on_event
         self._jobs: queue.Queue[Job | None] = queue.Queue()
         self._in_flight = 0  # jobs holding a slot: queued or running
@@ -174,6 +176,7 @@ class StoreThread:
                     continue
                 batch, stop = self._batch(first)
                 self._run_batch(conn, batch)
+                self._after_batch(conn)
                 if stop:
                     break
         finally:

@@ -22,7 +22,7 @@ import threading
 import time
 from pathlib import Path
 
-from engine.store import ResponseRecord, chain_record, open_store
+from engine.store import ResponseRecord, chain_record, open_store, sqlite_inline
 from engine.store.sqlite import SqliteStore
 from protocol.items import Message
 from protocol.response import Response
@@ -55,6 +55,7 @@ async def bench_put(path: Path, args: argparse.Namespace) -> str:
             if args.pause_ms:
                 await asyncio.sleep(args.pause_ms / 1000)
         inline = (store._inline.commits if store._inline is not None else 0) - warm
+        restarts = getattr(store._inline, "restarts", 0)  # handed over: the log would restart
     finally:
         await store.close()
     taken.sort()
@@ -62,7 +63,8 @@ async def bench_put(path: Path, args: argparse.Namespace) -> str:
     return (
         f"put: {len(taken)} puts, {args.pause_ms} ms apart: median"
         f" {statistics.median(taken) * 1e6:.0f} µs, p99 {p99 * 1e6:.0f} µs, mean"
-        f" {statistics.fmean(taken) * 1e6:.0f} µs; {inline} inline (of {len(taken)})"
+        f" {statistics.fmean(taken) * 1e6:.0f} µs; {inline} inline (of {len(taken)}),"
+        f" {restarts} handed to the thread as log restarts"
     )
 
 
@@ -111,7 +113,15 @@ def main() -> None:
     parser.add_argument("--writers", type=int, default=16)
     parser.add_argument("--record-kb", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument(
+        "--no-stall-guard",
+        action="store_true",
+        help="measure the inline path itself: a busy machine's scheduling stalls would turn it"
+        " off for 30 s (STORE-13's guard) and the figure would be the thread's",
+    )
     args = parser.parse_args()
+    if args.no_stall_guard:
+        sqlite_inline.STALL_S = float("inf")
     with tempfile.TemporaryDirectory(prefix="rollout-micro-", dir=os.environ.get("TMPDIR")) as tmp:
         run = bench_put if args.what == "put" else bench_wal
         print(asyncio.run(run(Path(tmp) / "micro.db", args)))

@@ -140,7 +140,7 @@ class Checkpointer:
             return
         with self.lock:
             try:
-                busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+                busy = conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()[0]
             except sqlite3.Error as exc:
                 self._failed("truncate checkpoint failed", exc)
                 return

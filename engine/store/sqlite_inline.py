@@ -33,6 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from engine.store.sqlite_checkpoint import WAL_LIMIT_BYTES
 from engine.store.sqlite_wal import WalIndex
 
 log = logging.getLogger("rollout.store.sqlite")
@@ -53,7 +54,7 @@ class InlineConnection:
         self.commits = 0  # writes committed here
         self.reads = 0  # reads served here
         self.declined = 0  # attempts handed to the thread (busy, failed)
-        self.restarts = 0  # writes handed to the thread because they would restart the log
+        self.restarts = 0  # writes handed to the thread for the log: a restart, or its bound
         self._conn: sqlite3.Connection | None = None
         self._wal: WalIndex | None = None
         self._broken: list[sqlite3.Connection] = []  # given up; closed off the loop
@@ -67,6 +68,7 @@ class InlineConnection:
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
             conn.execute("PRAGMA wal_autocheckpoint = 0")
+            conn.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES}")
             conn.execute("SELECT 1 FROM responses LIMIT 0")  # the wal-index is mapped now
             self._wal = WalIndex(self.path)
         except (sqlite3.Error, OSError):
@@ -155,9 +157,9 @@ class InlineConnection:
 
 def _transaction(conn: sqlite3.Connection, wal: WalIndex, op: Op) -> bool:
     """Commits ``op`` and returns True, or returns False having written nothing: this commit
-    would restart the log and sync its header (STORE-15)."""
+    would restart the log and sync its header (STORE-15), or the log is past its bound."""
     conn.execute("BEGIN IMMEDIATE")  # busy_timeout 0: fails at once if the lock is held
-    if not wal.commit_appends():
+    if not wal.commit_appends(WAL_LIMIT_BYTES):
         conn.execute("ROLLBACK")  # nothing written yet: nothing to undo, nothing synced
         return False
     op(conn)

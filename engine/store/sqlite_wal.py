@@ -11,6 +11,7 @@ maps: its header's ``mxFrame`` (frames in the log) and its checkpoint record's `
 the file, so it is stable:
 
 * offset 0: ``iVersion`` (u32, 3007000), then at 12 ``isInit`` (u8, 1 once initialised);
+* offset 14: ``szPage`` (u16, the page size; 1 means 65536);
 * offset 16: ``mxFrame`` (u32), in the first of the header's two copies;
 * offset 96: ``nBackfill`` (u32), the first field of the checkpoint record.
 
@@ -29,7 +30,8 @@ import struct
 from pathlib import Path
 
 WAL_INDEX_VERSION = 3007000
-_HEADER = struct.Struct("=I8xB3xI")  # iVersion, (unused, iChange), isInit, (…), mxFrame
+_HEADER = struct.Struct("=I8xBxHI")  # iVersion, (unused, iChange), isInit, (…), szPage, mxFrame
+FRAME_HEADER_BYTES = 24
 _HEADER_BYTES = 48  # one copy of the header; the second copy follows the first
 _BACKFILL = struct.Struct("=I")
 _BACKFILL_AT = 96
@@ -49,16 +51,19 @@ class WalIndex:
             os.close(self._fd)
             self._fd = -1
 
-    def commit_appends(self) -> bool:
-        """Under the write lock: True when the next commit appends to the log (no restart, so
-        no sync with ``synchronous=NORMAL``); False when it would restart the log, or the
-        wal-index is not one this code knows."""
+    def commit_appends(self, limit_bytes: int) -> bool:
+        """Under the write lock: True when the next commit appends to a log still under
+        ``limit_bytes`` (no restart, so no sync with ``synchronous=NORMAL``); False when it
+        would restart the log, the log has passed its bound (the store's thread restarts it,
+        STORE-17), or the wal-index is not one this code knows."""
         data = os.pread(self._fd, _READ, 0)
-        frames = _frames(data)
-        if frames is None:
+        header = _header(data)
+        if header is None:
             return False
+        page, frames = header
         (backfilled,) = _BACKFILL.unpack_from(data, _BACKFILL_AT)
-        return frames > 0 and backfilled < frames
+        within = frames * (page + FRAME_HEADER_BYTES) < limit_bytes
+        return frames > 0 and backfilled < frames and within
 
     def frames(self) -> int | None:
         """Frames in the log now (None: unknown, e.g. a writer was updating the header). Only
@@ -66,13 +71,15 @@ class WalIndex:
         data = os.pread(self._fd, _READ, 0)
         if data[:_HEADER_BYTES] != data[_HEADER_BYTES : 2 * _HEADER_BYTES]:
             return None  # the two copies differ while a writer updates them
-        return _frames(data)
+        header = _header(data)
+        return None if header is None else header[1]
 
 
-def _frames(data: bytes) -> int | None:
+def _header(data: bytes) -> tuple[int, int] | None:
+    """``(page size, frames)``, or None for a wal-index this code does not know."""
     if len(data) < _READ:
         return None
-    version, initialised, frames = _HEADER.unpack_from(data, 0)
+    version, initialised, page, frames = _HEADER.unpack_from(data, 0)
     if version != WAL_INDEX_VERSION or initialised != 1:
         return None
-    return int(frames)
+    return (65536 if page == 1 else int(page)), int(frames)

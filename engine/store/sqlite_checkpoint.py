@@ -9,12 +9,14 @@ only as a backstop.
 
 A passive checkpoint never restarts the log, and under a steady stream of writes the log may
 never be completely checkpointed at the moment a writer begins (the only time SQLite restarts
-it); a TRUNCATE checkpoint from this thread would have to win the write lock between two of
+it); a RESTART checkpoint from this thread would have to win the write lock between two of
 the writer's transactions, which under load it rarely does. So the bound is kept by the writer
 itself (``bound``): after a transaction that left the log file past ``WAL_LIMIT_BYTES``, the
-store's thread checkpoints and empties it (TRUNCATE) before its next transaction, under
-``lock`` so that it never meets this thread's round. Every connection also sets
-``journal_size_limit`` to that size, so a log that restarts is cut back to it.
+store's thread runs a RESTART checkpoint (it copies the rest of the log and waits for the
+readers, so the next transaction restarts the log from its start) before its next transaction,
+under ``lock`` so that it never meets this thread's round. Every connection sets
+``journal_size_limit`` to that size, so the restarting commit cuts the file back to it; and the
+idle fast path sends a write to a log past the bound to the thread (STORE-13).
 
 After a round that left the log completely checkpointed, the next commit restarts it and
 syncs the new log header; this thread makes that commit itself (it rewrites the database
@@ -134,17 +136,18 @@ class Checkpointer:
 
     def bound(self, conn: sqlite3.Connection) -> None:
         """On the store's thread, on its connection, between its transactions (STORE-17): a log
-        file past ``wal_limit_bytes`` is checkpointed and emptied. The writer is this very
-        thread, so only a reader or another process can make it wait (its busy timeout)."""
+        file past ``wal_limit_bytes`` is checkpointed so that the next transaction restarts it.
+        The writer is this very thread, so only a reader or another process can make it wait
+        (its busy timeout)."""
         if self._wal_bytes() <= self.wal_limit_bytes:
             return
         with self.lock:
             try:
                 busy = conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()[0]
             except sqlite3.Error as exc:
-                self._failed("truncate checkpoint failed", exc)
+                self._failed("restart checkpoint failed", exc)
                 return
-        self._on_event("store.wal_truncate_busy" if busy else "store.wal_truncated")
+        self._on_event("store.wal_restart_busy" if busy else "store.wal_restarted")
 
     def _untouched(self, conn: sqlite3.Connection) -> bool:
         """Nothing written since this thread restarted the log: checkpointing its own commit

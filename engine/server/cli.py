@@ -78,8 +78,9 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "--store",
         default=None,
         metavar="URL",
-        help="sqlite:///PATH (default: ~/.local/share/rollout/rollout.db), redis://HOST:PORT/DB, "
-        "rediss://…, memory://",
+        help="sqlite:///PATH (default: ~/.local/share/rollout/rollout.db; options "
+        "?synchronous=normal|full|extra, ?inline=on|off, ?deadline=SECONDS (10)), "
+        "redis://HOST:PORT/DB, rediss://…, memory://",
     )
     st.add_argument(
         "--store-ttl",

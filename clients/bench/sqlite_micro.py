@@ -1,4 +1,4 @@
-"""Micro figures of the SQLite store (STORE-13, STORE-17), in-process, no server:
+"""Micro figures of the SQLite store (STORE-13, STORE-19), in-process, no server:
 
 * ``put``: one writer awaiting ``put`` after ``put`` of a small record (about 1 KB), paced
   ``--pause-ms`` apart, the way one agent's turns reach the store; per-put latency (median,
@@ -6,7 +6,7 @@
   cross several checkpoints (one per second), so the log restarts after them are in the figure.
 * ``wal``: ``--writers`` concurrent writers of ``--record-kb`` records for ``--seconds``, as
   fast as the store takes them, while a thread samples the write-ahead log's file size every
-  5 ms; the largest size seen is the figure STORE-17 bounds.
+  5 ms; the largest size seen is the figure STORE-19 bounds.
 
 ``python -m clients.bench.sqlite_micro put`` / ``… wal`` (see ``--help``)."""
 

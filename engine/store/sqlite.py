@@ -10,8 +10,8 @@ once it returns, so with the default ``synchronous=NORMAL`` an acknowledged writ
 crash of the server process (``kill -9`` included) without an fsync per turn;
 ``?synchronous=full`` also survives an OS crash or power loss, at one fsync per commit
 (STORE-6). Expired records are invisible at once and deleted by a sweep the thread runs when
-idle (STORE-7). No sync ever runs on the event loop (STORE-15), every caller waits at most the
-store's deadline (STORE-16), and the log's size is bounded (STORE-17).
+idle (STORE-7). No sync ever runs on the event loop (STORE-17), every caller waits at most the
+store's deadline (STORE-18), and the log's size is bounded (STORE-19).
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ class SqliteStore(ResponseStore):
         await asyncio.to_thread(self._checkpointer.stop)
 
     def _bound_wal(self, conn: sqlite3.Connection) -> None:
-        self._checkpointer.bound(conn)  # after each transaction of the thread's (STORE-17)
+        self._checkpointer.bound(conn)  # after each transaction of the thread's (STORE-19)
 
     def _count_later(self, event: str) -> None:
         """``count`` from another thread (the checkpointer's)."""
@@ -233,7 +233,7 @@ class SqliteStore(ResponseStore):
                 log.warning("sqlite store: WAL mode unavailable on %s (%s)", self.path, mode)
             conn.execute(f"PRAGMA synchronous = {self.synchronous}")
             conn.execute(f"PRAGMA wal_autocheckpoint = {BACKSTOP_PAGES}")  # see Checkpointer
-            conn.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES}")  # STORE-17
+            conn.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES}")  # STORE-19
             migrate(conn)
         except BaseException:
             conn.close()

@@ -1,5 +1,5 @@
 """WAL checkpoints for the SQLite store, on a thread and connection of their own (STORE-10,
-STORE-17).
+STORE-19).
 
 Left to itself SQLite checkpoints inside the commit that grows the write-ahead log past its
 threshold: some turn's durable write would then also copy megabytes into the database and
@@ -21,7 +21,7 @@ idle fast path sends a write to a log past the bound to the thread (STORE-13).
 After a round that left the log completely checkpointed, the next commit restarts it and
 syncs the new log header; this thread makes that commit itself (it rewrites the database
 header's unused ``user_version`` with its own value), so the sync happens here, not in a
-turn's write (STORE-15). It does so only when the log held something besides its own last
+turn's write (STORE-17). It does so only when the log held something besides its own last
 such commit, so an idle store writes nothing.
 
 Failures (an I/O error, a full disk) are logged, at most once a minute, and counted
@@ -43,7 +43,7 @@ from engine.store.sqlite_wal import WalIndex
 log = logging.getLogger("rollout.store.sqlite")
 
 EVERY_S = 1.0
-WAL_LIMIT_BYTES = 4 * 1024 * 1024  # the log's bound (STORE-17)
+WAL_LIMIT_BYTES = 4 * 1024 * 1024  # the log's bound (STORE-19)
 BACKSTOP_PAGES = 16_384  # the writer's own wal_autocheckpoint (64 MiB of 4 KiB pages)
 TRUNCATE_WAIT_MS = 1000  # how long the last checkpoint, at stop, waits for readers
 LOG_EVERY_S = 60.0  # failures are counted every time, logged at most this often
@@ -135,7 +135,7 @@ class Checkpointer:
                 self._restart(conn)
 
     def bound(self, conn: sqlite3.Connection) -> None:
-        """On the store's thread, on its connection, between its transactions (STORE-17): a log
+        """On the store's thread, on its connection, between its transactions (STORE-19): a log
         file past ``wal_limit_bytes`` is checkpointed so that the next transaction restarts it.
         The writer is this very thread, so only a reader or another process can make it wait
         (its busy timeout)."""

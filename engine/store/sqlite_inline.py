@@ -9,7 +9,7 @@ as a continuation's "is it still stored?" probe, is served the same way):
 
 * ``busy_timeout = 0``: if anyone else holds the write lock (the store's thread, another worker
   process on the same file) the attempt fails at once and the write goes to the thread;
-* no sync, ever (STORE-15): only with ``synchronous=NORMAL`` (WAL), where a commit is an append
+* no sync, ever (STORE-17): only with ``synchronous=NORMAL`` (WAL), where a commit is an append
   to the log in the operating system's cache (``full``/``extra`` sync every commit: always the
   thread); and a commit that would *restart* the log (the first after a complete checkpoint,
   which syncs the new log header) is given up before it writes anything: under the write lock
@@ -157,7 +157,7 @@ class InlineConnection:
 
 def _transaction(conn: sqlite3.Connection, wal: WalIndex, op: Op) -> bool:
     """Commits ``op`` and returns True, or returns False having written nothing: this commit
-    would restart the log and sync its header (STORE-15), or the log is past its bound."""
+    would restart the log and sync its header (STORE-17), or the log is past its bound."""
     conn.execute("BEGIN IMMEDIATE")  # busy_timeout 0: fails at once if the lock is held
     if not wal.commit_appends(WAL_LIMIT_BYTES):
         conn.execute("ROLLBACK")  # nothing written yet: nothing to undo, nothing synced

@@ -1,5 +1,5 @@
 """The SQLite store's thread: one connection, a bounded FIFO of jobs, group commit, and a
-deadline on every job (STORE-10, STORE-16).
+deadline on every job (STORE-10, STORE-18).
 
 * Bounded: at most ``max_queued`` jobs are queued or running; a caller beyond that waits on
   the event loop for a slot, in arrival order (a settling job hands its slot to the oldest
@@ -35,7 +35,7 @@ log = logging.getLogger("rollout.store.sqlite")
 
 MAX_BATCH = 256  # jobs per transaction
 MAX_QUEUED = 1024  # jobs queued or running; callers beyond it wait on the event loop
-DEADLINE_S = 10.0  # longest a caller waits for the thread (STORE-16); ?deadline= in the URL
+DEADLINE_S = 10.0  # longest a caller waits for the thread (STORE-18); ?deadline= in the URL
 IDLE_EVERY_S = 300.0  # the idle callback (the expiry sweep) runs at most this often
 
 Op = Callable[[sqlite3.Connection], Any]
@@ -113,7 +113,7 @@ class StoreThread:
                 return await job.future
         except TimeoutError:
             self._on_event("store.deadline_expired")
-            log.warning("sqlite store: no answer within %.1f s (STORE-16)", self.deadline_s)
+            log.warning("sqlite store: no answer within %.1f s (STORE-18)", self.deadline_s)
             raise StoreUnavailable(f"no answer within {self.deadline_s:g} s") from None
         finally:
             if job is None:  # never queued: nothing left to settle

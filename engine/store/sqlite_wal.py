@@ -1,4 +1,4 @@
-"""What the next commit will do to SQLite's write-ahead log, read from its wal-index (STORE-15).
+"""What the next commit will do to SQLite's write-ahead log, read from its wal-index (STORE-17).
 
 With ``synchronous=NORMAL`` a WAL commit appends frames and syncs nothing, except the first
 commit after the log was fully checkpointed (or emptied): that one *restarts* the log, writes a
@@ -55,7 +55,7 @@ class WalIndex:
         """Under the write lock: True when the next commit appends to a log still under
         ``limit_bytes`` (no restart, so no sync with ``synchronous=NORMAL``); False when it
         would restart the log, the log has passed its bound (the store's thread restarts it,
-        STORE-17), or the wal-index is not one this code knows."""
+        STORE-19), or the wal-index is not one this code knows."""
         data = os.pread(self._fd, _READ, 0)
         header = _header(data)
         if header is None:

@@ -161,7 +161,7 @@ def _checkpoint(path: Path, mode: str) -> None:
 
 async def test_a_commit_that_would_restart_the_log_goes_to_the_thread(tmp_path: Path) -> None:
     """The first commit after the log was emptied (TRUNCATE) or completely checkpointed
-    (PASSIVE) restarts it and syncs its header: never on the loop (STORE-15). The thread's
+    (PASSIVE) restarts it and syncs its header: never on the loop (STORE-17). The thread's
     commit restarts it; the next small write is inline again."""
     store = SqliteStore(tmp_path / "r.db", checkpoint_every_s=3600)  # checkpoints by hand
     await store.open()
@@ -182,7 +182,7 @@ async def test_a_commit_that_would_restart_the_log_goes_to_the_thread(tmp_path: 
 async def test_the_checkpointer_restarts_a_checkpointed_log_itself(tmp_path: Path) -> None:
     """After a round that checkpointed the whole log, the checkpoint thread commits once itself
     (that commit restarts the log and syncs its header there), so the turns' next small writes
-    stay inline (STORE-15); a round with nothing new to checkpoint writes nothing."""
+    stay inline (STORE-17); a round with nothing new to checkpoint writes nothing."""
     store = SqliteStore(tmp_path / "p.db", checkpoint_every_s=3600)  # rounds by hand
     await store.open()
     rounds = Checkpointer(store.path, restart_log=True)
@@ -222,7 +222,7 @@ async def test_without_the_restart_the_next_write_would_restart_the_log(tmp_path
 async def test_the_log_stays_within_its_limit_under_writes(
     tmp_path: Path, record_kib: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """STORE-17: with no checkpoint round at all (and none could win the write lock between
+    """STORE-19: with no checkpoint round at all (and none could win the write lock between
     the writer's transactions under load), the log never passes WAL_LIMIT_BYTES by more than
     one transaction: a small write to a log past it goes to the store's thread, which
     checkpoints and restarts the log after a transaction that took it past, and counts it."""

@@ -1,4 +1,4 @@
-"""STORE-15: no fsync ever runs on the event loop's thread. ``rollout serve`` runs as its own
+"""STORE-17: no fsync ever runs on the event loop's thread. ``rollout serve`` runs as its own
 process with the SQLite store (idle fast path on, STORE-13); ``strace -f`` (Debian's package,
 ``.ci/sysdeps``) records every sync system call of every thread while a chain of stored turns
 runs across several checkpoints (one per second), and the loop's thread (the process's main

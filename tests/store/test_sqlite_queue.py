@@ -1,4 +1,4 @@
-"""The SQLite store's thread and its queue: a deadline on every caller (STORE-16), and no write
+"""The SQLite store's thread and its queue: a deadline on every caller (STORE-18), and no write
 ever overtaken by a later one (STORE-13), whatever happened to the caller of the first."""
 
 from __future__ import annotations

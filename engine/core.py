@@ -146,6 +146,7 @@ class Engine:
         self.store = store if store is not None else self._memory_store()
         self.stats = StageStats()
         self.counters: Counter[str] = Counter()  # create paths and cache events, for /metrics
+        self.store.count_into(self.counters)  # and the store's (store.*, OBS-2)
         self.metrics = Metrics(self.counters)
         self.hydrated = HydrationCache(self.config.hydration_cache_bytes, self.counters)
         self.parking = ParkingLot(self.config.park_seconds, self.counters, self.config.park_bounds)

@@ -57,7 +57,8 @@ class ServeOptions:
     store: str | None = setting(
         None,
         "--store",
-        help="sqlite:///PATH (default: ~/.local/share/rollout/rollout.db), "
+        help="sqlite:///PATH (default: ~/.local/share/rollout/rollout.db; options "
+        "?synchronous=normal|full|extra, ?inline=on|off, ?deadline=SECONDS (10)), "
         "redis://HOST:PORT/DB, rediss://…, postgresql://USER@HOST:PORT/DB, memory://",
         group=STORE,
         metavar="URL",

@@ -57,7 +57,15 @@ def open_store(
         options = parse_qs(query)
         synchronous = options.get("synchronous", ["normal"])[-1]
         inline = _switch(options.get("inline", ["on"])[-1], "inline")
-        return SqliteStore(sqlite_path(path), ttl_s, max_record_bytes, synchronous, inline=inline)
+        deadline = _seconds(options.get("deadline", ["10"])[-1], "deadline")
+        return SqliteStore(
+            sqlite_path(path),
+            ttl_s,
+            max_record_bytes,
+            synchronous,
+            inline=inline,
+            deadline_s=deadline,
+        )
     if scheme in ("redis", "rediss"):
         from engine.store.redis import RedisStore
 
@@ -102,6 +110,16 @@ def postgres_url(url: str) -> str:
     if not parts.hostname and "host=" not in parts.query:
         raise ValueError(f"--store: a Postgres URL is postgresql://USER@HOST:PORT/DB, not {url!r}")
     return url
+
+
+def _seconds(value: str, name: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = 0.0
+    if not seconds > 0 or seconds == float("inf"):
+        raise ValueError(f"--store: {name} must be a positive number of seconds, not {value!r}")
+    return seconds
 
 
 def sqlite_path(url: str) -> Path:

@@ -16,6 +16,7 @@ availability tracking, chain walking and delete notifications live here, once.
 from __future__ import annotations
 
 import abc
+import collections
 import enum
 import logging
 import time
@@ -191,6 +192,7 @@ class ResponseStore(abc.ABC):
         self.ttl_s = ttl_s  # 0 = keep forever
         self.max_record_bytes = max_record_bytes
         self.available = True  # last known state, no I/O: True until an operation fails
+        self.counters: collections.Counter[str] = collections.Counter()  # events (OBS-2)
         self._listeners: list[DeleteListener] = []
 
     # ------------------------------------------------------------------ lifecycle
@@ -307,6 +309,16 @@ class ResponseStore(abc.ABC):
         except StoreUnavailable:
             return False
         return True
+
+    def count_into(self, counters: collections.Counter[str]) -> None:
+        """Count the store's events (``store.*``) in ``counters`` from now on: the engine's,
+        which ``/metrics`` and ``/debug/stats`` read (OBS-2)."""
+        counters.update(self.counters)
+        self.counters = counters
+
+    def count(self, event: str) -> None:
+        """One store event; on the event loop only (the counters are read there)."""
+        self.counters[event] += 1
 
     def on_delete(self, listener: DeleteListener) -> None:
         """``listener(response_id)`` runs (on the event loop) for every delete of this store,

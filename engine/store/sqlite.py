@@ -10,7 +10,8 @@ once it returns, so with the default ``synchronous=NORMAL`` an acknowledged writ
 crash of the server process (``kill -9`` included) without an fsync per turn;
 ``?synchronous=full`` also survives an OS crash or power loss, at one fsync per commit
 (STORE-6). Expired records are invisible at once and deleted by a sweep the thread runs when
-idle (STORE-7).
+idle (STORE-7). No sync ever runs on the event loop (STORE-17), every caller waits at most the
+store's deadline (STORE-18), and the log's size is bounded (STORE-19).
 """
 
 from __future__ import annotations
@@ -18,12 +19,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import queue
 import sqlite3
-import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +31,10 @@ from engine.store.base import (
     ResponseStore,
     StoreUnavailable,
 )
-from engine.store.sqlite_checkpoint import BACKSTOP_PAGES, Checkpointer
+from engine.store.sqlite_checkpoint import BACKSTOP_PAGES, WAL_LIMIT_BYTES, Checkpointer
+from engine.store.sqlite_checkpoint import EVERY_S as CHECKPOINT_EVERY_S
 from engine.store.sqlite_inline import InlineConnection
+from engine.store.sqlite_thread import DEADLINE_S, MAX_QUEUED, Op, StoreThread
 
 log = logging.getLogger("rollout.store.sqlite")
 
@@ -51,21 +51,7 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
     ),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
-SWEEP_EVERY_S = 300.0
-MAX_BATCH = 256  # jobs per transaction
-MAX_QUEUED = 1024  # jobs waiting for the thread; callers beyond it wait on the event loop
-
-Op = Callable[[sqlite3.Connection], Any]
-
-
-@dataclass(slots=True)
-class _Job:
-    op: Op
-    writes: bool
-    loop: asyncio.AbstractEventLoop
-    future: asyncio.Future[Any]
-    result: Any = None
-    error: BaseException | None = field(default=None)
+BUSY_TIMEOUT_S = 5.0  # the thread's wait for another process's write lock (at most the deadline)
 
 
 class SqliteStore(ResponseStore):
@@ -79,49 +65,73 @@ class SqliteStore(ResponseStore):
         synchronous: str = "NORMAL",
         *,
         inline: bool = True,
+        deadline_s: float = DEADLINE_S,
+        max_queued: int = MAX_QUEUED,
+        checkpoint_every_s: float = CHECKPOINT_EVERY_S,
     ) -> None:
         super().__init__(ttl_s, max_record_bytes)
         self.path = path
         self.synchronous = _synchronous(synchronous)  # a bad value is refused before start
-        self._jobs: queue.Queue[_Job | None] = queue.Queue()
-        self._slots = asyncio.Semaphore(MAX_QUEUED)  # the queue's bound, awaited not blocked
-        self._thread: threading.Thread | None = None
-        self._ready = threading.Event()
-        self._open_error: BaseException | None = None
-        self._checkpointer = Checkpointer(path)
+        if deadline_s <= 0:
+            raise ValueError(f"--store: deadline must be positive seconds, not {deadline_s!r}")
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread = StoreThread(
+            self._connect,
+            self._sweep,
+            self._bound_wal,
+            deadline_s=deadline_s,
+            max_queued=max_queued,
+            on_event=self.count,
+        )
         # Small writes while the thread has none commit on the event loop, where they cannot
         # block (STORE-13); only without an fsync per commit.
         fast = inline and self.synchronous == "NORMAL"
         self._inline = InlineConnection(path) if fast else None
-        self._queued_writes = 0  # writes handed to the thread and not yet settled
+        self._checkpointer = Checkpointer(
+            path,
+            checkpoint_every_s,
+            synchronous=self.synchronous,
+            restart_log=fast,
+            on_event=self._count_later,
+        )
+
+    @property
+    def deadline_s(self) -> float:
+        return self._thread.deadline_s
 
     # ------------------------------------------------------------------ lifecycle
     async def open(self) -> None:
-        if self._thread is not None:
+        if self._thread.running:
             return
-        self._thread = threading.Thread(target=self._serve, name="store-sqlite", daemon=True)
-        self._thread.start()
-        await asyncio.to_thread(self._ready.wait)
-        if self._open_error is not None:
-            self._thread = None
-            raise StoreUnavailable(f"cannot open {self.path}: {self._open_error}")
+        self._loop = asyncio.get_running_loop()
+        try:
+            await self._thread.start()
+        except (sqlite3.Error, OSError, StoreUnavailable) as exc:
+            raise StoreUnavailable(f"cannot open {self.path}: {exc}") from None
         self._checkpointer.start()
         if self._inline is not None:
             try:
                 await asyncio.to_thread(self._inline.open)
-            except sqlite3.Error as exc:  # the thread serves every write then
+            except (sqlite3.Error, OSError) as exc:  # the thread serves every write then
                 log.warning("sqlite store: no inline writer: %s", exc)
                 self._inline = None
 
     async def close(self) -> None:
-        if self._thread is None:
+        if not self._thread.running:
             return
-        self._jobs.put(None)  # after every queued job: they all finish first
-        await asyncio.to_thread(self._thread.join)
-        self._thread = None
+        await self._thread.stop()
         if self._inline is not None:
-            self._inline.close()
+            await asyncio.to_thread(self._inline.close)  # closing may checkpoint: off the loop
         await asyncio.to_thread(self._checkpointer.stop)
+
+    def _bound_wal(self, conn: sqlite3.Connection) -> None:
+        self._checkpointer.bound(conn)  # after each transaction of the thread's (STORE-19)
+
+    def _count_later(self, event: str) -> None:
+        """``count`` from another thread (the checkpointer's)."""
+        if self._loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop has gone: nobody scrapes
+                self._loop.call_soon_threadsafe(self.count, event)
 
     # ------------------------------------------------------------------ primitives
     async def _write(
@@ -155,9 +165,10 @@ class SqliteStore(ResponseStore):
         await self._submit(op, writes=True)
 
     def _idle_inline(self) -> InlineConnection | None:
-        """The inline connection while no write is queued for the thread: nothing to overtake,
-        and the write lock is likely free (STORE-13)."""
-        return self._inline if self._queued_writes == 0 else None
+        """The inline connection while no write is pending for the thread (queued, waiting for a
+        slot, or abandoned by its caller but not yet settled): nothing to overtake, and the
+        write lock is likely free (STORE-13)."""
+        return self._inline if self._thread.pending_writes == 0 else None
 
     async def _read(self, keys: Sequence[str]) -> list[bytes | None]:
         now = time.time()
@@ -208,94 +219,21 @@ class SqliteStore(ResponseStore):
         await self._submit(lambda conn: conn.execute("SELECT 1").fetchone(), writes=False)
 
     async def _submit(self, op: Op, *, writes: bool) -> Any:
-        if self._thread is None:
-            raise StoreUnavailable("the SQLite store is not open")
-        loop = asyncio.get_running_loop()
-        async with self._slots:
-            job = _Job(op, writes, loop, loop.create_future())
-            self._queued_writes += writes
-            try:
-                self._jobs.put_nowait(job)
-                return await job.future
-            finally:
-                self._queued_writes -= writes
+        return await self._thread.submit(op, writes=writes)
 
-    # ------------------------------------------------------------------ the thread
-    def _serve(self) -> None:
-        try:
-            conn = self._connect()
-        except (sqlite3.Error, OSError, StoreUnavailable) as exc:
-            self._open_error = exc
-            self._ready.set()
-            return
-        self._ready.set()
-        last_sweep = 0.0
-        try:
-            while True:
-                if time.monotonic() - last_sweep > SWEEP_EVERY_S:
-                    self._sweep(conn)
-                    last_sweep = time.monotonic()
-                try:
-                    first = self._jobs.get(timeout=SWEEP_EVERY_S)
-                except queue.Empty:
-                    continue
-                batch, stop = self._batch(first)
-                self._run_batch(conn, batch)
-                if stop:
-                    break
-        finally:
-            conn.close()
-
-    def _batch(self, first: _Job | None) -> tuple[list[_Job], bool]:
-        """The first job and whatever queued behind it (group commit); True on the sentinel."""
-        if first is None:
-            return [], True
-        batch = [first]
-        while len(batch) < MAX_BATCH:
-            try:
-                job = self._jobs.get_nowait()
-            except queue.Empty:
-                break
-            if job is None:
-                return batch, True
-            batch.append(job)
-        return batch, False
-
-    def _run_batch(self, conn: sqlite3.Connection, batch: list[_Job]) -> None:
-        writes = [job for job in batch if job.writes]
-        for job in batch:
-            if not job.writes:
-                _run(conn, job)
-        if writes:
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                for job in writes:
-                    conn.execute("SAVEPOINT job")
-                    if _run(conn, job):
-                        conn.execute("RELEASE job")
-                    else:
-                        conn.execute("ROLLBACK TO job")
-                        conn.execute("RELEASE job")
-                conn.execute("COMMIT")
-            except sqlite3.Error as exc:
-                log.warning("sqlite store: commit failed: %s", exc)
-                with contextlib.suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
-                for job in writes:
-                    job.error = StoreUnavailable(f"commit failed: {exc}")
-        for job in batch:
-            _settle(job)
-
+    # ------------------------------------------------------------------ the thread's side
     def _connect(self) -> sqlite3.Connection:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         try:
-            conn.execute("PRAGMA busy_timeout = 5000")
+            busy_ms = int(min(BUSY_TIMEOUT_S, self.deadline_s) * 1000)
+            conn.execute(f"PRAGMA busy_timeout = {busy_ms}")
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 log.warning("sqlite store: WAL mode unavailable on %s (%s)", self.path, mode)
             conn.execute(f"PRAGMA synchronous = {self.synchronous}")
             conn.execute(f"PRAGMA wal_autocheckpoint = {BACKSTOP_PAGES}")  # see Checkpointer
+            conn.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES}")  # STORE-19
             migrate(conn)
         except BaseException:
             conn.close()
@@ -349,33 +287,3 @@ def _synchronous(value: str) -> str:
     if value not in ("FULL", "NORMAL", "EXTRA"):
         raise ValueError(f"--store: synchronous must be full, normal or extra, not {value!r}")
     return value
-
-
-def _run(conn: sqlite3.Connection, job: _Job) -> bool:
-    """One job; whatever it raises fails that job only, never the thread (whose death would
-    leave every later caller waiting)."""
-    try:
-        job.result = job.op(conn)
-    except sqlite3.Error as exc:
-        log.warning("sqlite store: operation failed: %s", exc)
-        job.error = StoreUnavailable(str(exc))
-        return False
-    except Exception as exc:
-        log.exception("sqlite store: operation failed")
-        job.error = StoreUnavailable(type(exc).__name__)
-        return False
-    return True
-
-
-def _settle(job: _Job) -> None:
-    with contextlib.suppress(RuntimeError):  # the loop is gone: nobody is waiting any more
-        job.loop.call_soon_threadsafe(_resolve, job)
-
-
-def _resolve(job: _Job) -> None:
-    if job.future.done():  # the caller was cancelled; the work is done all the same
-        return
-    if job.error is not None:
-        job.future.set_exception(job.error)
-    else:
-        job.future.set_result(job.result)

@@ -9,9 +9,13 @@ as a continuation's "is it still stored?" probe, is served the same way):
 
 * ``busy_timeout = 0``: if anyone else holds the write lock (the store's thread, another worker
   process on the same file) the attempt fails at once and the write goes to the thread;
-* no fsync: only with ``synchronous=NORMAL`` (WAL), where a commit is an append to the log in
-  the operating system's cache (``full``/``extra`` fsync every commit: always the thread);
-* no checkpoint: ``wal_autocheckpoint = 0``; the checkpoint thread does that work;
+* no sync, ever (STORE-17): only with ``synchronous=NORMAL`` (WAL), where a commit is an append
+  to the log in the operating system's cache (``full``/``extra`` sync every commit: always the
+  thread); and a commit that would *restart* the log (the first after a complete checkpoint,
+  which syncs the new log header) is given up before it writes anything: under the write lock
+  the wal-index says which commit this is (``sqlite_wal``), and that one goes to the thread;
+* no checkpoint: ``wal_autocheckpoint = 0``; the checkpoint thread does that work, and this
+  connection is closed off the loop (the last connection to close checkpoints);
 * bounded size: records up to ``MAX_BYTES``; bigger ones (long chains' snapshots) go to the
   thread;
 * a stall guard: one inline operation slower than ``STALL_S`` (a throttled or slow disk) turns
@@ -28,6 +32,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from engine.store.sqlite_checkpoint import WAL_LIMIT_BYTES
+from engine.store.sqlite_wal import WalIndex
 
 log = logging.getLogger("rollout.store.sqlite")
 
@@ -47,7 +54,10 @@ class InlineConnection:
         self.commits = 0  # writes committed here
         self.reads = 0  # reads served here
         self.declined = 0  # attempts handed to the thread (busy, failed)
+        self.restarts = 0  # writes handed to the thread for the log: a restart, or its bound
         self._conn: sqlite3.Connection | None = None
+        self._wal: WalIndex | None = None
+        self._broken: list[sqlite3.Connection] = []  # given up; closed off the loop
         self._resume_at = 0.0  # monotonic time the stall guard turns the fast path back on
 
     def open(self) -> None:
@@ -58,24 +68,35 @@ class InlineConnection:
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
             conn.execute("PRAGMA wal_autocheckpoint = 0")
-        except sqlite3.Error:
+            conn.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES}")
+            conn.execute("SELECT 1 FROM responses LIMIT 0")  # the wal-index is mapped now
+            self._wal = WalIndex(self.path)
+        except (sqlite3.Error, OSError):
             conn.close()
             raise
         self._conn = conn
 
     def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        """Blocking (the last connection to a database checkpoints as it closes): call it off
+        the event loop."""
+        for conn in [*self._broken, *([self._conn] if self._conn is not None else [])]:
+            conn.close()
+        self._broken.clear()
+        self._conn = None
+        if self._wal is not None:
+            self._wal.close()
+            self._wal = None
 
     def commit(self, op: Op, size: int) -> bool:
         """True once ``op`` is committed here; False when it was not (nothing of it remains)."""
-        conn = self._usable()
-        if conn is None or size > MAX_BYTES:
+        conn, wal = self._usable(), self._wal
+        if conn is None or wal is None or size > MAX_BYTES:
             return False
-        done, _ = self._attempt(conn, lambda: _transaction(conn, op))
-        self.commits += done
-        return done
+        done, appended = self._attempt(conn, lambda: _transaction(conn, wal, op))
+        if done and not appended:
+            self.restarts += 1
+        self.commits += done and appended
+        return bool(done and appended)
 
     def read(self, key: str, now: float) -> tuple[bool, bytes | None]:
         """``(True, blob or None)`` when read here; ``(False, None)``: ask the thread."""
@@ -117,8 +138,9 @@ class InlineConnection:
         try:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
-        except sqlite3.Error:
-            self.close()  # in an unknown state: never used again
+        except sqlite3.Error:  # in an unknown state: never used again
+            self._broken.append(conn)
+            self._conn = None
         if getattr(exc, "sqlite_errorcode", None) != sqlite3.SQLITE_BUSY:
             log.warning("sqlite store: inline operation handed to the thread: %s", exc)
 
@@ -133,7 +155,13 @@ class InlineConnection:
             )
 
 
-def _transaction(conn: sqlite3.Connection, op: Op) -> None:
+def _transaction(conn: sqlite3.Connection, wal: WalIndex, op: Op) -> bool:
+    """Commits ``op`` and returns True, or returns False having written nothing: this commit
+    would restart the log and sync its header (STORE-17), or the log is past its bound."""
     conn.execute("BEGIN IMMEDIATE")  # busy_timeout 0: fails at once if the lock is held
+    if not wal.commit_appends(WAL_LIMIT_BYTES):
+        conn.execute("ROLLBACK")  # nothing written yet: nothing to undo, nothing synced
+        return False
     op(conn)
     conn.execute("COMMIT")
+    return True

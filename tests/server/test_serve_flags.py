@@ -129,8 +129,11 @@ def written_more_than_once(root: Path) -> dict[str, list[str]]:
             if name == field.name
             or (
                 name not in names
-                and (name.startswith(("'--", '"--')) or _words(name) & _words(field.name))
+                and not name.startswith(("'--", '"--'))
+                and _words(name) & _words(field.name)
             )
+            # a flag repeating a field's value is a copy only when it sets the same thing
+            or (name.startswith(("'--", '"--')) and _words(name.strip("'\"-")) & _words(field.name))
         ]
         if len(places) > 1:
             again[field.name] = places

@@ -309,7 +309,7 @@ async def _start_or_resume(session: Connection, lane: Lane, job: Admission) -> t
     counters["create.cache_miss"] += 1
     start = time.perf_counter()
     try:
-        hydrated = await session.engine.store.hydrate(prev)
+        hydrated = await session.engine.store.hydrate(prev, session.owner)  # owner first (OWN-4)
         job.turn.log.add_time("hydrate", time.perf_counter() - start)  # OBS-1
     except StoreError as exc:
         raise wire_error(exc, "previous_response_id") from None
@@ -328,17 +328,14 @@ async def _start_or_resume(session: Connection, lane: Lane, job: Admission) -> t
     return rollout, True
 
 
-# Backends whose deletes reach this process's caches: this process's own memory, and Redis,
-# which publishes every delete to all processes (STORE-11).
-_DELETES_REACH_US = frozenset({"memory", "redis"})
-
-
 async def _still_stored(engine: Engine, response_id: str) -> bool:
     """A cached context of a stored response is served only while the response exists (HYD-5).
-    Where a delete by another process cannot reach this one (SQLite shared by workers), the
-    hit is confirmed with one read; otherwise the delete listener has already dropped it."""
+    A delete by another process may never reach this one (SQLite shared by workers; Redis
+    pub/sub is at-most-once, and a subscriber that reconnects has missed what was published
+    meanwhile), so every hit outside the memory store is confirmed with one read of the
+    record's head line (STORE-15)."""
     store = engine.store
-    if store.kind in _DELETES_REACH_US:
+    if store.kind == "memory":  # this process's own: its deletes reach its caches at once
         return True
     try:
         found = await store.exists(response_id)

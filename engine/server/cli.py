@@ -51,6 +51,12 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     net.add_argument(
         "--api-keys-env", default="ROLLOUT_API_KEYS", help="env var with comma-separated API keys"
     )
+    net.add_argument(
+        "--admin-keys-file", type=Path, default=None, help="operator keys, one per line (AUTH-4)"
+    )
+    net.add_argument(
+        "--admin-keys-env", default="ROLLOUT_ADMIN_KEYS", help="env var with operator keys"
+    )
     net.add_argument("--no-websocket", action="store_true", help="answer upgrades with 426")
     net.add_argument("--backlog", type=int, default=128, help="listen queue of pending connects")
     net.add_argument(
@@ -156,6 +162,7 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
         max_connections=args.max_connections,
         websocket_enabled=not args.no_websocket,
         api_keys=load_api_keys(args.api_keys_file, args.api_keys_env),
+        admin_keys=load_api_keys(args.admin_keys_file, args.admin_keys_env),
         send_timeout_s=args.send_timeout,
         shutdown_grace_s=args.shutdown_grace,
     )

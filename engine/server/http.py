@@ -21,10 +21,11 @@ from engine.inspector.read_model import note_event
 from engine.observe.benchclock import TimedSink
 from engine.observe.metrics import CONTENT_TYPE
 from engine.rollout.coroutine import ClientGone
-from engine.server import background
-from engine.server.keys import BACKGROUND, ENGINE, INSPECTOR, REQUESTS, SERVER, SESSIONS
+from engine.server import background, identity
+from engine.server.keys import BACKGROUND, ENGINE, INSPECTOR, REQUESTS, SESSIONS
 from engine.store import ResponseRecord, StoreError
 from engine.store.errors import wire_error
+from engine.store.framing import ANY_OWNER, OwnerFilter
 from protocol.codec import decode_compact_body, decode_create_body, encode, http_error_body
 from protocol.errors import InvalidRequest, ProtocolError, ServerError, response_not_found
 from protocol.events import (
@@ -97,7 +98,7 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     if engine.bench_clock is not None:  # --bench-timings (OBS-5)
         sink = TimedSink(http_sink)
         sink.add_decode(time.perf_counter() - start)
-    session = Session(engine, sink, transport="http", owner=_owner(request))
+    session = Session(engine, sink, transport="http", owner=await identity.owner(request))
     live = request.app[REQUESTS]  # the inspector lists in-flight HTTP creates (INSP-4)
     live.add(session)
     try:
@@ -158,10 +159,6 @@ def _finish(sink: HttpSink) -> web.StreamResponse:
     return json_response(sink.terminal)
 
 
-def _owner(request: web.Request) -> str | None:
-    return request.app[SERVER].owner_of(request.headers.get("Authorization", ""))
-
-
 def _stored(request: web.Request) -> tuple[Engine, str]:
     return request.app[ENGINE], request.match_info["response_id"]
 
@@ -179,29 +176,26 @@ async def _record(request: web.Request) -> ResponseRecord:
     """The stored record named by the path, or the error that says why not (STORE-8, STORE-9).
     Another key's response is not found, exactly like a missing one (OWN-2)."""
     engine, response_id = _stored(request)
+    owner = await identity.owner(request)
     try:
-        record = await engine.store.get(response_id)
+        record = await engine.store.get(response_id, owner)  # owner checked before decoding
     except StoreError as exc:
         raise wire_error(exc) from None
-    if record is None or record.owner != _owner(request):
+    if record is None:
         raise response_not_found(response_id)
     return record
 
 
 async def delete_response(request: web.Request) -> web.Response:
-    """Removes it from the store and from every cache of this process (STORE-11, HYD-5)."""
+    """Removes it from the store and from every cache of this process (STORE-11, HYD-5). Only
+    its owner, or an operator key, may delete it, corrupt or not (OWN-4)."""
     engine, response_id = _stored(request)
-    try:
-        await _record(request)  # only its owner may delete it (OWN-2)
-    except ProtocolError as err:
-        if err.code != "store_record_corrupt":
-            raise
-        # A record nobody can read has no owner to check: removing it is the way out (STORE-9).
+    owner: OwnerFilter = ANY_OWNER if identity.is_admin(request) else await identity.owner(request)
     run = request.app[BACKGROUND].live.get(response_id)
-    if run is not None:  # a running background response is cancelled first (BG-9)
-        await run.cancel()
+    if run is not None and (owner is ANY_OWNER or run.owner == owner):
+        await run.cancel()  # a running background response is cancelled first (BG-9)
     try:
-        deleted = await engine.store.delete(response_id)
+        deleted = await engine.store.delete(response_id, owner)
     except StoreError as exc:
         raise wire_error(exc) from None
     if not deleted:

@@ -114,7 +114,7 @@ async def page(request: web.Request) -> web.StreamResponse:
     key = request.query.get("key")
     if key is not None:
         moved = web.HTTPSeeOther(location=PAGE_PATH)
-        if request.app[SERVER].api_keys:
+        if request.app[SERVER].keyed:
             moved.set_cookie(COOKIE, key, path=PAGE_PATH, httponly=True, samesite="Strict")
         raise moved
     return web.Response(

@@ -18,6 +18,7 @@ from engine.connection.session import Session
 from engine.core import Engine
 from engine.inspector.read_model import ErrorRing, note_event
 from engine.rollout.coroutine import ClientGone, Mode
+from engine.server import identity
 from engine.server.config import ServerConfig
 from engine.server.keys import INSPECTOR, SESSIONS
 from protocol.codec import decode_client_event, encode
@@ -209,10 +210,10 @@ async def serve_socket(
     ws = web.WebSocketResponse(
         max_msg_size=config.max_frame_bytes, decode_text=False, heartbeat=None
     )
+    owner = await identity.owner(request)  # before the upgrade: a failure is an HTTP answer
     await ws.prepare(request)
     sessions: set[Session] = request.app[SESSIONS]
     sink = _make_sink(ws, engine, config, request.app[INSPECTOR].errors)
-    owner = config.owner_of(request.headers.get("Authorization", ""))
     session = Session(engine, sink, transport="ws", default_mode=default_mode(request), owner=owner)
     sessions.add(session)
     engine.counters["ws.connections"] += 1  # accepted sockets (OBS-4)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import abc
 import logging
+import secrets
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ from typing import ClassVar, TypeVar
 import msgspec
 
 from engine.store.codec import RecordCodec
+from engine.store.framing import ANY_OWNER, MAGIC, OwnerFilter, head_line, peek, readable_by
+from engine.store.owner import SALT_BYTES, digest
 from protocol.items import InputItem
 from protocol.response import Response
 
@@ -150,14 +153,6 @@ def _earliest(record: ResponseRecord) -> float | None:
     return min(record.expires_at, record.links_expire_at)
 
 
-class _Liveness(msgspec.Struct):
-    """The two fields ``exists`` needs: decoding skips everything else."""
-
-    deleted: bool = False
-    version: int = 0
-
-
-_LIVENESS = msgspec.json.Decoder(_Liveness)
 _CODEC = RecordCodec(ResponseRecord)
 _ENCODER, _DECODER = _CODEC, _CODEC  # encode(record) -> bytes, decode(bytes) -> record
 
@@ -179,6 +174,7 @@ class ResponseStore(abc.ABC):
         self.max_record_bytes = max_record_bytes
         self.available = True  # last known state, no I/O: True until an operation fails
         self._listeners: list[DeleteListener] = []
+        self._salt: bytes | None = None  # the owner digests' salt, read once (OWN-5)
 
     # ------------------------------------------------------------------ lifecycle
     async def open(self) -> None:
@@ -202,38 +198,48 @@ class ResponseStore(abc.ABC):
                 refresh, record.links_expire_at = True, record.expires_at
         else:
             record.expires_at = record.links_expire_at = None
-        blob = _ENCODER.encode(record)
+        blob = _encode(record)
         if len(blob) > self.max_record_bytes:
             raise RecordTooLarge(len(blob), self.max_record_bytes)
         await self._guard(self._write(record.id, blob, record.links, refresh, record.expires_at))
 
-    async def get(self, response_id: str) -> ResponseRecord | None:
-        record = await self._get_any(response_id)
-        return None if record is None or record.deleted else record
+    async def get(self, response_id: str, owner: OwnerFilter = ANY_OWNER) -> ResponseRecord | None:
+        """The live record, or None: missing, expired, deleted, or not ``owner``'s. The owner
+        check reads only the record's head line, so a corrupt record of another owner is None
+        too; ``RecordCorrupt`` reaches only a reader who may see it (OWN-4, STORE-9)."""
+        blob = await self._guard(self._read_one(response_id))
+        head = None if blob is None else peek(blob)
+        if blob is None or not readable_by(head, owner) or (head is not None and head.deleted):
+            return None
+        record = _decode(response_id, blob)
+        return None if record.deleted else record
 
     async def exists(self, response_id: str) -> bool:
-        """Stored, unexpired and not deleted, without decoding the record: what a cached
+        """Stored, unexpired and not deleted, from the record's head line alone: what a cached
         context needs confirmed before it is served (HYD-5). Raises ``RecordCorrupt`` for a
         blob that is not a record."""
-        blob = await self._guard(self._read_one(response_id))
+        blob = await self._guard(self._read_head(response_id))
+        if blob is not None and blob[:1] == b"{":  # written before head lines: the whole record
+            blob = await self._guard(self._read_one(response_id))
         if blob is None:
             return False
-        try:
-            probe = _LIVENESS.decode(blob)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            raise RecordCorrupt(response_id) from None
-        if probe.version != RECORD_VERSION:
+        head = peek(blob)
+        if head is None:
             raise RecordCorrupt(response_id)
-        return not probe.deleted
+        return not head.deleted
 
-    async def _get_any(self, response_id: str) -> ResponseRecord | None:
-        blob = await self._guard(self._read_one(response_id))
-        return None if blob is None else _decode(response_id, blob)
+    async def owner_of(self, api_key: str) -> str:
+        """The owner digest of ``api_key`` in this store (OWN-1, OWN-5): keyed with the store's
+        own salt, so digests of one deployment say nothing about another's."""
+        if self._salt is None:
+            self._salt = await self._guard(self._load_salt(secrets.token_bytes(SALT_BYTES)))
+        return digest(self._salt, api_key)
 
-    async def hydrate(self, response_id: str) -> Hydrated | None:
+    async def hydrate(self, response_id: str, owner: OwnerFilter = ANY_OWNER) -> Hydrated | None:
         """The record and its whole context: one read, then one batched read of its links.
-        None when it, or a record its context needs, is gone (deleted or expired)."""
-        record = await self.get(response_id)
+        None when it, or a record its context needs, is gone (deleted or expired), or when it
+        is not ``owner``'s (checked as ``get`` does, before any decode)."""
+        record = await self.get(response_id, owner)
         if record is None:
             return None
         chain: list[ResponseRecord] = []
@@ -252,26 +258,34 @@ class ResponseStore(abc.ABC):
             raise RecordCorrupt(response_id)
         return Hydrated(record, items, record.point)
 
-    async def delete(self, response_id: str) -> bool:
+    async def delete(self, response_id: str, owner: OwnerFilter = ANY_OWNER) -> bool:
         """The response is gone for every reader; its context items stay, as a tombstone, only
         while later records link it (until its expiry, STORE-7), so the responses continued
-        from it can still be continued (STORE-11). A corrupt record is removed outright."""
-        try:
-            record = await self._get_any(response_id)
-        except RecordCorrupt:
-            record = None
-            await self._guard(self._remove(response_id))
-            removed = True
-        else:
-            removed = record is not None and not record.deleted
-        if record is not None and removed:
-            tombstone = msgspec.structs.replace(
-                record,
-                response=msgspec.structs.replace(record.response, output=[]),
-                input_items=[],
-                deleted=True,
-            )
-            await self._guard(self._replace(response_id, _ENCODER.encode(tombstone)))
+        from it can still be continued (STORE-11). A corrupt record is removed outright. Only a
+        record ``owner`` may see is touched (OWN-4): another's is left alone, as if unknown."""
+        blob = await self._guard(self._read_one(response_id))
+        head = None if blob is None else peek(blob)
+        if blob is not None and not readable_by(head, owner):
+            return False
+        removed = False
+        if blob is not None and head is not None and head.deleted:
+            pass  # already a tombstone
+        elif blob is not None:
+            try:
+                record = _decode(response_id, blob)
+            except RecordCorrupt:
+                await self._guard(self._remove(response_id))
+                removed = True
+            else:
+                removed = not record.deleted
+                if removed:
+                    tombstone = msgspec.structs.replace(
+                        record,
+                        response=msgspec.structs.replace(record.response, output=[]),
+                        input_items=[],
+                        deleted=True,
+                    )
+                    await self._guard(self._replace(response_id, _encode(tombstone)))
         self.notify_deleted(response_id)  # caches drop it even if this process never stored it
         return removed
 
@@ -312,6 +326,16 @@ class ResponseStore(abc.ABC):
         (blob,) = await self._read([key])
         return blob
 
+    async def _read_head(self, key: str) -> bytes | None:
+        """At least the first ``MAX_HEAD`` bytes of a blob (its head line, STORE-15); backends
+        that can read a prefix override it."""
+        return await self._read_one(key)
+
+    async def _load_salt(self, fresh: bytes) -> bytes:
+        """The store's owner salt: the one already kept, else ``fresh``, now kept (OWN-5). A
+        backend that keeps nothing across instances (memory) keeps it per instance."""
+        return fresh
+
     @abc.abstractmethod
     async def _replace(self, key: str, blob: bytes) -> None:
         """Overwrite an existing ``key`` keeping its expiry (nothing if it has gone)."""
@@ -337,12 +361,21 @@ class ResponseStore(abc.ABC):
         return result
 
 
+def _encode(record: ResponseRecord) -> bytes:
+    """The head line (owner, tombstone flag) and the JSON body (STORE-15)."""
+    return head_line(record.owner, record.deleted) + _ENCODER.encode(record)
+
+
 def _decode(response_id: str, blob: bytes) -> ResponseRecord:
+    head = peek(blob) if blob[: len(MAGIC)] == MAGIC else None
+    body = memoryview(blob)[head.body_at :] if head is not None else blob
     try:
-        record: ResponseRecord = _DECODER.decode(blob)
+        record: ResponseRecord = _DECODER.decode(body)
     except (msgspec.DecodeError, msgspec.ValidationError, TypeError, AttributeError):
         log.warning("store: record %s cannot be decoded (%d bytes)", response_id, len(blob))
         raise RecordCorrupt(response_id) from None
     if record.version != RECORD_VERSION or record.id != response_id:
         raise RecordCorrupt(response_id)
+    if head is not None and (head.owner, head.deleted) != (record.owner, record.deleted):
+        raise RecordCorrupt(response_id)  # a head that disagrees with its body
     return record

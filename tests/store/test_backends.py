@@ -176,7 +176,9 @@ async def test_sqlite_schema_is_versioned(tmp_path: Path) -> None:
     await store.open()
     await store.close()
     with sqlite3.connect(path) as conn:
-        assert conn.execute("SELECT max(version) FROM schema_version").fetchone()[0] == 1
+        assert (
+            conn.execute("SELECT max(version) FROM schema_version").fetchone()[0] == SCHEMA_VERSION
+        )
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         conn.execute("INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION + 1,))
     newer = SqliteStore(path)

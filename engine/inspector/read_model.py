@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from engine.core import Engine
 from engine.observe.turnlog import PRE_STAGES
 from engine.rollout.coroutine import Phase, Rollout
+from engine.store.framing import ANY_OWNER, OwnerFilter
 from protocol.events import ErrorEvent, ResponseFailed, ServerEvent
 
 if TYPE_CHECKING:
@@ -187,8 +188,9 @@ class Inspector:
         self._providers: dict[str, Provider] = {"store": self._store_status}
         self._extra_rollouts: dict[str, RolloutSource] = {}
         self._shown: dict[str, tuple[Rollout, Json]] = {}  # last tick's rows, to see endings
-        self.ended: deque[Json] = deque(maxlen=ENDED_CAP)
-        self._ended_turns: dict[str, tuple[str, list[Json]]] = {}
+        # Recently ended rollouts with their owner, who alone may see them (INSP-9).
+        self.ended: deque[tuple[str | None, Json]] = deque(maxlen=ENDED_CAP)
+        self._ended_turns: dict[str, tuple[str | None, str, list[Json]]] = {}
         self.started_at = time.time()
         self.samples = 0
 
@@ -207,38 +209,57 @@ class Inspector:
             yield from source()
 
     def sample(self) -> Json:
-        """One snapshot; cost grows with the live rollouts only by a phase count and a token
-        sum each, rows beyond ``row_cap`` are not built (INSP-3)."""
+        """One snapshot of everything (an open server, an operator key)."""
+        return self.sample_for([ANY_OWNER])[ANY_OWNER]
+
+    def sample_for(self, scopes: Iterable[OwnerFilter]) -> dict[OwnerFilter, Json]:
+        """One snapshot per scope: ``ANY_OWNER`` sees everything, an owner digest only its own
+        connections and rollouts, and none of the recent errors, which name no owner (INSP-9).
+        Cost grows with the live rollouts only by a phase count and a token sum each per scope,
+        rows beyond ``row_cap`` are not built (INSP-3)."""
         now = time.time()
         self.samples += 1
         self.stages.sample(now)
-        connections, rollouts, totals = self._walk()
-        self._note_endings({row["id"] for row in rollouts})
-        return {
+        shared: Json = {
             "type": "snapshot",
             "t": round(now, 2),
             "uptime_s": round(now - self.started_at, 1),
             "row_cap": self.row_cap,
-            "totals": totals,
-            "connections": connections,
-            "rollouts": rollouts,
-            "ended": list(self.ended),
             "caches": self._caches(),
             "sections": self._sections(),
-            "errors": [asdict(note) for note in list(self.errors.notes)[-30:]],
-            "errors_total": self.errors.total,
             "series": list(self.stages.points),
             "stage_means": self.stages.means,
         }
+        out: dict[OwnerFilter, Json] = {}
+        listed: set[str] = set()
+        for scope in set(scopes):
+            connections, rollouts, totals = self._walk(scope)
+            listed.update(row["id"] for row in rollouts)
+            everything = scope is ANY_OWNER
+            out[scope] = {
+                **shared,
+                "totals": totals,
+                "connections": connections,
+                "rollouts": rollouts,
+                "ended": [row for owner, row in self.ended if everything or owner == scope],
+                "errors": [asdict(n) for n in list(self.errors.notes)[-30:]] if everything else [],
+                "errors_total": self.errors.total if everything else 0,
+            }
+        self._note_endings(listed)
+        return out
 
-    def _walk(self) -> tuple[list[Json], list[Json], Json]:
-        """One pass over the live sessions and rollouts. Synchronous, so nothing changes under
-        it; per rollout only a phase test and a token count unless it gets a row."""
+    def _walk(self, scope: OwnerFilter) -> tuple[list[Json], list[Json], Json]:
+        """One pass over the live sessions and rollouts of ``scope``. Synchronous, so nothing
+        changes under it; per rollout only a phase test and a token count unless it gets a
+        row."""
         cap = self.row_cap
+        everything = scope is ANY_OWNER
         connections: list[Json] = []
         rows: list[Json] = []
         sessions = running = suspended = held = 0
         for session in self.sessions():
+            if not everything and session.owner != scope:
+                continue
             sessions += 1
             label = _label(session)
             if len(connections) < cap:
@@ -259,6 +280,8 @@ class Inspector:
         for state, source in self._extra_rollouts.items():
             counts[state] = 0
             for _, rollout in source():
+                if not everything and rollout.owner != scope:
+                    continue
                 counts[state] += 1
                 held += rollout.ctx.prompt_tokens
                 if len(rows) < cap:
@@ -320,9 +343,9 @@ class Inspector:
                 idle_s=None,
             )
             if len(self.ended) == self.ended.maxlen:
-                self._ended_turns.pop(self.ended[0]["id"], None)
-            self.ended.append(summary)
-            self._ended_turns[rollout_id] = (rollout.status, _turns(rollout))
+                self._ended_turns.pop(self.ended[0][1]["id"], None)
+            self.ended.append((rollout.owner, summary))
+            self._ended_turns[rollout_id] = (rollout.owner, rollout.status, _turns(rollout))
 
     def _caches(self) -> Json:
         c = self.engine.counters
@@ -361,13 +384,16 @@ class Inspector:
         self._shown.clear()
 
     # ------------------------------------------------------------------ one rollout
-    def turns(self, rollout_id: str) -> Json:
-        """A rollout's turn history (INSP-5): live, or among the recently ended."""
+    def turns(self, rollout_id: str, scope: OwnerFilter = ANY_OWNER) -> Json:
+        """A rollout's turn history (INSP-5): live, or among the recently ended. Another
+        owner's rollout is not found, exactly as an unknown id (INSP-9)."""
         rollout = self.find(rollout_id)
-        if rollout is not None:
+        if rollout is not None and (scope is ANY_OWNER or rollout.owner == scope):
             return {"type": "turns", "rollout_id": rollout_id, "found": True,
                     "status": rollout.status, "turns": _turns(rollout)}  # fmt: skip
-        status, turns = self._ended_turns.get(rollout_id, ("unknown", []))
+        owner, status, turns = self._ended_turns.get(rollout_id, (None, "unknown", []))
+        if rollout is not None or (scope is not ANY_OWNER and owner != scope):
+            status, turns = "unknown", []
         return {"type": "turns", "rollout_id": rollout_id, "found": status != "unknown",
                 "status": status, "turns": turns}  # fmt: skip
 

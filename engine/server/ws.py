@@ -221,7 +221,9 @@ async def serve_socket(
         async for msg in ws:
             sink.frames_in += 1
             if msg.type is WSMsgType.TEXT:
-                await _dispatch(session, msg.data)
+                if not await _dispatch(session, msg.data):
+                    await sink.close(WSCloseCode.INVALID_TEXT, b"invalid UTF-8")  # WS-19
+                    break
             elif msg.type is WSMsgType.BINARY:
                 await session.send_error(
                     InvalidRequest(
@@ -242,17 +244,31 @@ async def serve_socket(
     return ws
 
 
-async def _dispatch(session: Session, data: bytes) -> None:
+async def _dispatch(session: Session, data: bytes) -> bool:
+    """Decode and hand on one text message; False when it is not UTF-8 at all (RFC 6455 §8.1:
+    the connection is then failed with 1007, WS-19). The decoder validates UTF-8 itself (JSON
+    outside strings is ASCII), so only a message it refuses is checked again."""
     timer = session.sink if isinstance(session.sink, TimedWsSink) else None
     start = time.perf_counter() if timer is not None else 0.0
     try:
         event = decode_client_event(data)
     except ProtocolError as err:
+        if not _is_utf8(data):
+            return False
         await session.send_error(err)
-        return
+        return True
     if timer is not None:
         timer.add_decode(time.perf_counter() - start)
     await session.handle(event)
+    return True
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 async def _frame_error(session: Session, ws: web.WebSocketResponse) -> None:

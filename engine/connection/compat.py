@@ -1,6 +1,7 @@
 """The compatibility layer: standard ``response.create`` flows onto rollout coroutines.
 
-Four ways a create can start (SPEC: COMPAT-1..COMPAT-6), cheapest first:
+Six ways a create can start (SPEC: COMPAT-1..COMPAT-6), cheapest first; the loader
+(``connection/loader.py``, OWN-4) picks one, ``_RUNS`` runs it:
 
 * fast path  - ``previous_response_id`` names the response at which a live rollout on this lane
                is suspended and the input answers its pending calls: resume that coroutine. Only
@@ -25,17 +26,16 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from engine.connection.lane import CacheEntry, Lane
+from engine.connection.loader import Create, Found, Path, load_conversation
 from engine.conversation.compaction import compaction_threshold
 from engine.conversation.context import Context
 from engine.conversation.pipeline import FULL, INCREMENTAL, ItemTexts
 from engine.core import Engine
 from engine.models.base import Backend
 from engine.rollout.coroutine import Mode, Rollout, Settings, Sink, Turn
-from engine.shared.parking import Parked
-from engine.store import ResponseStore, StoreError
-from engine.store.errors import wire_error
+from engine.store import ResponseStore
 from protocol.codec import parse_input
-from protocol.errors import InvalidRequest, previous_response_not_found, store_unavailable
+from protocol.errors import InvalidRequest, store_unavailable
 from protocol.items import InputItem, item_texts
 from protocol.response import CreateParams, Reasoning, Response
 from protocol.stream import ResponseStream, new_id
@@ -263,107 +263,57 @@ def _admit(session: Connection, lane: Lane, params: CreateParams) -> Admission:
     )
 
 
-async def _start_or_resume(session: Connection, lane: Lane, job: Admission) -> tuple[Rollout, bool]:
-    """Returns the rollout serving this create and whether it is new (needs a task).
+Started = tuple[Rollout, bool]  # the rollout serving a create, and whether it needs a task
 
-    A warmup (``generate: false``) never takes the fast path: it does not sample."""
+
+async def _start_or_resume(session: Connection, lane: Lane, job: Admission) -> Started:
+    """Pick the path (the one loader, ``connection/loader.py``), then run it. Returns the
+    rollout serving this create and whether it is new (needs a task)."""
     engine = session.engine
-    counters = engine.counters
-    prev = job.prev
     if job.settings.store:
-        await _require_store(session.engine.store)
-    if prev is None:
-        counters["create.stateless"] += 1
-        return _new_rollout(session, job, None, FULL), True
-    found = session.cached(prev)
-    if found is not None and found[0] is lane:
-        entry = found[1]
-        live = entry.resumable_by(job.backend, job.mode) if job.params.generate else None
-        if live is not None:
-            counters["create.fast_path"] += 1
-            engine.hydrated.discard(prev)  # the shared context moves on (HYD-3)
-            live.continue_standard(job.items, job.texts, job.turn, job.settings)
-            lane.latest = None  # its context now moves on; the new response replaces it
-            return live, False
-        counters["create.cache_hit"] += 1
-        ctx = entry.ctx.fork()
-        if entry.rollout is not None:
-            entry.rollout.retire()
-            entry.rollout = None
-        return _new_rollout(session, job, ctx, INCREMENTAL), True
-    if found is not None:  # a fork from another lane: copy its context, leave it running
-        counters["create.fork"] += 1
-        return _new_rollout(session, job, found[1].ctx.fork(), INCREMENTAL), True
-    parked = engine.parking.claim(prev, session.owner)
-    if parked is not None:
-        assert isinstance(parked.rollout, Rollout)  # the only kind the session parks
-        if parked.rollout.settings.store and not await _still_stored(engine, prev):
-            session.adopt(parked.task, parked.rollout)  # owned while it winds down
-            parked.rollout.retire()
-            raise previous_response_not_found(prev)
-        return _unpark(session, job, parked, parked.rollout)
-    cached = engine.hydrated.get(prev, session.owner, job.backend.supports)
-    if cached is not None and await _still_stored(engine, prev):
-        counters["create.hydrated"] += 1
-        return _new_rollout(session, job, cached.ctx.fork(), INCREMENTAL), True
-    counters["create.cache_miss"] += 1
-    start = time.perf_counter()
-    try:
-        hydrated = await session.engine.store.hydrate(prev, session.owner)  # owner first (OWN-4)
-        job.turn.log.add_time("hydrate", time.perf_counter() - start)  # OBS-1
-    except StoreError as exc:
-        raise wire_error(exc, "previous_response_id") from None
-    if hydrated is None or hydrated.record.owner != session.owner:  # another key's (OWN-2)
-        raise previous_response_not_found(prev)
-    if hydrated.record.response.status in ("queued", "in_progress"):  # background (BG-7)
-        raise InvalidRequest(
-            "previous_response_in_progress",
-            f"Previous response with id '{prev}' has not finished yet.",
-            "previous_response_id",
-        )
-    counters["create.store_hydrate"] += 1
-    rollout = Rollout(session.engine, job.backend, job.settings, job.turn, job.mode)
-    rollout.owner = session.owner
-    rollout.prepare(job.items, job.texts, path=FULL, history=hydrated.items, stored=hydrated.point)
-    return rollout, True
+        await _require_store(engine.store)
+    create = Create(lane, session.cached, job.mode, job.params.generate, job.turn.log)
+    found = await load_conversation(
+        engine, job.prev, owner=session.owner, backend=job.backend, create=create
+    )
+    return _RUNS[found.path](session, lane, job, found)
 
 
-async def _still_stored(engine: Engine, response_id: str) -> bool:
-    """A cached context of a stored response is served only while the response exists (HYD-5).
-    A delete by another process may never reach this one (SQLite shared by workers; Redis
-    pub/sub is at-most-once, and a subscriber that reconnects has missed what was published
-    meanwhile), so every hit outside the memory store is confirmed with one read of the
-    record's head line (STORE-15)."""
-    store = engine.store
-    if store.kind == "memory":  # this process's own: its deletes reach its caches at once
-        return True
-    try:
-        found = await store.exists(response_id)
-    except StoreError as exc:
-        raise wire_error(exc, "previous_response_id") from None
-    if not found:
-        engine.hydrated.discard(response_id)
-    return found
+def _run_fast(session: Connection, lane: Lane, job: Admission, found: Found) -> Started:
+    """COMPAT-2: resume the rollout suspended at the lane's latest response."""
+    assert found.live is not None and job.prev is not None
+    engine = session.engine
+    engine.counters["create.fast_path"] += 1
+    engine.hydrated.discard(job.prev)  # the shared context moves on (HYD-3)
+    found.live.continue_standard(job.items, job.texts, job.turn, job.settings)
+    lane.latest = None  # its context now moves on; the new response replaces it
+    return found.live, False
 
 
-async def _require_store(store: ResponseStore) -> None:
-    """A ``store: true`` create is refused up front while the store is known to be down, so no
-    model time is spent on a response that could not be kept; each such request probes the
-    store again, so service resumes by itself (STORE-8)."""
-    if not store.available and not await store.health():
-        raise store_unavailable()
+def _run_cache(session: Connection, lane: Lane, job: Admission, found: Found) -> Started:
+    """COMPAT-3 on the create's own lane (its suspended rollout is retired), CACHE-4 from
+    another lane (a fork: that lane's rollout keeps running)."""
+    entry = found.entry
+    assert entry is not None
+    if found.lane is not lane:
+        session.engine.counters["create.fork"] += 1
+        return _new_rollout(session, job, entry.ctx.fork(), INCREMENTAL), True
+    session.engine.counters["create.cache_hit"] += 1
+    ctx = entry.ctx.fork()
+    if entry.rollout is not None:
+        entry.rollout.retire()
+        entry.rollout = None
+    return _new_rollout(session, job, ctx, INCREMENTAL), True
 
 
-def _unpark(
-    session: Connection, job: Admission, parked: Parked, rollout: Rollout
-) -> tuple[Rollout, bool]:
+def _run_parked(session: Connection, lane: Lane, job: Admission, found: Found) -> Started:
     """A parked rollout's owner is back (PARK-3): resume it on the fast path when the request
     allows (COMPAT-2), else fork its context and retire it (COMPAT-3). Either way the session
     now owns its task; a rejected continuation retires it (CACHE-3)."""
-    engine = session.engine
+    parked = found.parked
+    assert parked is not None and isinstance(parked.rollout, Rollout)
+    engine, rollout, live = session.engine, parked.rollout, found.live
     session.adopt(parked.task, rollout)
-    entry = CacheEntry(parked.response_id, rollout.ctx, rollout.backend, rollout)
-    live = entry.resumable_by(job.backend, job.mode) if job.params.generate else None
     if live is None:
         engine.counters["create.cache_hit"] += 1
         ctx = rollout.ctx.fork()
@@ -378,6 +328,48 @@ def _unpark(
         live.retire()
         raise
     return live, False
+
+
+def _run_hydrated(session: Connection, lane: Lane, job: Admission, found: Found) -> Started:
+    """HYD-1: fork a recent stored response's cached context; only new items are processed."""
+    assert found.cached is not None
+    session.engine.counters["create.hydrated"] += 1
+    return _new_rollout(session, job, found.cached.ctx.fork(), INCREMENTAL), True
+
+
+def _run_store(session: Connection, lane: Lane, job: Admission, found: Found) -> Started:
+    """COMPAT-4: the stored conversation, then the input, both on the full path."""
+    stored = found.stored
+    assert stored is not None
+    session.engine.counters["create.store_hydrate"] += 1
+    rollout = Rollout(session.engine, job.backend, job.settings, job.turn, job.mode)
+    rollout.owner = session.owner
+    rollout.prepare(job.items, job.texts, path=FULL, history=stored.items, stored=stored.point)
+    return rollout, True
+
+
+def _run_stateless(session: Connection, lane: Lane, job: Admission, found: Found) -> Started:
+    """COMPAT-5: full pre-inference over the whole input."""
+    session.engine.counters["create.stateless"] += 1
+    return _new_rollout(session, job, None, FULL), True
+
+
+_RUNS: dict[Path, Callable[[Connection, Lane, Admission, Found], Started]] = {
+    Path.FAST: _run_fast,
+    Path.CACHE: _run_cache,
+    Path.PARKED: _run_parked,
+    Path.HYDRATED: _run_hydrated,
+    Path.STORE: _run_store,
+    Path.STATELESS: _run_stateless,
+}
+
+
+async def _require_store(store: ResponseStore) -> None:
+    """A ``store: true`` create is refused up front while the store is known to be down, so no
+    model time is spent on a response that could not be kept; each such request probes the
+    store again, so service resumes by itself (STORE-8)."""
+    if not store.available and not await store.health():
+        raise store_unavailable()
 
 
 def _new_rollout(session: Connection, job: Admission, ctx: Context | None, path: str) -> Rollout:

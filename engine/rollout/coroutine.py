@@ -174,6 +174,9 @@ class Rollout:
         self._prompt = (0, 0)  # the last sample's (prompt, freshly rendered) tokens
         self._logged: dict[str, float] = {}  # stage seconds already in a timing record
         self.owner: str | None = None  # the API key fingerprint its stored records carry
+        # A standard response whose terminal event is built but whose ledger record is not yet
+        # handed over: billed by whichever ending comes next, whatever the client does (POST-5).
+        self._owed: Turn | None = None
 
     # ================================================================== pre-inference
     def prepare(
@@ -646,6 +649,8 @@ class Rollout:
                 "server_error", "The model failed to generate a response.", turn.tally.usage(), now
             )
         self.status = status
+        if self.mode is Mode.STANDARD:
+            self._owed = turn  # from here on it is billed, even if the client leaves (POST-5)
         try:
             await self._store(turn)  # durable before the terminal frame (STORE-6)
         except StoreError as exc:
@@ -657,8 +662,24 @@ class Rollout:
             if not turn.done.done():
                 turn.done.set_result(status)
         self._time_turn(turn)
-        if self.mode is Mode.STANDARD:
-            await self.engine.post.submit(self._record([stream.id], turn.tally, turn.log))
+        await self._bill_owed(waiting=True)
+
+    async def _bill_owed(self, *, waiting: bool) -> None:
+        """Hand the owed standard-mode record to post-inference, exactly once (POST-1, POST-5).
+        A cancelled caller cannot wait for queue space: ``waiting=False`` never suspends, and a
+        cancel while waiting still hands the record over before it propagates."""
+        turn, self._owed = self._owed, None
+        if turn is None:
+            return
+        record = self._record([turn.stream.id], turn.tally, turn.log)
+        if not waiting:
+            self.engine.post.submit_nowait(record)
+            return
+        try:
+            await self.engine.post.submit(record)
+        except asyncio.CancelledError:  # the put did not happen: a queue put is all or nothing
+            self.engine.post.submit_nowait(record)
+            raise
 
     def _time_turn(self, turn: Turn) -> None:
         """Under --bench-timings: this turn's stage timings from the server's clocks (OBS-5)."""
@@ -697,8 +718,7 @@ class Rollout:
         log.warning("rollout %s: response %s not stored: %s", self.id, turn.stream.id, exc)
         self.status = "failed"
         turn.successor = None  # a steered response's successor never begins (STEER-3)
-        if self.mode is Mode.STANDARD:
-            self.engine.post.submit_nowait(self._record([turn.stream.id], turn.tally, turn.log))
+        await self._bill_owed(waiting=False)
         try:
             await turn.sink.send(error_event(wire_error(exc), stream_id=turn.stream.stream_id))
         except ClientGone:
@@ -730,6 +750,7 @@ class Rollout:
         ``cancelled``: the task was cancelled, the client left, or a suspended append rollout
         was retired. A response still open is stored as ``cancelled`` and billed, and the record
         is handed over without waiting, so a cancelled task never suspends here."""
+        await self._bill_owed(waiting=not cancelled)  # a terminal frame the client missed
         turn = self.turn
         billed_open = cancelled and turn.stream.state not in TERMINAL_STATES
         if billed_open:

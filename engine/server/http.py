@@ -133,13 +133,15 @@ def note_error(request: web.Request, response: web.StreamResponse) -> None:
 async def compact_response(request: web.Request) -> web.Response:
     """``POST /v1/responses/compact`` (COMPACT-1)."""
     params = decode_compact_body(await request.read())
-    return json_response(await compact_context(request.app[ENGINE], params))
+    owner = await identity.owner(request)
+    return json_response(await compact_context(request.app[ENGINE], params, owner=owner))
 
 
 async def input_tokens(request: web.Request) -> web.Response:
     """``POST /v1/responses/input_tokens`` (TOKENS-1)."""
     params = decode_create_body(await request.read())
-    return json_response(await count_input_tokens(request.app[ENGINE], params))
+    owner = await identity.owner(request)
+    return json_response(await count_input_tokens(request.app[ENGINE], params, owner=owner))
 
 
 def _finish(sink: HttpSink) -> web.StreamResponse:

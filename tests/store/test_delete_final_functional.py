@@ -30,7 +30,7 @@ def _as_user(url: str, user: str) -> str:
 async def _redis(url: str, *command: str) -> Any:
     client = aioredis.Redis.from_url(url)
     try:
-        return await client.execute_command(*command)
+        return await client.execute_command(*command)  # type: ignore[no-untyped-call]
     finally:
         await client.aclose()
 

@@ -112,7 +112,7 @@ async def load_conversation(
         engine.counters["create.cache_miss"] += 1
     start = time.perf_counter()
     try:
-        stored = await engine.store.hydrate(response_id, owner)  # owner before decode (OWN-4)
+        stored = await engine.store.hydrate(response_id, owner)  # owner before decode (OWN-5)
     except StoreError as exc:
         raise wire_error(exc, "previous_response_id") from None
     if create is not None:

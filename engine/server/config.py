@@ -22,7 +22,7 @@ class ServerConfig:
     shutdown_grace_s: float = 10.0  # in-flight responses may finish this long (LIM-13)
 
     # Operator keys (AUTH-4): valid everywhere a key is; they also see every key's rollouts on
-    # the inspector (INSP-9) and may delete any key's record (OWN-4).
+    # the inspector (INSP-9) and may delete any key's record (OWN-5).
     admin_keys: frozenset[str] = field(default_factory=frozenset)
 
     @property

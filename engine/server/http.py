@@ -190,7 +190,7 @@ async def _record(request: web.Request) -> ResponseRecord:
 
 async def delete_response(request: web.Request) -> web.Response:
     """Removes it from the store and from every cache of this process (STORE-11, HYD-5). Only
-    its owner, or an operator key, may delete it, corrupt or not (OWN-4)."""
+    its owner, or an operator key, may delete it, corrupt or not (OWN-5)."""
     engine, response_id = _stored(request)
     owner: OwnerFilter = ANY_OWNER if identity.is_admin(request) else await identity.owner(request)
     run = request.app[BACKGROUND].live.get(response_id)

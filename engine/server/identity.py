@@ -18,7 +18,7 @@ def presented_key(request: web.Request) -> str | None:
 
 
 async def owner(request: web.Request) -> str | None:
-    """The owner digest of the request's key (OWN-1, OWN-5), or None on an open server, where
+    """The owner digest of the request's key (OWN-1, OWN-6), or None on an open server, where
     everything is shared. The digest needs the store's salt: a store that cannot give it is
     ``store_unavailable``, once, until it answers (STORE-8)."""
     key = presented_key(request)

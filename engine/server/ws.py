@@ -222,7 +222,7 @@ async def serve_socket(
             sink.frames_in += 1
             if msg.type is WSMsgType.TEXT:
                 if not await _dispatch(session, msg.data):
-                    await sink.close(WSCloseCode.INVALID_TEXT, b"invalid UTF-8")  # WS-19
+                    await sink.close(WSCloseCode.INVALID_TEXT, b"invalid UTF-8")  # WS-15
                     break
             elif msg.type is WSMsgType.BINARY:
                 await session.send_error(
@@ -246,7 +246,7 @@ async def serve_socket(
 
 async def _dispatch(session: Session, data: bytes) -> bool:
     """Decode and hand on one text message; False when it is not UTF-8 at all (RFC 6455 §8.1:
-    the connection is then failed with 1007, WS-19). The decoder validates UTF-8 itself (JSON
+    the connection is then failed with 1007, WS-15). The decoder validates UTF-8 itself (JSON
     outside strings is ASCII), so only a message it refuses is checked again."""
     timer = session.sink if isinstance(session.sink, TimedWsSink) else None
     start = time.perf_counter() if timer is not None else 0.0

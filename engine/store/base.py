@@ -174,7 +174,7 @@ class ResponseStore(abc.ABC):
         self.max_record_bytes = max_record_bytes
         self.available = True  # last known state, no I/O: True until an operation fails
         self._listeners: list[DeleteListener] = []
-        self._salt: bytes | None = None  # the owner digests' salt, read once (OWN-5)
+        self._salt: bytes | None = None  # the owner digests' salt, read once (OWN-6)
 
     # ------------------------------------------------------------------ lifecycle
     async def open(self) -> None:
@@ -206,7 +206,7 @@ class ResponseStore(abc.ABC):
     async def get(self, response_id: str, owner: OwnerFilter = ANY_OWNER) -> ResponseRecord | None:
         """The live record, or None: missing, expired, deleted, or not ``owner``'s. The owner
         check reads only the record's head line, so a corrupt record of another owner is None
-        too; ``RecordCorrupt`` reaches only a reader who may see it (OWN-4, STORE-9)."""
+        too; ``RecordCorrupt`` reaches only a reader who may see it (OWN-5, STORE-9)."""
         blob = await self._guard(self._read_one(response_id))
         head = None if blob is None else peek(blob)
         if blob is None or not readable_by(head, owner) or (head is not None and head.deleted):
@@ -229,7 +229,7 @@ class ResponseStore(abc.ABC):
         return not head.deleted
 
     async def owner_of(self, api_key: str) -> str:
-        """The owner digest of ``api_key`` in this store (OWN-1, OWN-5): keyed with the store's
+        """The owner digest of ``api_key`` in this store (OWN-1, OWN-6): keyed with the store's
         own salt, so digests of one deployment say nothing about another's."""
         if self._salt is None:
             self._salt = await self._guard(self._load_salt(secrets.token_bytes(SALT_BYTES)))
@@ -262,7 +262,7 @@ class ResponseStore(abc.ABC):
         """The response is gone for every reader; its context items stay, as a tombstone, only
         while later records link it (until its expiry, STORE-7), so the responses continued
         from it can still be continued (STORE-11). A corrupt record is removed outright. Only a
-        record ``owner`` may see is touched (OWN-4): another's is left alone, as if unknown."""
+        record ``owner`` may see is touched (OWN-5): another's is left alone, as if unknown."""
         blob = await self._guard(self._read_one(response_id))
         head = None if blob is None else peek(blob)
         if blob is not None and not readable_by(head, owner):
@@ -332,7 +332,7 @@ class ResponseStore(abc.ABC):
         return await self._read_one(key)
 
     async def _load_salt(self, fresh: bytes) -> bytes:
-        """The store's owner salt: the one already kept, else ``fresh``, now kept (OWN-5). A
+        """The store's owner salt: the one already kept, else ``fresh``, now kept (OWN-6). A
         backend that keeps nothing across instances (memory) keeps it per instance."""
         return fresh
 

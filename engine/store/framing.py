@@ -1,5 +1,5 @@
 """A stored record's first line: who owns it and whether it is a tombstone, readable without
-decoding the record's body (SPEC: OWN-4, STORE-15).
+decoding the record's body (SPEC: OWN-5, STORE-15).
 
 A record is stored as ``rr1 <L|D> <owner or ->\\n`` followed by its JSON body. The owner check
 (OWN-2) and the liveness probe (HYD-5) read only this line: a record that cannot be decoded

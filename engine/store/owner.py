@@ -1,4 +1,4 @@
-"""Owner digests (SPEC: OWN-1, OWN-5): what a record keeps instead of the API key."""
+"""Owner digests (SPEC: OWN-1, OWN-6): what a record keeps instead of the API key."""
 
 from __future__ import annotations
 

@@ -39,7 +39,7 @@ log = logging.getLogger("rollout.store.redis")
 
 KEY_PREFIX = "rollout:response:"
 DELETED_CHANNEL = "rollout:deleted"
-SALT_KEY = "rollout:owner_salt"  # the owner digests' salt, created once, never expires (OWN-5)
+SALT_KEY = "rollout:owner_salt"  # the owner digests' salt, created once, never expires (OWN-6)
 CONNECT_TIMEOUT_S = 2.0
 COMMAND_TIMEOUT_S = 5.0
 RESUBSCRIBE_AFTER_S = 1.0

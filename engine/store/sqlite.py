@@ -49,7 +49,7 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
             "CREATE INDEX responses_expiry ON responses(expires_at) WHERE expires_at IS NOT NULL",
         ],
     ),
-    # The owner digests' salt (OWN-5); a store from before gets one at its first open.
+    # The owner digests' salt (OWN-6); a store from before gets one at its first open.
     (2, ["CREATE TABLE meta (key TEXT PRIMARY KEY, value BLOB NOT NULL)"]),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]

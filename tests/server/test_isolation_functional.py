@@ -1,6 +1,6 @@
 """Tenant isolation on a real server with three keys (issue 17 §1): the inspector feed is scoped
 per key (INSP-9), a corrupt record answers another key as an unknown id and only its owner or
-an operator may delete it (OWN-4), and owner digests are salted per store (OWN-5)."""
+an operator may delete it (OWN-5), and owner digests are salted per store (OWN-6)."""
 
 from __future__ import annotations
 
@@ -130,7 +130,7 @@ async def http_create_as(
 
 
 async def test_corrupt_record_is_unknown_to_another_key(keyed: LiveServer) -> None:
-    """OWN-4: B's answers for A's corrupt record are exactly B's answers for an unknown id; B's
+    """OWN-5: B's answers for A's corrupt record are exactly B's answers for an unknown id; B's
     DELETE changes nothing; A gets store_record_corrupt; the operator key deletes it."""
     async with aiohttp.ClientSession() as http:
         created = await http_create_as(http, keyed, KEY_A, {"input": "my secret"})
@@ -152,7 +152,7 @@ async def test_corrupt_record_is_unknown_to_another_key(keyed: LiveServer) -> No
 
 
 async def test_unreadable_record_is_nobodys_but_the_operators(keyed: LiveServer) -> None:
-    """OWN-4: a blob whose owner cannot be read answers every key as unknown; only an operator
+    """OWN-5: a blob whose owner cannot be read answers every key as unknown; only an operator
     key may delete it."""
     await keyed.engine.store._write("resp_garbage", b"\xc1\xc1", [], False, None)
     async with aiohttp.ClientSession() as http:
@@ -170,7 +170,7 @@ async def test_unreadable_record_is_nobodys_but_the_operators(keyed: LiveServer)
 
 
 async def test_owner_digest_is_salted_per_store(keyed: LiveServer, tmp_path: Path) -> None:
-    """OWN-5: the stored owner is not the bare SHA-256 of the key, and another store gives the
+    """OWN-6: the stored owner is not the bare SHA-256 of the key, and another store gives the
     same key another digest."""
     async with aiohttp.ClientSession() as http:
         created = await http_create_as(http, keyed, KEY_A, {"input": "hi"})

@@ -1,5 +1,5 @@
-"""RFC 6455 edges on the API's WebSocket, driven byte by byte from a raw socket client (WS-19,
-WS-20, LEN-WS-1): what aiohttp checks (control frames, fragmentation, close codes, reserved
+"""RFC 6455 edges on the API's WebSocket, driven byte by byte from a raw socket client (WS-15,
+WS-16, LEN-5): what aiohttp checks (control frames, fragmentation, close codes, reserved
 bits and opcodes) and what the server adds (invalid UTF-8 in a text message fails the
 connection with 1007, §8.1, whether the bad bytes are in one frame or split across several)."""
 
@@ -107,7 +107,7 @@ INVALID_UTF8 = {
 async def test_invalid_utf8_fails_the_connection_with_1007(
     server: LiveServer, frames: list[bytes]
 ) -> None:
-    """WS-19 (RFC 6455 §8.1): not an error event on an open socket, a 1007 close."""
+    """WS-15 (RFC 6455 §8.1): not an error event on an open socket, a 1007 close."""
     sock = await RawSocket.open(server)
     try:
         await sock.send(*frames)
@@ -168,7 +168,7 @@ PROTOCOL_ERRORS = {
 
 @pytest.mark.parametrize("frames", PROTOCOL_ERRORS.values(), ids=list(PROTOCOL_ERRORS))
 async def test_protocol_errors_close_with_1002(server: LiveServer, frames: list[bytes]) -> None:
-    """WS-20: aiohttp fails these with 1002 (protocol error, §7.4.1); pinned here."""
+    """WS-16: aiohttp fails these with 1002 (protocol error, §7.4.1); pinned here."""
     sock = await RawSocket.open(server)
     try:
         await sock.send(*frames)
@@ -178,7 +178,7 @@ async def test_protocol_errors_close_with_1002(server: LiveServer, frames: list[
 
 
 async def test_close_handshake(server: LiveServer) -> None:
-    """WS-20: a client's close 1000 is answered with 1000; a close whose reason is not UTF-8
+    """WS-16: a client's close 1000 is answered with 1000; a close whose reason is not UTF-8
     with 1007."""
     for sent, answer in ((close_frame(1000, b"bye"), 1000), (close_frame(1000, b"\xff"), 1007)):
         sock = await RawSocket.open(server)
@@ -190,7 +190,7 @@ async def test_close_handshake(server: LiveServer) -> None:
 
 
 async def test_unmasked_client_frame_is_accepted(server: LiveServer) -> None:
-    """LEN-WS-1: RFC 6455 §5.1 says a server MUST close on an unmasked client frame; aiohttp
+    """LEN-5: RFC 6455 §5.1 says a server MUST close on an unmasked client frame; aiohttp
     reads it as a masked one would be read. A documented leniency, pinned so that a change is
     seen."""
     sock = await RawSocket.open(server)

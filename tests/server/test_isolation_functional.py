@@ -170,7 +170,7 @@ async def test_unreadable_record_is_nobodys_but_the_operators(keyed: LiveServer)
 
 
 async def test_owner_digest_is_salted_per_store(keyed: LiveServer, tmp_path: Path) -> None:
-    """OWN-6: the stored owner is not the bare SHA-256 of the key, and another store gives the
+    """OWN-6: the stored owner is not the bare sha256 of the key, and another store gives the
     same key another digest."""
     async with aiohttp.ClientSession() as http:
         created = await http_create_as(http, keyed, KEY_A, {"input": "hi"})

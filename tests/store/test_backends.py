@@ -325,7 +325,7 @@ async def test_records_from_before_the_head_line_still_read(store: ResponseStore
 
 async def test_the_salt_is_kept_by_the_store(make_store: Factory) -> None:
     """OWN-6: two handles on one store give a key the same digest, and it is not the bare
-    SHA-256 of the key."""
+    sha256 of the key."""
     first, second = make_store(), make_store()
     await first.open()
     await second.open()

@@ -166,6 +166,7 @@ class ResponseStore(abc.ABC):
     ``RecordTooLarge``. ``put`` returns only once the record is durable (STORE-6)."""
 
     kind: ClassVar[str]
+    reads_prefixes: ClassVar[bool] = False  # ``_read_head`` may return only a blob's start
 
     def __init__(
         self, ttl_s: float = DEFAULT_TTL_S, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
@@ -219,8 +220,8 @@ class ResponseStore(abc.ABC):
         context needs confirmed before it is served (HYD-5). Raises ``RecordCorrupt`` for a
         blob that is not a record."""
         blob = await self._guard(self._read_head(response_id))
-        if blob is not None and blob[:1] == b"{":  # written before head lines: the whole record
-            blob = await self._guard(self._read_one(response_id))
+        if self.reads_prefixes and blob is not None and blob[:1] == b"{":
+            blob = await self._guard(self._read_one(response_id))  # no head line: all of it
         if blob is None:
             return False
         head = peek(blob)
@@ -268,26 +269,29 @@ class ResponseStore(abc.ABC):
         if blob is not None and not readable_by(head, owner):
             return False
         removed = False
-        if blob is not None and head is not None and head.deleted:
-            pass  # already a tombstone
-        elif blob is not None:
-            try:
-                record = _decode(response_id, blob)
-            except RecordCorrupt:
-                await self._guard(self._remove(response_id))
-                removed = True
-            else:
-                removed = not record.deleted
-                if removed:
-                    tombstone = msgspec.structs.replace(
-                        record,
-                        response=msgspec.structs.replace(record.response, output=[]),
-                        input_items=[],
-                        deleted=True,
-                    )
-                    await self._guard(self._replace(response_id, _encode(tombstone)))
+        if blob is not None and (head is None or not head.deleted):
+            removed = await self._retire(response_id, blob)
         self.notify_deleted(response_id)  # caches drop it even if this process never stored it
         return removed
+
+    async def _retire(self, response_id: str, blob: bytes) -> bool:
+        """A live record becomes a tombstone; a corrupt one is removed. False if it already
+        was a tombstone (a record from before head lines says so only in its body)."""
+        try:
+            record = _decode(response_id, blob)
+        except RecordCorrupt:
+            await self._guard(self._remove(response_id))
+            return True
+        if record.deleted:
+            return False
+        tombstone = msgspec.structs.replace(
+            record,
+            response=msgspec.structs.replace(record.response, output=[]),
+            input_items=[],
+            deleted=True,
+        )
+        await self._guard(self._replace(response_id, _encode(tombstone)))
+        return True
 
     async def health(self) -> bool:
         """Reachable now? Updates ``available``."""
@@ -328,7 +332,7 @@ class ResponseStore(abc.ABC):
 
     async def _read_head(self, key: str) -> bytes | None:
         """At least the first ``MAX_HEAD`` bytes of a blob (its head line, STORE-15); backends
-        that can read a prefix override it."""
+        that can read a prefix override it and set ``reads_prefixes``."""
         return await self._read_one(key)
 
     async def _load_salt(self, fresh: bytes) -> bytes:

@@ -47,6 +47,7 @@ RESUBSCRIBE_AFTER_S = 1.0
 
 class RedisStore(ResponseStore):
     kind = "redis"
+    reads_prefixes = True  # GETRANGE (STORE-15)
 
     def __init__(
         self,

@@ -32,7 +32,8 @@ from engine.conversation.context import Context
 from engine.conversation.pipeline import FULL, INCREMENTAL, ItemTexts
 from engine.core import Engine
 from engine.models.base import Backend
-from engine.rollout.coroutine import Mode, Rollout, Settings, Sink, Turn
+from engine.rollout.coroutine import Rollout
+from engine.rollout.turn import Mode, Settings, Sink, Turn
 from engine.store import ResponseStore
 from protocol.codec import parse_input
 from protocol.errors import InvalidRequest, store_unavailable
@@ -215,7 +216,7 @@ async def run_create(
             lane.evict(params.previous_response_id)
         raise
     if not params.generate:
-        await rollout.warm()
+        await rollout.endings.warm()
     elif started:
         session.spawn(rollout)
     turn = job.turn

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from engine.conversation.context import Context
 from engine.models.base import Backend
-from engine.rollout.coroutine import Mode, Rollout
+from engine.rollout.coroutine import Rollout
+from engine.rollout.turn import Mode
 from protocol.response import CreateParams
 
 

@@ -21,8 +21,9 @@ from engine.connection.lane import CacheEntry, Lane
 from engine.conversation.validation import validate
 from engine.core import Engine
 from engine.models.base import Backend
-from engine.rollout.coroutine import ClientGone, Mode, Rollout, Sink, Turn
-from engine.rollout.steering import MAX_PENDING_STEERS, Steer, echo, steer_items, unattached
+from engine.rollout.coroutine import Rollout
+from engine.rollout.steering import Steer, echo, steer_items, unattached
+from engine.rollout.turn import ClientGone, Mode, Sink, Turn
 from protocol.codec import error_event, parse_input
 from protocol.errors import (
     InvalidRequest,
@@ -205,16 +206,7 @@ class Session:
         except ProtocolError as err:
             await self.sink.send(stream.steer_failed(refused, "invalid_input", err.message))
             return
-        if len(rollout.steers) >= MAX_PENDING_STEERS:
-            message = f"At most {MAX_PENDING_STEERS} steering inputs can wait for one response."
-            await self.sink.send(stream.steer_failed(refused, "too_many_pending_steers", message))
-            return
-        steer = Steer(new_id("steer"), items, event.input, target)
-        rollout.steers.append(steer)
-        await self.sink.send(stream.steer_accepted(steer.id))
-        if rollout.waiting:  # it stopped for the client's tool outputs (STEER-5)
-            steer.notified = True
-            await self.sink.send(stream.steer_pending(steer.id, rollout.ctx.pending_calls()))
+        await rollout.steer(Steer(new_id("steer"), items, event.input, target))
 
     async def handle_append(self, event: ResponseAppend | ResponseInject) -> None:
         """Experimental mode: commit tool outputs into a suspended rollout (APPEND-3..APPEND-6)."""

@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 from engine.core import Engine
 from engine.observe.turnlog import PRE_STAGES
-from engine.rollout.coroutine import Phase, Rollout
+from engine.rollout.coroutine import Rollout
+from engine.rollout.state import RolloutState
 from protocol.events import ErrorEvent, ResponseFailed, ServerEvent
 
 if TYPE_CHECKING:
@@ -244,12 +245,12 @@ class Inspector:
             if len(connections) < cap:
                 connections.append(self._connection(session, label))
             for rollout in session.rollouts.values():
-                phase = rollout.phase
-                if phase is Phase.DONE:
+                phase = rollout.state
+                if phase is RolloutState.ENDED:
                     continue
                 ctx = rollout.ctx
                 held += len(ctx.header) + len(ctx.tokens)
-                is_suspended = phase is Phase.SUSPENDED
+                is_suspended = phase is RolloutState.SUSPENDED
                 suspended += is_suspended
                 running += not is_suspended
                 if len(rows) < cap:
@@ -300,7 +301,7 @@ class Inspector:
                 for call in pending
                 if call.call_id in unanswered
             ],
-            "turns": rollout.history.count,
+            "turns": rollout.accounting.history.count,
         }
         self._shown[rollout.id] = (rollout, row)
         return row
@@ -310,19 +311,19 @@ class Inspector:
         or its context) in the bounded ``ended`` ring."""
         for rollout_id in [rid for rid in self._shown if rid not in listed]:
             rollout, row = self._shown.pop(rollout_id)
-            if rollout.phase is not Phase.DONE:
+            if rollout.state is not RolloutState.ENDED:
                 continue  # still live, just past the row cap this tick
-            summary = {**row, "state": "ended", "status": rollout.status, "pending": []}
+            summary = {**row, "state": "ended", "status": rollout.turn.status, "pending": []}
             summary.update(
                 response_id=rollout.turn.stream.id,
                 tokens=rollout.ctx.prompt_tokens,
-                turns=rollout.history.count,
+                turns=rollout.accounting.history.count,
                 idle_s=None,
             )
             if len(self.ended) == self.ended.maxlen:
                 self._ended_turns.pop(self.ended[0]["id"], None)
             self.ended.append(summary)
-            self._ended_turns[rollout_id] = (rollout.status, _turns(rollout))
+            self._ended_turns[rollout_id] = (rollout.turn.status, _turns(rollout))
 
     def _caches(self) -> Json:
         c = self.engine.counters
@@ -366,7 +367,7 @@ class Inspector:
         rollout = self.find(rollout_id)
         if rollout is not None:
             return {"type": "turns", "rollout_id": rollout_id, "found": True,
-                    "status": rollout.status, "turns": _turns(rollout)}  # fmt: skip
+                    "status": rollout.turn.status, "turns": _turns(rollout)}  # fmt: skip
         status, turns = self._ended_turns.get(rollout_id, ("unknown", []))
         return {"type": "turns", "rollout_id": rollout_id, "found": status != "unknown",
                 "status": status, "turns": turns}  # fmt: skip
@@ -385,7 +386,7 @@ class Inspector:
 
 
 def _turns(rollout: Rollout) -> list[Json]:
-    return [asdict(record) for record in rollout.history.turns]
+    return [asdict(record) for record in rollout.accounting.history.turns]
 
 
 def _label(session: Session) -> str:

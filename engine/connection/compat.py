@@ -1,42 +1,33 @@
 """The compatibility layer: standard ``response.create`` flows onto rollout coroutines.
 
-Six ways a create can start (SPEC: COMPAT-1..COMPAT-6), cheapest first; the loader
-(``connection/loader.py``, OWN-4) picks one, ``_RUNS`` runs it:
-
-* fast path  - ``previous_response_id`` names the response at which a live rollout on this lane
-               is suspended and the input answers its pending calls: resume that coroutine. Only
-               the new items are validated, scanned and rendered.
-* cache path - it names the lane's cached latest response: a new rollout seeded from the cached
-               context (items and rendered tokens, copied once); only new items are processed.
-* parked     - it names the last response of a rollout parked by a closed socket of the same
-               owner: the new connection adopts that coroutine and resumes it (PARK-3).
-* hydrated   - a recent ``store=true`` response of this process (HYD-1): fork its cached context,
-               only new items are processed.
-* store path - a ``store=true`` response in no cache: hydrate from the store, full pipeline.
-* stateless  - no ``previous_response_id``: full pipeline over the whole input.
+Pick the path, then run it. A create starts in one of six ways (SPEC: COMPAT-1..COMPAT-6,
+PARK-3, HYD-1), named once, cheapest first, in ``connection/loader.py``'s ``PATHS`` table: fast,
+cache, parked, hydrated, store, stateless. The loader (OWN-4) picks the path and its source,
+owner-checked; ``_RUNS`` here maps each path to the function that starts or resumes the rollout,
+and ``_after_turn`` updates the lane cache through the lane's methods (CACHE-1..CACHE-3).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from engine.connection.lane import CacheEntry, Lane
 from engine.connection.loader import Create, Found, Path, load_conversation
 from engine.conversation.compaction import compaction_threshold
 from engine.conversation.context import Context
 from engine.conversation.pipeline import FULL, INCREMENTAL, ItemTexts
+from engine.conversation.requests import check_supported
 from engine.core import Engine
 from engine.models.base import Backend
-from engine.rollout.coroutine import Mode, Rollout, Settings, Sink, Turn
+from engine.rollout.coroutine import Rollout
+from engine.rollout.turn import Mode, Settings, Sink, Turn
 from engine.store import ResponseStore
-from protocol.codec import parse_input
-from protocol.errors import InvalidRequest, store_unavailable
-from protocol.items import InputItem, item_texts
+from protocol.errors import store_unavailable
+from protocol.items import InputItem
 from protocol.response import CreateParams, Reasoning, Response
 from protocol.stream import ResponseStream, new_id
 from protocol.tools import echoed_tools
@@ -51,9 +42,6 @@ class Connection(Protocol):
     transport: str
     sink: Sink
     default_mode: Mode
-    append_targets: dict[str, Rollout]
-    finished_appends: deque[str]
-    finished: deque[str]  # recent terminal ids (steer errors, STEER-7)
     on_admitted: Callable[[Turn, list[InputItem]], Awaitable[None]] | None  # background (BG-2)
     owner: str | None  # the API-key identity of the requester (OWN-1)
 
@@ -62,6 +50,10 @@ class Connection(Protocol):
     def cached(self, response_id: str) -> tuple[Lane, CacheEntry] | None: ...
 
     def spawn(self, rollout: Rollout) -> None: ...
+
+    def serving(self, response_id: str, append_target: Rollout | None) -> None: ...
+
+    def served(self, response_id: str) -> None: ...
 
     def adopt(self, task: asyncio.Task[None], rollout: Rollout) -> None: ...
 
@@ -111,49 +103,6 @@ def new_response(params: CreateParams, model: str) -> Response:
     )
 
 
-def check_supported(
-    params: CreateParams, transport: str, max_items: int, max_chars: int = 8_000_000
-) -> tuple[list[InputItem], ItemTexts]:
-    """Reject what this server does not do, clearly (LEN-3), and parse the input. Returns the
-    items and their readable texts (computed once: the size limit here, the safety scan later)."""
-    if params.background and transport == "ws":
-        raise InvalidRequest(
-            "unsupported_parameter", "background is not supported over WebSocket.", "background"
-        )
-    if params.background and not params.store:
-        raise InvalidRequest("invalid_value", "Background responses require store=true.", "store")
-    if params.conversation is not None:
-        raise InvalidRequest(
-            "unsupported_parameter",
-            "Conversations are not supported; use previous_response_id.",
-            "conversation",
-        )
-    if params.previous_response_id is not None and not params.previous_response_id:
-        raise InvalidRequest(
-            "invalid_value", "previous_response_id must be non-empty.", "previous_response_id"
-        )
-    if transport != "ws" and params.rollout_mode == "append":
-        raise InvalidRequest(
-            "unsupported_parameter",
-            "The append rollout mode is only available over WebSocket.",
-            "rollout_mode",
-        )
-    check_metadata(params.metadata)
-    items = parse_input(params.input)
-    if len(items) > max_items:
-        raise InvalidRequest(
-            "too_many_items", f"At most {max_items} input items are accepted per request.", "input"
-        )
-    texts = [item_texts(item) for item in items]
-    if sum(len(text) for readable in texts for text in readable) > max_chars:
-        raise InvalidRequest(
-            "input_too_large",
-            f"The input text of one request may hold at most {max_chars:,} characters.",
-            "input",
-        )
-    return items, texts
-
-
 @dataclass
 class Admission:
     """One accepted create: everything needed to start or resume its rollout."""
@@ -169,30 +118,6 @@ class Admission:
     @property
     def prev(self) -> str | None:
         return self.params.previous_response_id
-
-
-MAX_METADATA_KEYS, MAX_METADATA_KEY, MAX_METADATA_VALUE = 16, 64, 512
-
-
-def check_metadata(metadata: dict[str, Any] | None) -> None:
-    """OpenAI's metadata rules: at most 16 string pairs, keys <= 64 and values <= 512 chars."""
-    if not metadata:
-        return
-    if len(metadata) > MAX_METADATA_KEYS:
-        raise InvalidRequest(
-            "invalid_value", f"metadata holds at most {MAX_METADATA_KEYS} pairs.", "metadata"
-        )
-    for key, value in metadata.items():
-        where = f"metadata.{key[:MAX_METADATA_KEY]}"
-        if not isinstance(value, str):
-            raise InvalidRequest("invalid_type", "Metadata values must be strings.", where)
-        if len(key) > MAX_METADATA_KEY or len(value) > MAX_METADATA_VALUE:
-            raise InvalidRequest(
-                "invalid_value",
-                f"Metadata keys hold at most {MAX_METADATA_KEY} characters and values "
-                f"{MAX_METADATA_VALUE}.",
-                where,
-            )
 
 
 async def run_create(
@@ -215,7 +140,7 @@ async def run_create(
             lane.evict(params.previous_response_id)
         raise
     if not params.generate:
-        await rollout.warm()
+        await rollout.endings.warm()
     elif started:
         session.spawn(rollout)
     turn = job.turn
@@ -230,14 +155,11 @@ async def run_create(
 async def _serve_turn(session: Connection, job: Admission, rollout: Rollout, turn: Turn) -> str:
     """Wait for one response's terminal event; an append-mode response is a target meanwhile."""
     response_id = turn.stream.id
-    if job.mode is Mode.APPEND:
-        session.append_targets[response_id] = rollout
+    session.serving(response_id, rollout if job.mode is Mode.APPEND else None)
     try:
         return await turn.done
     finally:
-        session.finished.append(response_id)
-        if session.append_targets.pop(response_id, None) is not None:
-            session.finished_appends.append(response_id)
+        session.served(response_id)
 
 
 def _admit(session: Connection, lane: Lane, params: CreateParams) -> Admission:
@@ -286,7 +208,7 @@ def _run_fast(session: Connection, lane: Lane, job: Admission, found: Found) -> 
     engine.counters["create.fast_path"] += 1
     engine.hydrated.discard(job.prev)  # the shared context moves on (HYD-3)
     found.live.continue_standard(job.items, job.texts, job.turn, job.settings)
-    lane.latest = None  # its context now moves on; the new response replaces it
+    lane.consume()  # its context now moves on; the new response replaces it
     return found.live, False
 
 
@@ -299,11 +221,7 @@ def _run_cache(session: Connection, lane: Lane, job: Admission, found: Found) ->
         session.engine.counters["create.fork"] += 1
         return _new_rollout(session, job, entry.ctx.fork(), INCREMENTAL), True
     session.engine.counters["create.cache_hit"] += 1
-    ctx = entry.ctx.fork()
-    if entry.rollout is not None:
-        entry.rollout.retire()
-        entry.rollout = None
-    return _new_rollout(session, job, ctx, INCREMENTAL), True
+    return _new_rollout(session, job, lane.fork_latest(), INCREMENTAL), True
 
 
 def _run_parked(session: Connection, lane: Lane, job: Admission, found: Found) -> Started:

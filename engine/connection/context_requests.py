@@ -13,11 +13,11 @@ import logging
 import time
 from dataclasses import dataclass
 
-from engine.connection.compat import check_supported
 from engine.connection.loader import load_conversation
 from engine.conversation.compaction import prune
 from engine.conversation.context import Context
 from engine.conversation.pipeline import FULL, Pipeline, StageStats, rebuilt
+from engine.conversation.requests import check_supported
 from engine.core import Engine
 from engine.models.base import HOSTED_TOOLS, Backend, BackendError
 from engine.models.compaction import CompactRequest, compact

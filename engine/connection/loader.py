@@ -21,7 +21,8 @@ from engine.connection.lane import CacheEntry, Lane
 from engine.conversation.pipeline import TurnLog
 from engine.core import Engine
 from engine.models.base import Backend
-from engine.rollout.coroutine import Mode, Rollout
+from engine.rollout.coroutine import Rollout
+from engine.rollout.turn import Mode
 from engine.shared.hydration import CachedContext
 from engine.shared.parking import Parked
 from engine.store import Hydrated, StoreError

@@ -1,11 +1,13 @@
-"""Pre-inference pipeline: route -> validate -> scan -> render (SPEC: PIPE-1..PIPE-6).
+"""Pre-inference pipeline: validate -> scan -> render (SPEC: PIPE-1..PIPE-6).
 
 Every stage has one code path used two ways: over a full history (stateless requests, store
 hydration) and over only the new items of a live rollout (append mode, compat fast path,
 connection-cache continuations). ``apply`` is atomic: if validation fails nothing changes, so a
 rejected request leaves the rollout exactly as it was.
 
-Routing runs first because validation depends on what the chosen backend can read.
+Routing is not a stage here: the create resolves its backend first (``route``, OBS-1, in
+``connection/compat.py``), because validation depends on what that backend can read; ``apply``
+takes the backend's ``supports``.
 """
 
 from __future__ import annotations

@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 from engine.core import Engine
 from engine.observe.turnlog import PRE_STAGES
-from engine.rollout.coroutine import Phase, Rollout
+from engine.rollout.coroutine import Rollout
+from engine.rollout.state import RolloutState
 from engine.store.framing import ANY_OWNER, OwnerFilter
 from protocol.events import ErrorEvent, ResponseFailed, ServerEvent
 
@@ -265,12 +266,12 @@ class Inspector:
             if len(connections) < cap:
                 connections.append(self._connection(session, label))
             for rollout in session.rollouts.values():
-                phase = rollout.phase
-                if phase is Phase.DONE:
+                phase = rollout.state
+                if phase is RolloutState.ENDED:
                     continue
                 ctx = rollout.ctx
                 held += len(ctx.header) + len(ctx.tokens)
-                is_suspended = phase is Phase.SUSPENDED
+                is_suspended = phase is RolloutState.SUSPENDED
                 suspended += is_suspended
                 running += not is_suspended
                 if len(rows) < cap:
@@ -323,7 +324,7 @@ class Inspector:
                 for call in pending
                 if call.call_id in unanswered
             ],
-            "turns": rollout.history.count,
+            "turns": rollout.accounting.history.count,
         }
         self._shown[rollout.id] = (rollout, row)
         return row
@@ -333,19 +334,19 @@ class Inspector:
         or its context) in the bounded ``ended`` ring."""
         for rollout_id in [rid for rid in self._shown if rid not in listed]:
             rollout, row = self._shown.pop(rollout_id)
-            if rollout.phase is not Phase.DONE:
+            if rollout.state is not RolloutState.ENDED:
                 continue  # still live, just past the row cap this tick
-            summary = {**row, "state": "ended", "status": rollout.status, "pending": []}
+            summary = {**row, "state": "ended", "status": rollout.turn.status, "pending": []}
             summary.update(
                 response_id=rollout.turn.stream.id,
                 tokens=rollout.ctx.prompt_tokens,
-                turns=rollout.history.count,
+                turns=rollout.accounting.history.count,
                 idle_s=None,
             )
             if len(self.ended) == self.ended.maxlen:
                 self._ended_turns.pop(self.ended[0][1]["id"], None)
             self.ended.append((rollout.owner, summary))
-            self._ended_turns[rollout_id] = (rollout.owner, rollout.status, _turns(rollout))
+            self._ended_turns[rollout_id] = (rollout.owner, rollout.turn.status, _turns(rollout))
 
     def _caches(self) -> Json:
         c = self.engine.counters
@@ -390,7 +391,7 @@ class Inspector:
         rollout = self.find(rollout_id)
         if rollout is not None and (scope is ANY_OWNER or rollout.owner == scope):
             return {"type": "turns", "rollout_id": rollout_id, "found": True,
-                    "status": rollout.status, "turns": _turns(rollout)}  # fmt: skip
+                    "status": rollout.turn.status, "turns": _turns(rollout)}  # fmt: skip
         owner, status, turns = self._ended_turns.get(rollout_id, (None, "unknown", []))
         if rollout is not None or (scope is not ANY_OWNER and owner != scope):
             status, turns = "unknown", []
@@ -411,7 +412,7 @@ class Inspector:
 
 
 def _turns(rollout: Rollout) -> list[Json]:
-    return [asdict(record) for record in rollout.history.turns]
+    return [asdict(record) for record in rollout.accounting.history.turns]
 
 
 def _label(session: Session) -> str:

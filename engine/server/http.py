@@ -20,7 +20,7 @@ from engine.core import Engine
 from engine.inspector.read_model import note_event
 from engine.observe.benchclock import TimedSink
 from engine.observe.metrics import CONTENT_TYPE
-from engine.rollout.coroutine import ClientGone
+from engine.rollout.turn import ClientGone
 from engine.server import background, identity
 from engine.server.keys import BACKGROUND, ENGINE, INSPECTOR, REQUESTS, SESSIONS
 from engine.store import ResponseRecord, StoreError

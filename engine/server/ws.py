@@ -17,7 +17,7 @@ from aiohttp import WSCloseCode, WSMsgType, web
 from engine.connection.session import Session
 from engine.core import Engine
 from engine.inspector.read_model import ErrorRing, note_event
-from engine.rollout.coroutine import ClientGone, Mode
+from engine.rollout.turn import ClientGone, Mode
 from engine.server import identity
 from engine.server.config import ServerConfig
 from engine.server.keys import INSPECTOR, SESSIONS

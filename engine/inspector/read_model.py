@@ -53,6 +53,13 @@ class ErrorNote:
     status: int | None
     code: str
     message: str
+    # Whose request it was (INSP-9): a key's viewer sees its own; ANY_OWNER = not known (a
+    # server log line, a request refused before its key was read): operators only.
+    owner: OwnerFilter = ANY_OWNER
+
+    def row(self) -> Json:
+        return {"at": self.at, "source": self.source, "status": self.status, "code": self.code,
+                "message": self.message}  # fmt: skip
 
 
 class ErrorRing:
@@ -62,24 +69,41 @@ class ErrorRing:
         self.notes: deque[ErrorNote] = deque(maxlen=size)
         self.total = 0
 
-    def note(self, source: str, status: int | None, code: str, message: str) -> None:
-        self.notes.append(ErrorNote(time.time(), source, status, code, message[:300]))
+    def note(
+        self,
+        source: str,
+        status: int | None,
+        code: str,
+        message: str,
+        owner: OwnerFilter = ANY_OWNER,
+    ) -> None:
+        self.notes.append(ErrorNote(time.time(), source, status, code, message[:300], owner))
         self.total += 1
 
+    def seen_by(self, scope: OwnerFilter) -> tuple[list[Json], int]:
+        """The newest notes ``scope`` may see (INSP-9), and how many of the kept ones it may."""
+        if scope is ANY_OWNER:
+            return [note.row() for note in list(self.notes)[-30:]], self.total
+        own = [note for note in self.notes if note.owner == scope]
+        return [note.row() for note in own[-30:]], len(own)
 
-def note_event(ring: ErrorRing, source: str, event: ServerEvent) -> None:
+
+def note_event(
+    ring: ErrorRing, source: str, event: ServerEvent, owner: OwnerFilter = ANY_OWNER
+) -> None:
     """Called by the sinks for every event they write: one type test, and a note only for an
     ``error`` event or a ``response.failed`` (INSP-6)."""
     kind = type(event)
     if kind is ErrorEvent:
         assert isinstance(event, ErrorEvent)
-        ring.note(source, event.status, event.error.code or "", event.error.message)
+        ring.note(source, event.status, event.error.code or "", event.error.message, owner)
     elif kind is ResponseFailed:
         assert isinstance(event, ResponseFailed)
         error = event.response.error
         code = error.code if error is not None else "failed"
         message = error.message if error is not None else ""
-        ring.note(source, None, f"response.failed {code}", f"{event.response.id}: {message}")
+        text = f"{event.response.id}: {message}"
+        ring.note(source, None, f"response.failed {code}", text, owner)
 
 
 class ErrorLogHandler(logging.Handler):
@@ -237,14 +261,15 @@ class Inspector:
             connections, rollouts, totals = self._walk(scope)
             listed.update(row["id"] for row in rollouts)
             everything = scope is ANY_OWNER
+            errors, errors_total = self.errors.seen_by(scope)
             out[scope] = {
                 **shared,
                 "totals": totals,
                 "connections": connections,
                 "rollouts": rollouts,
                 "ended": [row for owner, row in self.ended if everything or owner == scope],
-                "errors": [asdict(n) for n in list(self.errors.notes)[-30:]] if everything else [],
-                "errors_total": self.errors.total if everything else 0,
+                "errors": errors,
+                "errors_total": errors_total,
             }
         self._note_endings(listed)
         return out

@@ -55,8 +55,9 @@ class HttpSink:
     An ``error`` event before anything else means the request was rejected: it becomes the HTTP
     status and JSON body instead of a stream (ERR-2)."""
 
-    def __init__(self, request: web.Request, streaming: bool) -> None:
+    def __init__(self, request: web.Request, streaming: bool, owner: str | None = None) -> None:
         self.request = request
+        self.owner = owner  # whose errors these are, for the inspector (INSP-9)
         self.streaming = streaming
         self.stream: web.StreamResponse | None = None
         self.error: ErrorEvent | None = None
@@ -79,7 +80,7 @@ class HttpSink:
                 await self.stream.prepare(self.request)
             # Only what goes into an SSE stream: anything else becomes the HTTP answer, which
             # the errors middleware notes (INSP-6).
-            note_event(self._errors, "http", event)
+            note_event(self._errors, "http", event, self.owner)
             await self.stream.write(frame(event))
         except (ConnectionError, RuntimeError) as exc:
             raise ClientGone from exc
@@ -93,12 +94,13 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     params.stream_id = None  # WebSocket-only (WS-2); ignored over HTTP
     if params.background:  # detached from this request (BG-1)
         return await background.create(request, params)
-    http_sink = HttpSink(request, params.stream)
+    owner = await identity.owner(request)
+    http_sink = HttpSink(request, params.stream, owner)
     sink: HttpSink | TimedSink = http_sink
     if engine.bench_clock is not None:  # --bench-timings (OBS-5)
         sink = TimedSink(http_sink)
         sink.add_decode(time.perf_counter() - start)
-    session = Session(engine, sink, transport="http", owner=await identity.owner(request))
+    session = Session(engine, sink, transport="http", owner=owner)
     live = request.app[REQUESTS]  # the inspector lists in-flight HTTP creates (INSP-4)
     live.add(session)
     try:
@@ -127,7 +129,8 @@ def note_error(request: web.Request, response: web.StreamResponse) -> None:
             code, message = str(error.get("code") or ""), f"{request.path}: {error.get('message')}"
         except msgspec.DecodeError:
             pass
-    request.app[INSPECTOR].errors.note("http", response.status, code, message)
+    owner = identity.known_owner(request)  # none yet (a refused key): operators only (INSP-9)
+    request.app[INSPECTOR].errors.note("http", response.status, code, message, owner)
 
 
 async def compact_response(request: web.Request) -> web.Response:

@@ -9,8 +9,10 @@ from aiohttp import web
 from engine.server.keys import ENGINE, SERVER
 from engine.store import StoreError
 from engine.store.errors import wire_error
+from engine.store.framing import ANY_OWNER, OwnerFilter
 
 PRESENTED = web.RequestKey("presented_key", str)  # set by the auth middleware once accepted
+OWNER = web.RequestKey("owner_digest", str)  # set by ``owner`` once computed
 
 
 def presented_key(request: web.Request) -> str | None:
@@ -25,9 +27,18 @@ async def owner(request: web.Request) -> str | None:
     if key is None or not request.app[SERVER].keyed:
         return None
     try:
-        return await request.app[ENGINE].store.owner_of(key)
+        digest = await request.app[ENGINE].store.owner_of(key)
     except StoreError as exc:
         raise wire_error(exc) from None
+    request[OWNER] = digest
+    return digest
+
+
+def known_owner(request: web.Request) -> OwnerFilter:
+    """The owner ``owner`` found for this request; ANY_OWNER if none was (yet): on an open
+    server, or before the key was read. For the inspector's recent errors (INSP-9)."""
+    known: OwnerFilter = request.get(OWNER, ANY_OWNER)
+    return known
 
 
 def is_admin(request: web.Request) -> bool:

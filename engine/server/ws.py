@@ -21,6 +21,7 @@ from engine.rollout.turn import ClientGone, Mode
 from engine.server import identity
 from engine.server.config import ServerConfig
 from engine.server.keys import INSPECTOR, SESSIONS
+from engine.store.framing import ANY_OWNER, OwnerFilter
 from protocol.codec import decode_client_event, encode
 from protocol.errors import InvalidRequest, ProtocolError
 from protocol.events import ServerEvent
@@ -67,6 +68,7 @@ class WsSink:
         "_errors",
         "_frames",
         "_loop",
+        "_owner",
         "_pending",
         "_timeout",
         "_writer",
@@ -78,11 +80,16 @@ class WsSink:
     HIGH_WATER = 64 * 1024  # asyncio's default: above it, the next drain would block
 
     def __init__(
-        self, ws: web.WebSocketResponse, send_timeout: float, errors: ErrorRing | None = None
+        self,
+        ws: web.WebSocketResponse,
+        send_timeout: float,
+        errors: ErrorRing | None = None,
+        owner: OwnerFilter = ANY_OWNER,
     ) -> None:
         self.ws = ws
         self._timeout = send_timeout
         self._errors = errors if errors is not None else ErrorRing()
+        self._owner = owner  # whose errors these are, for the inspector (INSP-9)
         self.frames_in = 0
         self.frames_out = 0
         self._loop = asyncio.get_running_loop()
@@ -99,7 +106,7 @@ class WsSink:
             raise ClientGone
         data = encode(event)
         self.frames_out += 1
-        note_event(self._errors, "ws", event)
+        note_event(self._errors, "ws", event, self._owner)
         try:
             if self._writer is None:
                 await self._send_frame(data)
@@ -165,9 +172,13 @@ class TimedWsSink(WsSink):
     __slots__ = ("_decode_s", "_send_s")
 
     def __init__(
-        self, ws: web.WebSocketResponse, send_timeout: float, errors: ErrorRing | None = None
+        self,
+        ws: web.WebSocketResponse,
+        send_timeout: float,
+        errors: ErrorRing | None = None,
+        owner: OwnerFilter = ANY_OWNER,
     ) -> None:
-        super().__init__(ws, send_timeout, errors)
+        super().__init__(ws, send_timeout, errors, owner)
         self._send_s = self._decode_s = 0.0
 
     async def send(self, event: ServerEvent) -> None:
@@ -193,10 +204,14 @@ class TimedWsSink(WsSink):
 
 
 def _make_sink(
-    ws: web.WebSocketResponse, engine: Engine, config: ServerConfig, errors: ErrorRing
+    ws: web.WebSocketResponse,
+    engine: Engine,
+    config: ServerConfig,
+    errors: ErrorRing,
+    owner: str | None,
 ) -> WsSink:
     timed = engine.bench_clock is not None
-    return (TimedWsSink if timed else WsSink)(ws, config.send_timeout_s, errors)
+    return (TimedWsSink if timed else WsSink)(ws, config.send_timeout_s, errors, owner)
 
 
 def default_mode(request: web.Request) -> Mode:
@@ -213,7 +228,7 @@ async def serve_socket(
     owner = await identity.owner(request)  # before the upgrade: a failure is an HTTP answer
     await ws.prepare(request)
     sessions: set[Session] = request.app[SESSIONS]
-    sink = _make_sink(ws, engine, config, request.app[INSPECTOR].errors)
+    sink = _make_sink(ws, engine, config, request.app[INSPECTOR].errors, owner)
     session = Session(engine, sink, transport="ws", default_mode=default_mode(request), owner=owner)
     sessions.add(session)
     engine.counters["ws.connections"] += 1  # accepted sockets (OBS-4)

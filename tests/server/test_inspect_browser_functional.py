@@ -32,7 +32,6 @@ CHROMIUM_ARGS = [
 ]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
 KEY = "sk-browser-test"
-OPERATOR = "sk-browser-operator"  # sees every key's rollouts and the recent errors (INSP-9)
 
 
 async def first_completed(conn: Any) -> Any:
@@ -51,8 +50,7 @@ def chromium() -> Path:
 
 
 async def test_inspector_follows_a_suspended_rollout(server_factory: Any, chromium: Path) -> None:
-    config = ServerConfig(api_keys=frozenset({KEY}), admin_keys=frozenset({OPERATOR}))
-    live = await server_factory(server=config)
+    live = await server_factory(server=ServerConfig(api_keys=frozenset({KEY})))
     client = AsyncOpenAI(base_url=live.base_url, api_key=KEY)
     async with (
         client.responses.connect() as conn,
@@ -74,7 +72,7 @@ async def test_inspector_follows_a_suspended_rollout(server_factory: Any, chromi
 
         browser = await driver.chromium.launch(executable_path=str(chromium), args=CHROMIUM_ARGS)
         page = await browser.new_page(viewport={"width": 1500, "height": 1000})
-        await page.goto(f"http://127.0.0.1:{live.port}/inspect?key={OPERATOR}")
+        await page.goto(f"http://127.0.0.1:{live.port}/inspect?key={KEY}")
         assert page.url.endswith("/inspect")  # the key moved into the page's cookie (INSP-2)
         await expect(page.locator("#live")).to_have_text("● live")
 

@@ -89,6 +89,27 @@ async def test_inspector_feed_shows_each_key_only_its_own(keyed: LiveServer) -> 
         assert (await turns(http, keyed, OPERATOR, rollout_a))["found"] is True
 
 
+async def test_recent_errors_are_shown_to_their_key(keyed: LiveServer) -> None:
+    """INSP-9: an error of B's request is on B's feed and the operator's, never on A's; one
+    whose key is unknown (a refused key) only on the operator's."""
+    async with aiohttp.ClientSession() as http:
+        async with http.ws_connect(keyed.ws_url, headers=auth(KEY_B)) as ws_b:
+            reply = await ws_create(ws_b, {"input": "x", "previous_response_id": "resp_b_gone"})
+            assert reply.code == "previous_response_not_found"
+        async with http.get(f"{root(keyed)}/v1/responses/resp_a_gone", headers=auth(KEY_A)) as r:
+            assert r.status == 404
+        async with http.get(f"{root(keyed)}/v1/models", headers=auth("sk-wrong")) as resp:
+            assert resp.status == 401
+        codes = {}
+        for key in (KEY_A, KEY_B, OPERATOR):
+            codes[key] = {note["code"] for note in (await snapshot(http, keyed, key))["errors"]}
+    assert codes[KEY_B] == {"previous_response_not_found"}
+    assert codes[KEY_A] == {"response_not_found"}
+    assert {"previous_response_not_found", "response_not_found", "invalid_api_key"} <= codes[
+        OPERATOR
+    ]
+
+
 async def _corrupt_body(live: LiveServer, rid: str) -> None:
     """Keep the record's head line (its owner), break everything after it."""
     store = live.engine.store

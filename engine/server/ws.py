@@ -1,7 +1,8 @@
 """WebSocket driver: read a frame, decode, hand to the session; write what comes back (WS-1).
 
 Glue only. Every request-scoped failure is turned into an ``error`` event by the session or here,
-and the socket stays open (ERR-4).
+and the socket stays open (ERR-4), but for a text message that is not UTF-8: RFC 6455 makes that
+a connection failure, 1007 (WS-15).
 """
 
 from __future__ import annotations

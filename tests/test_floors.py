@@ -281,7 +281,12 @@ def imports_of_test_modules(test_root: Path) -> list[str]:
         package = ".".join(path.relative_to(test_root.parent).with_suffix("").parts[:-1])
         for name in _imports_in(path.read_text(encoding="utf-8"), package):
             names = name.split(".")
-            tests = [i for i, part in enumerate(names) if i and part.startswith("test_")]
+            # the root conftest too: it holds the suite's hooks; its helpers live in tests/support
+            tests = [
+                i
+                for i, part in enumerate(names)
+                if i and (part.startswith("test_") or names[: i + 1] == ["tests", "conftest"])
+            ]
             if tests:  # ``from tests.a.test_y import h`` names ``tests.a.test_y.h`` too
                 module = ".".join(names[: tests[0] + 1])
                 found.append(f"{path.relative_to(test_root.parent)} imports {module}")
@@ -298,4 +303,8 @@ def test_the_test_import_check_finds_one(tmp_path: Path) -> None:
     (tests / "a").mkdir(parents=True)
     (tests / "a" / "test_x.py").write_text("from tests.a.test_y import helper\n")
     (tests / "a" / "test_z.py").write_text("from tests.support.ws import read_until\n")
-    assert imports_of_test_modules(tests) == ["tests/a/test_x.py imports tests.a.test_y"]
+    (tests / "a" / "test_w.py").write_text("from tests.conftest import LiveServer\n")
+    assert imports_of_test_modules(tests) == [
+        "tests/a/test_w.py imports tests.conftest",
+        "tests/a/test_x.py imports tests.a.test_y",
+    ]

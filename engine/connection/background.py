@@ -35,7 +35,7 @@ from protocol.sse import frame
 from protocol.states import ResponseState
 
 if TYPE_CHECKING:
-    from engine.rollout.coroutine import Turn
+    from engine.rollout.turn import Turn
 
 log = logging.getLogger("rollout.background")
 

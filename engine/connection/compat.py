@@ -1,18 +1,10 @@
 """The compatibility layer: standard ``response.create`` flows onto rollout coroutines.
 
-Four ways a create can start (SPEC: COMPAT-1..COMPAT-6), cheapest first:
-
-* fast path  - ``previous_response_id`` names the response at which a live rollout on this lane
-               is suspended and the input answers its pending calls: resume that coroutine. Only
-               the new items are validated, scanned and rendered.
-* cache path - it names the lane's cached latest response: a new rollout seeded from the cached
-               context (items and rendered tokens, copied once); only new items are processed.
-* parked     - it names the last response of a rollout parked by a closed socket of the same
-               owner: the new connection adopts that coroutine and resumes it (PARK-3).
-* hydrated   - a recent ``store=true`` response of this process (HYD-1): fork its cached context,
-               only new items are processed.
-* store path - a ``store=true`` response in no cache: hydrate from the store, full pipeline.
-* stateless  - no ``previous_response_id``: full pipeline over the whole input.
+Pick the path, then run it. A create starts in one of six ways (SPEC: COMPAT-1..COMPAT-6,
+PARK-3, HYD-1), named once, cheapest first, in ``connection/loader.py``'s ``PATHS`` table: fast,
+cache, parked, hydrated, store, stateless. The loader (OWN-4) picks the path and its source,
+owner-checked; ``_RUNS`` here maps each path to the function that starts or resumes the rollout,
+and ``_after_turn`` updates the lane cache through the lane's methods (CACHE-1..CACHE-3).
 """
 
 from __future__ import annotations
@@ -20,24 +12,23 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from engine.connection.lane import CacheEntry, Lane
+from engine.connection.loader import Create, Found, Path, load_conversation
 from engine.conversation.compaction import compaction_threshold, take_trigger
 from engine.conversation.context import Context
 from engine.conversation.pipeline import FULL, INCREMENTAL, ItemTexts
+from engine.conversation.requests import check_supported
 from engine.core import Engine
 from engine.models.base import Backend
-from engine.rollout.coroutine import Mode, Rollout, Settings, Sink, Turn
-from engine.shared.parking import Parked
-from engine.store import ResponseStore, StoreError
-from engine.store.errors import wire_error
-from protocol.codec import parse_input
-from protocol.errors import InvalidRequest, previous_response_not_found, store_unavailable
-from protocol.items import InputItem, item_texts
+from engine.rollout.coroutine import Rollout
+from engine.rollout.turn import Mode, Settings, Sink, Turn
+from engine.store import ResponseStore
+from protocol.errors import store_unavailable
+from protocol.items import InputItem
 from protocol.response import CreateParams, Reasoning, Response
 from protocol.stream import ResponseStream, new_id
 from protocol.tools import echoed_tools
@@ -52,9 +43,6 @@ class Connection(Protocol):
     transport: str
     sink: Sink
     default_mode: Mode
-    append_targets: dict[str, Rollout]
-    finished_appends: deque[str]
-    finished: deque[str]  # recent terminal ids (steer errors, STEER-7)
     on_admitted: Callable[[Turn, list[InputItem]], Awaitable[None]] | None  # background (BG-2)
     owner: str | None  # the API-key identity of the requester (OWN-1)
 
@@ -63,6 +51,10 @@ class Connection(Protocol):
     def cached(self, response_id: str) -> tuple[Lane, CacheEntry] | None: ...
 
     def spawn(self, rollout: Rollout) -> None: ...
+
+    def serving(self, response_id: str, append_target: Rollout | None) -> None: ...
+
+    def served(self, response_id: str) -> None: ...
 
     def adopt(self, task: asyncio.Task[None], rollout: Rollout) -> None: ...
 
@@ -112,49 +104,6 @@ def new_response(params: CreateParams, model: str) -> Response:
     )
 
 
-def check_supported(
-    params: CreateParams, transport: str, max_items: int, max_chars: int
-) -> tuple[list[InputItem], ItemTexts]:
-    """Reject what this server does not do, clearly (LEN-3), and parse the input. Returns the
-    items and their readable texts (computed once: the size limit here, the safety scan later)."""
-    if params.background and transport == "ws":
-        raise InvalidRequest(
-            "unsupported_parameter", "background is not supported over WebSocket.", "background"
-        )
-    if params.background and not params.store:
-        raise InvalidRequest("invalid_value", "Background responses require store=true.", "store")
-    if params.conversation is not None:
-        raise InvalidRequest(
-            "unsupported_parameter",
-            "Conversations are not supported; use previous_response_id.",
-            "conversation",
-        )
-    if params.previous_response_id is not None and not params.previous_response_id:
-        raise InvalidRequest(
-            "invalid_value", "previous_response_id must be non-empty.", "previous_response_id"
-        )
-    if transport != "ws" and params.rollout_mode == "append":
-        raise InvalidRequest(
-            "unsupported_parameter",
-            "The append rollout mode is only available over WebSocket.",
-            "rollout_mode",
-        )
-    check_metadata(params.metadata)
-    items = parse_input(params.input)
-    if len(items) > max_items:
-        raise InvalidRequest(
-            "too_many_items", f"At most {max_items} input items are accepted per request.", "input"
-        )
-    texts = [item_texts(item) for item in items]
-    if sum(len(text) for readable in texts for text in readable) > max_chars:
-        raise InvalidRequest(
-            "input_too_large",
-            f"The input text of one request may hold at most {max_chars:,} characters.",
-            "input",
-        )
-    return items, texts
-
-
 @dataclass
 class Admission:
     """One accepted create: everything needed to start or resume its rollout."""
@@ -170,30 +119,6 @@ class Admission:
     @property
     def prev(self) -> str | None:
         return self.params.previous_response_id
-
-
-MAX_METADATA_KEYS, MAX_METADATA_KEY, MAX_METADATA_VALUE = 16, 64, 512
-
-
-def check_metadata(metadata: dict[str, Any] | None) -> None:
-    """OpenAI's metadata rules: at most 16 string pairs, keys <= 64 and values <= 512 chars."""
-    if not metadata:
-        return
-    if len(metadata) > MAX_METADATA_KEYS:
-        raise InvalidRequest(
-            "invalid_value", f"metadata holds at most {MAX_METADATA_KEYS} pairs.", "metadata"
-        )
-    for key, value in metadata.items():
-        where = f"metadata.{key[:MAX_METADATA_KEY]}"
-        if not isinstance(value, str):
-            raise InvalidRequest("invalid_type", "Metadata values must be strings.", where)
-        if len(key) > MAX_METADATA_KEY or len(value) > MAX_METADATA_VALUE:
-            raise InvalidRequest(
-                "invalid_value",
-                f"Metadata keys hold at most {MAX_METADATA_KEY} characters and values "
-                f"{MAX_METADATA_VALUE}.",
-                where,
-            )
 
 
 async def run_create(
@@ -216,7 +141,7 @@ async def run_create(
             lane.evict(params.previous_response_id)
         raise
     if not params.generate:
-        await rollout.warm()
+        await rollout.endings.warm()
     elif started:
         session.spawn(rollout)
     turn = job.turn
@@ -231,14 +156,11 @@ async def run_create(
 async def _serve_turn(session: Connection, job: Admission, rollout: Rollout, turn: Turn) -> str:
     """Wait for one response's terminal event; an append-mode response is a target meanwhile."""
     response_id = turn.stream.id
-    if job.mode is Mode.APPEND:
-        session.append_targets[response_id] = rollout
+    session.serving(response_id, rollout if job.mode is Mode.APPEND else None)
     try:
         return await turn.done
     finally:
-        session.finished.append(response_id)
-        if session.append_targets.pop(response_id, None) is not None:
-            session.finished_appends.append(response_id)
+        session.served(response_id)
 
 
 def _admit(session: Connection, lane: Lane, params: CreateParams) -> Admission:
@@ -247,7 +169,7 @@ def _admit(session: Connection, lane: Lane, params: CreateParams) -> Admission:
     items, texts = check_supported(
         params, session.transport, config.max_input_items, config.max_input_chars
     )
-    items, texts, compact_now = take_trigger(items, texts)
+    items, texts, compact_now = take_trigger(items, texts)  # COMPACT-7
     model = params.model or engine.config.default_model
     stream = ResponseStream(new_response(params, model), lane.name)
     turn = Turn(stream, session.sink, items)
@@ -265,110 +187,53 @@ def _admit(session: Connection, lane: Lane, params: CreateParams) -> Admission:
     )
 
 
-async def _start_or_resume(session: Connection, lane: Lane, job: Admission) -> tuple[Rollout, bool]:
-    """Returns the rollout serving this create and whether it is new (needs a task).
+Started = tuple[Rollout, bool]  # the rollout serving a create, and whether it needs a task
 
-    A warmup (``generate: false``) never takes the fast path: it does not sample."""
+
+async def _start_or_resume(session: Connection, lane: Lane, job: Admission) -> Started:
+    """Pick the path (the one loader, ``connection/loader.py``), then run it. Returns the
+    rollout serving this create and whether it is new (needs a task)."""
     engine = session.engine
-    counters = engine.counters
-    prev = job.prev
     if job.settings.store:
-        await _require_store(session.engine.store)
-    if prev is None:
-        counters["create.stateless"] += 1
-        return _new_rollout(session, job, None, FULL), True
-    found = session.cached(prev)
-    if found is not None and found[0] is lane:
-        entry = found[1]
-        live = entry.resumable_by(job.backend, job.mode) if job.params.generate else None
-        if live is not None:
-            counters["create.fast_path"] += 1
-            engine.hydrated.discard(prev)  # the shared context moves on (HYD-3)
-            live.continue_standard(job.items, job.texts, job.turn, job.settings)
-            lane.latest = None  # its context now moves on; the new response replaces it
-            return live, False
-        counters["create.cache_hit"] += 1
-        ctx = entry.ctx.fork()
-        if entry.rollout is not None:
-            entry.rollout.retire()
-            entry.rollout = None
-        return _new_rollout(session, job, ctx, INCREMENTAL), True
-    if found is not None:  # a fork from another lane: copy its context, leave it running
-        counters["create.fork"] += 1
-        return _new_rollout(session, job, found[1].ctx.fork(), INCREMENTAL), True
-    parked = engine.parking.claim(prev, session.owner)
-    if parked is not None:
-        assert isinstance(parked.rollout, Rollout)  # the only kind the session parks
-        if parked.rollout.settings.store and not await _still_stored(engine, prev):
-            session.adopt(parked.task, parked.rollout)  # owned while it winds down
-            parked.rollout.retire()
-            raise previous_response_not_found(prev)
-        return _unpark(session, job, parked, parked.rollout)
-    cached = engine.hydrated.get(prev, session.owner, job.backend.supports)
-    if cached is not None and await _still_stored(engine, prev):
-        counters["create.hydrated"] += 1
-        return _new_rollout(session, job, cached.ctx.fork(), INCREMENTAL), True
-    counters["create.cache_miss"] += 1
-    start = time.perf_counter()
-    try:
-        hydrated = await session.engine.store.hydrate(prev, owner=session.owner)
-        job.turn.log.add_time("hydrate", time.perf_counter() - start)  # OBS-1
-    except StoreError as exc:
-        raise wire_error(exc, "previous_response_id") from None
-    if hydrated is None:  # gone, or another key's (OWN-2)
-        raise previous_response_not_found(prev)
-    if hydrated.record.response.status in ("queued", "in_progress"):  # background (BG-7)
-        raise InvalidRequest(
-            "previous_response_in_progress",
-            f"Previous response with id '{prev}' has not finished yet.",
-            "previous_response_id",
-        )
-    counters["create.store_hydrate"] += 1
-    rollout = Rollout(session.engine, job.backend, job.settings, job.turn, job.mode)
-    rollout.owner = session.owner
-    rollout.prepare(job.items, job.texts, path=FULL, history=hydrated.items, stored=hydrated.point)
-    return rollout, True
+        await _require_store(engine.store)
+    create = Create(lane, session.cached, job.mode, job.params.generate, job.turn.log)
+    found = await load_conversation(
+        engine, job.prev, owner=session.owner, backend=job.backend, create=create
+    )
+    return _RUNS[found.path](session, lane, job, found)
 
 
-# Backends whose deletes reach this process's caches: this process's own memory, Redis, which
-# publishes every delete to all processes, and Postgres, which notifies them (STORE-11).
-_DELETES_REACH_US = frozenset({"memory", "redis", "postgres"})
+def _run_fast(session: Connection, lane: Lane, job: Admission, found: Found) -> Started:
+    """COMPAT-2: resume the rollout suspended at the lane's latest response."""
+    assert found.live is not None and job.prev is not None
+    engine = session.engine
+    engine.counters["create.fast_path"] += 1
+    engine.hydrated.discard(job.prev)  # the shared context moves on (HYD-3)
+    found.live.continue_standard(job.items, job.texts, job.turn, job.settings)
+    lane.consume()  # its context now moves on; the new response replaces it
+    return found.live, False
 
 
-async def _still_stored(engine: Engine, response_id: str) -> bool:
-    """A cached context of a stored response is served only while the response exists (HYD-5).
-    Where a delete by another process cannot reach this one (SQLite shared by workers), the
-    hit is confirmed with one read; otherwise the delete listener has already dropped it."""
-    store = engine.store
-    if store.kind in _DELETES_REACH_US:
-        return True
-    try:
-        found = await store.exists(response_id)
-    except StoreError as exc:
-        raise wire_error(exc, "previous_response_id") from None
-    if not found:
-        engine.hydrated.discard(response_id)
-    return found
+def _run_cache(session: Connection, lane: Lane, job: Admission, found: Found) -> Started:
+    """COMPAT-3 on the create's own lane (its suspended rollout is retired), CACHE-4 from
+    another lane (a fork: that lane's rollout keeps running)."""
+    entry = found.entry
+    assert entry is not None
+    if found.lane is not lane:
+        session.engine.counters["create.fork"] += 1
+        return _new_rollout(session, job, entry.ctx.fork(), INCREMENTAL), True
+    session.engine.counters["create.cache_hit"] += 1
+    return _new_rollout(session, job, lane.fork_latest(), INCREMENTAL), True
 
 
-async def _require_store(store: ResponseStore) -> None:
-    """A ``store: true`` create is refused up front while the store is known to be down, so no
-    model time is spent on a response that could not be kept; each such request probes the
-    store again, so service resumes by itself (STORE-8)."""
-    if not store.available and not await store.health():
-        raise store_unavailable()
-
-
-def _unpark(
-    session: Connection, job: Admission, parked: Parked, rollout: Rollout
-) -> tuple[Rollout, bool]:
+def _run_parked(session: Connection, lane: Lane, job: Admission, found: Found) -> Started:
     """A parked rollout's owner is back (PARK-3): resume it on the fast path when the request
     allows (COMPAT-2), else fork its context and retire it (COMPAT-3). Either way the session
     now owns its task; a rejected continuation retires it (CACHE-3)."""
-    engine = session.engine
+    parked = found.parked
+    assert parked is not None and isinstance(parked.rollout, Rollout)
+    engine, rollout, live = session.engine, parked.rollout, found.live
     session.adopt(parked.task, rollout)
-    entry = CacheEntry(parked.response_id, rollout.ctx, rollout.backend, rollout)
-    live = entry.resumable_by(job.backend, job.mode) if job.params.generate else None
     if live is None:
         engine.counters["create.cache_hit"] += 1
         ctx = rollout.ctx.fork()
@@ -383,6 +248,48 @@ def _unpark(
         live.retire()
         raise
     return live, False
+
+
+def _run_hydrated(session: Connection, lane: Lane, job: Admission, found: Found) -> Started:
+    """HYD-1: fork a recent stored response's cached context; only new items are processed."""
+    assert found.cached is not None
+    session.engine.counters["create.hydrated"] += 1
+    return _new_rollout(session, job, found.cached.ctx.fork(), INCREMENTAL), True
+
+
+def _run_store(session: Connection, lane: Lane, job: Admission, found: Found) -> Started:
+    """COMPAT-4: the stored conversation, then the input, both on the full path."""
+    stored = found.stored
+    assert stored is not None
+    session.engine.counters["create.store_hydrate"] += 1
+    rollout = Rollout(session.engine, job.backend, job.settings, job.turn, job.mode)
+    rollout.owner = session.owner
+    rollout.prepare(job.items, job.texts, path=FULL, history=stored.items, stored=stored.point)
+    return rollout, True
+
+
+def _run_stateless(session: Connection, lane: Lane, job: Admission, found: Found) -> Started:
+    """COMPAT-5: full pre-inference over the whole input."""
+    session.engine.counters["create.stateless"] += 1
+    return _new_rollout(session, job, None, FULL), True
+
+
+_RUNS: dict[Path, Callable[[Connection, Lane, Admission, Found], Started]] = {
+    Path.FAST: _run_fast,
+    Path.CACHE: _run_cache,
+    Path.PARKED: _run_parked,
+    Path.HYDRATED: _run_hydrated,
+    Path.STORE: _run_store,
+    Path.STATELESS: _run_stateless,
+}
+
+
+async def _require_store(store: ResponseStore) -> None:
+    """A ``store: true`` create is refused up front while the store is known to be down, so no
+    model time is spent on a response that could not be kept; each such request probes the
+    store again, so service resumes by itself (STORE-8)."""
+    if not store.available and not await store.health():
+        raise store_unavailable()
 
 
 def _new_rollout(session: Connection, job: Admission, ctx: Context | None, path: str) -> Rollout:

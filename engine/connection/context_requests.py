@@ -13,17 +13,16 @@ import logging
 import time
 from dataclasses import dataclass
 
-from engine.connection.compat import check_supported
+from engine.connection.loader import load_conversation
 from engine.conversation.compaction import prune, take_trigger
 from engine.conversation.context import Context
 from engine.conversation.pipeline import FULL, Pipeline, StageStats, rebuilt
+from engine.conversation.requests import check_supported
 from engine.core import Engine
 from engine.models.base import HOSTED_TOOLS, Backend, BackendError
 from engine.models.compaction import CompactRequest, compact
-from engine.store import StoreError, listing_form
-from engine.store.errors import wire_error
-from protocol.errors import ServerError, previous_response_not_found
-from protocol.items import InputItem
+from engine.store import listing_form
+from protocol.errors import ServerError
 from protocol.response import (
     CompactedResponse,
     CompactParams,
@@ -43,31 +42,19 @@ class Prepared:
     model: str
 
 
-async def _history(
-    engine: Engine, previous_response_id: str | None, owner: str | None
-) -> list[InputItem]:
-    """A stored conversation (HTTP-5: only the store; a ``store: false`` parent is unknown).
-    Another key's is unknown too (OWN-2)."""
-    if previous_response_id is None:
-        return []
-    try:
-        hydrated = await engine.store.hydrate(previous_response_id, owner=owner)
-    except StoreError as exc:
-        raise wire_error(exc, "previous_response_id") from None
-    if hydrated is None:
-        raise previous_response_not_found(previous_response_id)
-    return hydrated.items
-
-
-async def prepare(engine: Engine, params: CreateParams, owner: str | None) -> Prepared:
-    """The context a create with these parameters would sample from first."""
+async def prepare(engine: Engine, params: CreateParams, *, owner: str | None) -> Prepared:
+    """The context a create of ``owner`` with these parameters would sample from first; the
+    stored conversation comes from the one loader, with its owner check (OWN-4)."""
     items, texts = check_supported(
         params, "http", engine.config.max_input_items, engine.config.max_input_chars
     )
     items, texts, _ = take_trigger(items, texts)  # never context (COMPACT-7)
     model = params.model or engine.config.default_model
     backend = engine.router.resolve(model)
-    history = await _history(engine, params.previous_response_id, owner)
+    found = await load_conversation(
+        engine, params.previous_response_id, owner=owner, backend=backend
+    )
+    history = found.stored.items if found.stored is not None else []
     stats = StageStats()
     pipeline = Pipeline(stats, engine.config.safety_policy)
     ctx = Context()
@@ -86,15 +73,15 @@ async def prepare(engine: Engine, params: CreateParams, owner: str | None) -> Pr
 
 
 async def count_input_tokens(
-    engine: Engine, params: CreateParams, owner: str | None
+    engine: Engine, params: CreateParams, *, owner: str | None
 ) -> InputTokenCount:
-    """TOKENS-1: the prompt tokens of the create these parameters describe, for ``owner``."""
-    prepared = await prepare(engine, params, owner)
+    """TOKENS-1: the prompt tokens of the create these parameters describe."""
+    prepared = await prepare(engine, params, owner=owner)
     return InputTokenCount(input_tokens=prepared.ctx.prompt_tokens)
 
 
 async def compact_context(
-    engine: Engine, params: CompactParams, owner: str | None
+    engine: Engine, params: CompactParams, *, owner: str | None
 ) -> CompactedResponse:
     """COMPACT-1: the compacted window of the input and/or the stored conversation."""
     create = CreateParams(
@@ -103,7 +90,7 @@ async def compact_context(
         instructions=params.instructions,
         previous_response_id=params.previous_response_id,
     )
-    prepared = await prepare(engine, create, owner)
+    prepared = await prepare(engine, create, owner=owner)
     try:
         result = await compact(prepared.backend, CompactRequest(prepared.model, prepared.ctx))
     except BackendError as exc:

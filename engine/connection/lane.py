@@ -1,9 +1,9 @@
 """A lane: the FIFO of creates for one ``stream_id`` and its cached latest response
 (SPEC: WS-5, CACHE-1..CACHE-4).
 
-The lane and its cache entry are plain state shared by the session (which owns the lane's
-worker task) and the compatibility layer (which reads and updates the cache); neither of those
-modules imports the other for them.
+The session owns the lane's worker task; the compatibility layer reads the cache. Only the
+lane changes its cache, through the methods below: ``latest`` and each entry's ``rollout`` have
+one writer.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from engine.conversation.context import Context
 from engine.models.base import Backend
-from engine.rollout.coroutine import Mode, Rollout
+from engine.rollout.coroutine import Rollout
+from engine.rollout.turn import Mode
 from protocol.response import CreateParams
 
 
@@ -46,19 +47,49 @@ class Lane:
         self.queue: asyncio.Queue[tuple[CreateParams, float, int]] = asyncio.Queue(
             maxsize=max_queued
         )
-        self.latest: CacheEntry | None = None
+        self._latest: CacheEntry | None = None
         self.worker: asyncio.Task[None] | None = None  # started and owned by the session
         self.active = False  # a create is being served right now
         self._counters = counters  # the engine's event counters (cache.evicted)
 
+    @property
+    def latest(self) -> CacheEntry | None:
+        """The lane's latest response that ended ``completed`` or ``incomplete`` (CACHE-1)."""
+        return self._latest
+
     def replace(self, entry: CacheEntry) -> None:
-        old, self.latest = self.latest, entry
+        old, self._latest = self._latest, entry
         if old is not None and old.rollout is not None and old.rollout is not entry.rollout:
             old.rollout.retire()
 
     def evict(self, response_id: str) -> None:
-        if self.latest is not None and self.latest.response_id == response_id:
-            if self.latest.rollout is not None:
-                self.latest.rollout.retire()
-            self.latest = None
+        if self._latest is not None and self._latest.response_id == response_id:
+            if self._latest.rollout is not None:
+                self._latest.rollout.retire()
+            self._latest = None
             self._counters["cache.evicted"] += 1
+
+    def consume(self) -> None:
+        """The fast path resumed the latest's rollout (COMPAT-2): its context moves on, so the
+        slot stays empty until the new response's terminal event fills it (CACHE-1)."""
+        self._latest = None
+
+    def fork_latest(self) -> Context:
+        """The cache path on this lane (COMPAT-3): a fork of the latest context; a rollout
+        suspended there is retired."""
+        entry = self._latest
+        assert entry is not None
+        ctx = entry.ctx.fork()
+        if entry.rollout is not None:
+            entry.rollout.retire()
+            entry.rollout = None
+        return ctx
+
+    def release(self, rollout: Rollout) -> None:
+        """The latest's suspended rollout now belongs elsewhere (parked, PARK-1)."""
+        if self._latest is not None and self._latest.rollout is rollout:
+            self._latest.rollout = None
+
+    def clear(self) -> None:
+        """The connection closed (WS-12): its rollouts were already retired or handed over."""
+        self._latest = None

@@ -21,8 +21,9 @@ from engine.connection.lane import CacheEntry, Lane
 from engine.conversation.validation import validate
 from engine.core import Engine
 from engine.models.base import Backend
-from engine.rollout.coroutine import ClientGone, Mode, Rollout, Sink, Turn
-from engine.rollout.steering import MAX_PENDING_STEERS, Steer, echo, steer_items, unattached
+from engine.rollout.coroutine import Rollout
+from engine.rollout.steering import Steer, echo, steer_items, unattached
+from engine.rollout.turn import ClientGone, Mode, Sink, Turn
 from protocol.codec import error_event, parse_input
 from protocol.errors import (
     InvalidRequest,
@@ -67,9 +68,9 @@ class Session:
         self.transport = transport
         self.default_mode = default_mode
         self.lanes: dict[str | None, Lane] = {}
-        self.append_targets: dict[str, Rollout] = {}
-        self.finished_appends: deque[str] = deque(maxlen=64)  # for precise late-append errors
-        self.finished: deque[str] = deque(maxlen=64)  # recent terminal ids, for steer errors
+        self._append_targets: dict[str, Rollout] = {}  # live append-mode responses
+        self._finished_appends: deque[str] = deque(maxlen=64)  # for precise late-append errors
+        self._finished: deque[str] = deque(maxlen=64)  # recent terminal ids, for steer errors
         self.rollouts: dict[asyncio.Task[None], Rollout] = {}
         self.queued_bytes = 0  # frames of creates waiting in this connection's lanes (LIM-22)
         self._backends: dict[str, Backend] = {}  # model name -> backend, resolved once here
@@ -111,7 +112,7 @@ class Session:
         if err.code in _CONNECTION_SCOPED:
             return None
         if isinstance(event, ResponseAppend | ResponseInject):
-            target = self.append_targets.get(event.response_id)
+            target = self._append_targets.get(event.response_id)
             return target.turn.stream.stream_id if target is not None else None
         stream_id = getattr(event, "stream_id", None)
         return stream_id if isinstance(stream_id, str) and _valid(stream_id) else None
@@ -146,9 +147,21 @@ class Session:
             ) from None
         self.queued_bytes += nbytes
 
+    def serving(self, response_id: str, append_target: Rollout | None) -> None:
+        """A create's response is being produced; an append-mode one takes appends (APPEND-3)."""
+        if append_target is not None:
+            self._append_targets[response_id] = append_target
+
+    def served(self, response_id: str) -> None:
+        """It reached its terminal event: later steers and appends naming it hear so
+        (STEER-7, APPEND-5)."""
+        self._finished.append(response_id)
+        if self._append_targets.pop(response_id, None) is not None:
+            self._finished_appends.append(response_id)
+
     def has_finished(self, response_id: str) -> bool:
         """A response of this connection that reached its terminal event (STEER-7)."""
-        return response_id in self.finished or self.cached(response_id) is not None
+        return response_id in self._finished or self.cached(response_id) is not None
 
     def cached(self, response_id: str) -> tuple[Lane, CacheEntry] | None:
         """The lane whose cached latest response is ``response_id`` (any lane: forks, CACHE-4)."""
@@ -221,22 +234,13 @@ class Session:
         except ProtocolError as err:
             await self.sink.send(stream.steer_failed(refused, "invalid_input", err.message))
             return
-        if len(rollout.steers) >= MAX_PENDING_STEERS:
-            message = f"At most {MAX_PENDING_STEERS} steering inputs can wait for one response."
-            await self.sink.send(stream.steer_failed(refused, "too_many_pending_steers", message))
-            return
-        steer = Steer(new_id("steer"), items, event.input, target)
-        rollout.steers.append(steer)
-        await self.sink.send(stream.steer_accepted(steer.id))
-        if rollout.waiting:  # it stopped for the client's tool outputs (STEER-5)
-            steer.notified = True
-            await self.sink.send(stream.steer_pending(steer.id, rollout.ctx.pending_calls()))
+        await rollout.steer(Steer(new_id("steer"), items, event.input, target))
 
     async def handle_append(self, event: ResponseAppend | ResponseInject) -> None:
         """Experimental mode: commit tool outputs into a suspended rollout (APPEND-3..APPEND-6)."""
-        rollout = self.append_targets.get(event.response_id)
+        rollout = self._append_targets.get(event.response_id)
         if rollout is None:
-            finished = event.response_id in self.finished_appends
+            finished = event.response_id in self._finished_appends
             if isinstance(event, ResponseInject):  # OpenAI's beta shape for these two (APPEND-5)
                 await self.sink.send(inject_unknown(event, finished))
                 return
@@ -300,9 +304,9 @@ class Session:
         pending = workers + list(self.rollouts)
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
-        self.append_targets.clear()
+        self._append_targets.clear()
         for lane in self.lanes.values():
-            lane.latest = None
+            lane.clear()
 
     def _park_suspended(self) -> set[asyncio.Task[None]]:
         """A closing WebSocket parks each standard-mode rollout suspended at its lane's latest
@@ -320,7 +324,7 @@ class Session:
             if task is not None and self.engine.parking.park(
                 entry.response_id, rollout, task, self.owner
             ):
-                entry.rollout = None
+                lane.release(rollout)
                 parked.add(task)
                 # Let go of this connection: a parked rollout that kept its sink (and through
                 # it the socket's buffers) or this session's callback would hold far more than

@@ -1,11 +1,13 @@
-"""Pre-inference pipeline: route -> validate -> scan -> render (SPEC: PIPE-1..PIPE-6).
+"""Pre-inference pipeline: validate -> scan -> render (SPEC: PIPE-1..PIPE-6).
 
 Every stage has one code path used two ways: over a full history (stateless requests, store
 hydration) and over only the new items of a live rollout (append mode, compat fast path,
 connection-cache continuations). ``apply`` is atomic: if validation fails nothing changes, so a
 rejected request leaves the rollout exactly as it was.
 
-Routing runs first because validation depends on what the chosen backend can read.
+Routing is not a stage here: the create resolves its backend first (``route``, OBS-1, in
+``connection/compat.py``), because validation depends on what that backend can read; ``apply``
+takes the backend's ``supports``.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from engine.conversation.validation import (
     validate_tool_choice,
     validate_tools,
 )
+from protocol.codec import encode  # an item's size, as the wire and the store hold it (LIM-21)
 from protocol.items import (
     ContentPart,
     CustomToolCall,
@@ -44,9 +47,6 @@ from protocol.items import (
     item_texts,
 )
 from protocol.tools import EMPTY_TOOLSET, ToolChoice, Toolset
-
-# Measures an item the way a context holds it (its JSON size), for the byte bounds (LIM-21).
-_ITEM_SIZE = msgspec.json.Encoder()
 
 FULL = "full"
 INCREMENTAL = "incremental"
@@ -256,7 +256,7 @@ class Pipeline:
         size = 0
         for item, ids in zip(items, rendered, strict=True):
             ctx.items.append(item)
-            size += len(_ITEM_SIZE.encode(item))
+            size += len(encode(item))
             ctx.tokens.extend(ids)
             total += len(ids)
             item_id = getattr(item, "id", None)

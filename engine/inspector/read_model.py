@@ -26,7 +26,9 @@ from typing import TYPE_CHECKING, Any
 
 from engine.core import Engine
 from engine.observe.turnlog import PRE_STAGES
-from engine.rollout.coroutine import Phase, Rollout
+from engine.rollout.coroutine import Rollout
+from engine.rollout.state import RolloutState
+from engine.store.framing import ANY_OWNER, OwnerFilter
 from protocol.events import ErrorEvent, ResponseFailed, ServerEvent
 
 if TYPE_CHECKING:
@@ -51,6 +53,13 @@ class ErrorNote:
     status: int | None
     code: str
     message: str
+    # Whose request it was (INSP-9): a key's viewer sees its own; ANY_OWNER = not known (a
+    # server log line, a request refused before its key was read): operators only.
+    owner: OwnerFilter = ANY_OWNER
+
+    def row(self) -> Json:
+        return {"at": self.at, "source": self.source, "status": self.status, "code": self.code,
+                "message": self.message}  # fmt: skip
 
 
 class ErrorRing:
@@ -60,24 +69,41 @@ class ErrorRing:
         self.notes: deque[ErrorNote] = deque(maxlen=size)
         self.total = 0
 
-    def note(self, source: str, status: int | None, code: str, message: str) -> None:
-        self.notes.append(ErrorNote(time.time(), source, status, code, message[:300]))
+    def note(
+        self,
+        source: str,
+        status: int | None,
+        code: str,
+        message: str,
+        owner: OwnerFilter = ANY_OWNER,
+    ) -> None:
+        self.notes.append(ErrorNote(time.time(), source, status, code, message[:300], owner))
         self.total += 1
 
+    def seen_by(self, scope: OwnerFilter) -> tuple[list[Json], int]:
+        """The newest notes ``scope`` may see (INSP-9), and how many of the kept ones it may."""
+        if scope is ANY_OWNER:
+            return [note.row() for note in list(self.notes)[-30:]], self.total
+        own = [note for note in self.notes if note.owner == scope]
+        return [note.row() for note in own[-30:]], len(own)
 
-def note_event(ring: ErrorRing, source: str, event: ServerEvent) -> None:
+
+def note_event(
+    ring: ErrorRing, source: str, event: ServerEvent, owner: OwnerFilter = ANY_OWNER
+) -> None:
     """Called by the sinks for every event they write: one type test, and a note only for an
     ``error`` event or a ``response.failed`` (INSP-6)."""
     kind = type(event)
     if kind is ErrorEvent:
         assert isinstance(event, ErrorEvent)
-        ring.note(source, event.status, event.error.code or "", event.error.message)
+        ring.note(source, event.status, event.error.code or "", event.error.message, owner)
     elif kind is ResponseFailed:
         assert isinstance(event, ResponseFailed)
         error = event.response.error
         code = error.code if error is not None else "failed"
         message = error.message if error is not None else ""
-        ring.note(source, None, f"response.failed {code}", f"{event.response.id}: {message}")
+        text = f"{event.response.id}: {message}"
+        ring.note(source, None, f"response.failed {code}", text, owner)
 
 
 class ErrorLogHandler(logging.Handler):
@@ -187,8 +213,9 @@ class Inspector:
         self._providers: dict[str, Provider] = {"store": self._store_status}
         self._extra_rollouts: dict[str, RolloutSource] = {}
         self._shown: dict[str, tuple[Rollout, Json]] = {}  # last tick's rows, to see endings
-        self.ended: deque[Json] = deque(maxlen=ENDED_CAP)
-        self._ended_turns: dict[str, tuple[str, list[Json]]] = {}
+        # Recently ended rollouts with their owner, who alone may see them (INSP-9).
+        self.ended: deque[tuple[str | None, Json]] = deque(maxlen=ENDED_CAP)
+        self._ended_turns: dict[str, tuple[str | None, str, list[Json]]] = {}
         self.started_at = time.time()
         self.samples = 0
 
@@ -207,49 +234,69 @@ class Inspector:
             yield from source()
 
     def sample(self) -> Json:
-        """One snapshot; cost grows with the live rollouts only by a phase count and a token
-        sum each, rows beyond ``row_cap`` are not built (INSP-3)."""
+        """One snapshot of everything (an open server, an operator key)."""
+        return self.sample_for([ANY_OWNER])[ANY_OWNER]
+
+    def sample_for(self, scopes: Iterable[OwnerFilter]) -> dict[OwnerFilter, Json]:
+        """One snapshot per scope: ``ANY_OWNER`` sees everything, an owner digest only its own
+        connections and rollouts, and none of the recent errors, which name no owner (INSP-9).
+        Cost grows with the live rollouts only by a phase count and a token sum each per scope,
+        rows beyond ``row_cap`` are not built (INSP-3)."""
         now = time.time()
         self.samples += 1
         self.stages.sample(now)
-        connections, rollouts, totals = self._walk()
-        self._note_endings({row["id"] for row in rollouts})
-        return {
+        shared: Json = {
             "type": "snapshot",
             "t": round(now, 2),
             "uptime_s": round(now - self.started_at, 1),
             "row_cap": self.row_cap,
-            "totals": totals,
-            "connections": connections,
-            "rollouts": rollouts,
-            "ended": list(self.ended),
             "caches": self._caches(),
             "sections": self._sections(),
-            "errors": [asdict(note) for note in list(self.errors.notes)[-30:]],
-            "errors_total": self.errors.total,
             "series": list(self.stages.points),
             "stage_means": self.stages.means,
         }
+        out: dict[OwnerFilter, Json] = {}
+        listed: set[str] = set()
+        for scope in set(scopes):
+            connections, rollouts, totals = self._walk(scope)
+            listed.update(row["id"] for row in rollouts)
+            everything = scope is ANY_OWNER
+            errors, errors_total = self.errors.seen_by(scope)
+            out[scope] = {
+                **shared,
+                "totals": totals,
+                "connections": connections,
+                "rollouts": rollouts,
+                "ended": [row for owner, row in self.ended if everything or owner == scope],
+                "errors": errors,
+                "errors_total": errors_total,
+            }
+        self._note_endings(listed)
+        return out
 
-    def _walk(self) -> tuple[list[Json], list[Json], Json]:
-        """One pass over the live sessions and rollouts. Synchronous, so nothing changes under
-        it; per rollout only a phase test and a token count unless it gets a row."""
+    def _walk(self, scope: OwnerFilter) -> tuple[list[Json], list[Json], Json]:
+        """One pass over the live sessions and rollouts of ``scope``. Synchronous, so nothing
+        changes under it; per rollout only a phase test and a token count unless it gets a
+        row."""
         cap = self.row_cap
+        everything = scope is ANY_OWNER
         connections: list[Json] = []
         rows: list[Json] = []
         sessions = running = suspended = held = 0
         for session in self.sessions():
+            if not everything and session.owner != scope:
+                continue
             sessions += 1
             label = _label(session)
             if len(connections) < cap:
                 connections.append(self._connection(session, label))
             for rollout in session.rollouts.values():
-                phase = rollout.phase
-                if phase is Phase.DONE:
+                phase = rollout.state
+                if phase is RolloutState.ENDED:
                     continue
                 ctx = rollout.ctx
                 held += len(ctx.header) + len(ctx.tokens)
-                is_suspended = phase is Phase.SUSPENDED
+                is_suspended = phase is RolloutState.SUSPENDED
                 suspended += is_suspended
                 running += not is_suspended
                 if len(rows) < cap:
@@ -259,6 +306,8 @@ class Inspector:
         for state, source in self._extra_rollouts.items():
             counts[state] = 0
             for _, rollout in source():
+                if not everything and rollout.owner != scope:
+                    continue
                 counts[state] += 1
                 held += rollout.ctx.prompt_tokens
                 if len(rows) < cap:
@@ -300,7 +349,7 @@ class Inspector:
                 for call in pending
                 if call.call_id in unanswered
             ],
-            "turns": rollout.history.count,
+            "turns": rollout.accounting.history.count,
         }
         self._shown[rollout.id] = (rollout, row)
         return row
@@ -310,19 +359,19 @@ class Inspector:
         or its context) in the bounded ``ended`` ring."""
         for rollout_id in [rid for rid in self._shown if rid not in listed]:
             rollout, row = self._shown.pop(rollout_id)
-            if rollout.phase is not Phase.DONE:
+            if rollout.state is not RolloutState.ENDED:
                 continue  # still live, just past the row cap this tick
-            summary = {**row, "state": "ended", "status": rollout.status, "pending": []}
+            summary = {**row, "state": "ended", "status": rollout.turn.status, "pending": []}
             summary.update(
                 response_id=rollout.turn.stream.id,
                 tokens=rollout.ctx.prompt_tokens,
-                turns=rollout.history.count,
+                turns=rollout.accounting.history.count,
                 idle_s=None,
             )
             if len(self.ended) == self.ended.maxlen:
-                self._ended_turns.pop(self.ended[0]["id"], None)
-            self.ended.append(summary)
-            self._ended_turns[rollout_id] = (rollout.status, _turns(rollout))
+                self._ended_turns.pop(self.ended[0][1]["id"], None)
+            self.ended.append((rollout.owner, summary))
+            self._ended_turns[rollout_id] = (rollout.owner, rollout.turn.status, _turns(rollout))
 
     def _caches(self) -> Json:
         c = self.engine.counters
@@ -361,13 +410,16 @@ class Inspector:
         self._shown.clear()
 
     # ------------------------------------------------------------------ one rollout
-    def turns(self, rollout_id: str) -> Json:
-        """A rollout's turn history (INSP-5): live, or among the recently ended."""
+    def turns(self, rollout_id: str, scope: OwnerFilter = ANY_OWNER) -> Json:
+        """A rollout's turn history (INSP-5): live, or among the recently ended. Another
+        owner's rollout is not found, exactly as an unknown id (INSP-9)."""
         rollout = self.find(rollout_id)
-        if rollout is not None:
+        if rollout is not None and (scope is ANY_OWNER or rollout.owner == scope):
             return {"type": "turns", "rollout_id": rollout_id, "found": True,
-                    "status": rollout.status, "turns": _turns(rollout)}  # fmt: skip
-        status, turns = self._ended_turns.get(rollout_id, ("unknown", []))
+                    "status": rollout.turn.status, "turns": _turns(rollout)}  # fmt: skip
+        owner, status, turns = self._ended_turns.get(rollout_id, (None, "unknown", []))
+        if rollout is not None or (scope is not ANY_OWNER and owner != scope):
+            status, turns = "unknown", []
         return {"type": "turns", "rollout_id": rollout_id, "found": status != "unknown",
                 "status": status, "turns": turns}  # fmt: skip
 
@@ -385,7 +437,7 @@ class Inspector:
 
 
 def _turns(rollout: Rollout) -> list[Json]:
-    return [asdict(record) for record in rollout.history.turns]
+    return [asdict(record) for record in rollout.accounting.history.turns]
 
 
 def _label(session: Session) -> str:

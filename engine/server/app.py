@@ -15,6 +15,7 @@ from engine.core import Engine, EngineConfig
 from engine.inspector.read_model import Inspector
 from engine.server import background, http, inspector, turn_state
 from engine.server.config import ServerConfig
+from engine.server.identity import PRESENTED
 from engine.server.keys import (
     BACKGROUND,
     DRAINING,
@@ -75,7 +76,7 @@ def _http_error(exc: web.HTTPException) -> ProtocolError:
 async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Bearer API keys, checked before any work and before a WebSocket upgrade (AUTH-2)."""
     config = request.app[SERVER]
-    if config.api_keys and request.path not in _OPEN_PATHS:
+    if config.keyed and request.path not in _OPEN_PATHS:
         scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
         if scheme.lower() == "bearer":
             key: str | None = presented.strip()
@@ -83,6 +84,7 @@ async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
             key = inspector.browser_key(request)
         if key is None or not config.key_allowed(key):
             raise Unauthorized("invalid_api_key", _key_hint(request.path), None)
+        request[PRESENTED] = key  # who the request is, for every route after (OWN-1)
     return await handler(request)
 
 

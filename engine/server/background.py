@@ -9,7 +9,8 @@ from __future__ import annotations
 from aiohttp import web
 
 from engine.connection.background import BackgroundRuns, EventLog, EventsExpired
-from engine.server.keys import BACKGROUND, DRAINING, ENGINE, SERVER
+from engine.server import identity
+from engine.server.keys import BACKGROUND, DRAINING, ENGINE
 from engine.store import StoreError
 from engine.store.errors import wire_error
 from protocol.codec import encode
@@ -18,10 +19,6 @@ from protocol.response import CreateParams, Response
 
 JSON = "application/json"
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-
-
-def _owner(request: web.Request) -> str | None:
-    return request.app[SERVER].owner_of(request.headers.get("Authorization", ""))
 
 
 def _json(body: object, status: int = 200) -> web.Response:
@@ -34,7 +31,7 @@ async def create(request: web.Request, params: CreateParams) -> web.StreamRespon
     if request.app[DRAINING][0]:
         raise Unavailable("server_shutting_down", "The server is shutting down.", None)
     runs = request.app[BACKGROUND]
-    run = await runs.start(params, _owner(request))
+    run = await runs.start(params, await identity.owner(request))
     if run.turn is None:  # rejected while admitted or prepared: the create's own error
         error = run.log.error
         if error is None:
@@ -49,12 +46,12 @@ async def lookup(request: web.Request) -> tuple[BackgroundRuns, str, Response]:
     """A response as of now: a live run's snapshot, else the stored record (settled, BG-8)."""
     runs = request.app[BACKGROUND]
     response_id = request.match_info["response_id"]
-    owner = _owner(request)  # another key's response is not found (OWN-2)
+    owner = await identity.owner(request)  # another key's response is not found (OWN-2)
     run = runs.live.get(response_id)
     if run is not None and run.turn is not None and run.owner == owner:
         return runs, response_id, run.snapshot()
     try:
-        record = await request.app[ENGINE].store.get(response_id, owner=owner)
+        record = await request.app[ENGINE].store.get(response_id, owner)
     except StoreError as exc:
         raise wire_error(exc) from None
     if record is None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import logging
 import os
@@ -63,21 +62,28 @@ class ServerConfig:
     )
     max_inspector_viewers: int = 16  # open /inspect/feed sockets; over -> 503 (LIM-23)
 
+    # Operator keys (AUTH-4): valid everywhere a key is; they also see every key's rollouts on
+    # the inspector (INSP-9) and may delete any key's record (OWN-5).
+    admin_keys: frozenset[str] = field(default_factory=frozenset)
+
+    @property
+    def keyed(self) -> bool:
+        """Any key configured: every route but ``/healthz`` needs one (AUTH-1)."""
+        return bool(self.api_keys or self.admin_keys)
+
     def key_allowed(self, presented: str) -> bool:
         """Constant-time over every configured key: timing reveals neither key nor match."""
-        ok = False
-        for key in self.api_keys:
-            ok |= hmac.compare_digest(key.encode(), presented.encode())
-        return ok
+        return _matches(self.api_keys | self.admin_keys, presented)
 
-    def owner_of(self, authorization: str) -> str | None:
-        """The identity that owns what a request creates (OWN-1): a digest of its API key (the
-        key itself is never stored), or None on an open server, where everything is shared.
-        Called after the auth middleware accepted the key."""
-        if not self.api_keys:
-            return None
-        _, _, presented = authorization.partition(" ")
-        return hashlib.sha256(presented.strip().encode()).hexdigest()[:32]
+    def is_admin(self, presented: str) -> bool:
+        return _matches(self.admin_keys, presented)
+
+
+def _matches(keys: frozenset[str], presented: str) -> bool:
+    ok = False
+    for key in keys:
+        ok |= hmac.compare_digest(key.encode(), presented.encode())
+    return ok
 
 
 def load_api_keys(path: Path | None, env_var: str | None) -> frozenset[str]:
@@ -95,7 +101,7 @@ def load_api_keys(path: Path | None, env_var: str | None) -> frozenset[str]:
 
 
 def warn_if_open(config: ServerConfig, host: str) -> None:
-    if not config.api_keys and host not in LOOPBACK:
+    if not config.keyed and host not in LOOPBACK:
         log.warning(
             "no API key configured and listening on %s: anyone who can reach it can use it", host
         )

@@ -47,6 +47,16 @@ class ServeOptions:
         help="env var with comma-separated API keys",
         group=NETWORK,
     )
+    admin_keys_file: Path | None = setting(
+        None, "--admin-keys-file", help="operator keys, one per line (AUTH-4)", group=NETWORK,
+        parse=Path,
+    )  # fmt: skip
+    admin_keys_env: str = setting(
+        "ROLLOUT_ADMIN_KEYS",
+        "--admin-keys-env",
+        help="env var with comma-separated operator keys (AUTH-4)",
+        group=NETWORK,
+    )
     backlog: int = setting(128, "--backlog", help="listen queue of pending connects", group=NETWORK)
     announce_port: bool = setting(
         False,
@@ -170,4 +180,5 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
     """Raises ``OSError`` when ``--api-keys-file`` cannot be read."""
     options = serve_options(args)
     keys = load_api_keys(options.api_keys_file, options.api_keys_env)
-    return _from_args(ServerConfig, args, api_keys=keys)
+    admins = load_api_keys(options.admin_keys_file, options.admin_keys_env)
+    return _from_args(ServerConfig, args, api_keys=keys, admin_keys=admins)

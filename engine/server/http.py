@@ -20,11 +20,12 @@ from engine.core import Engine
 from engine.inspector.read_model import note_event
 from engine.observe.benchclock import TimedSink
 from engine.observe.metrics import CONTENT_TYPE
-from engine.rollout.coroutine import ClientGone
-from engine.server import background
-from engine.server.keys import BACKGROUND, ENGINE, INSPECTOR, REQUESTS, SERVER, SESSIONS
+from engine.rollout.turn import ClientGone
+from engine.server import background, identity
+from engine.server.keys import BACKGROUND, ENGINE, INSPECTOR, REQUESTS, SESSIONS
 from engine.store import ResponseRecord, StoreError
 from engine.store.errors import wire_error
+from engine.store.framing import ANY_OWNER, OwnerFilter
 from protocol.codec import decode_compact_body, decode_create_body, encode, http_error_body
 from protocol.errors import InvalidRequest, ProtocolError, ServerError, response_not_found
 from protocol.events import (
@@ -54,8 +55,9 @@ class HttpSink:
     An ``error`` event before anything else means the request was rejected: it becomes the HTTP
     status and JSON body instead of a stream (ERR-2)."""
 
-    def __init__(self, request: web.Request, streaming: bool) -> None:
+    def __init__(self, request: web.Request, streaming: bool, owner: str | None = None) -> None:
         self.request = request
+        self.owner = owner  # whose errors these are, for the inspector (INSP-9)
         self.streaming = streaming
         self.stream: web.StreamResponse | None = None
         self.error: ErrorEvent | None = None
@@ -78,7 +80,7 @@ class HttpSink:
                 await self.stream.prepare(self.request)
             # Only what goes into an SSE stream: anything else becomes the HTTP answer, which
             # the errors middleware notes (INSP-6).
-            note_event(self._errors, "http", event)
+            note_event(self._errors, "http", event, self.owner)
             await self.stream.write(frame(event))
         except (ConnectionError, RuntimeError) as exc:
             raise ClientGone from exc
@@ -92,12 +94,13 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     params.stream_id = None  # WebSocket-only (WS-2); ignored over HTTP
     if params.background:  # detached from this request (BG-1)
         return await background.create(request, params)
-    http_sink = HttpSink(request, params.stream)
+    owner = await identity.owner(request)
+    http_sink = HttpSink(request, params.stream, owner)
     sink: HttpSink | TimedSink = http_sink
     if engine.bench_clock is not None:  # --bench-timings (OBS-5)
         sink = TimedSink(http_sink)
         sink.add_decode(time.perf_counter() - start)
-    session = Session(engine, sink, transport="http", owner=_owner(request))
+    session = Session(engine, sink, transport="http", owner=owner)
     live = request.app[REQUESTS]  # the inspector lists in-flight HTTP creates (INSP-4)
     live.add(session)
     try:
@@ -126,19 +129,22 @@ def note_error(request: web.Request, response: web.StreamResponse) -> None:
             code, message = str(error.get("code") or ""), f"{request.path}: {error.get('message')}"
         except msgspec.DecodeError:
             pass
-    request.app[INSPECTOR].errors.note("http", response.status, code, message)
+    owner = identity.known_owner(request)  # none yet (a refused key): operators only (INSP-9)
+    request.app[INSPECTOR].errors.note("http", response.status, code, message, owner)
 
 
 async def compact_response(request: web.Request) -> web.Response:
     """``POST /v1/responses/compact`` (COMPACT-1)."""
     params = decode_compact_body(await request.read())
-    return json_response(await compact_context(request.app[ENGINE], params, _owner(request)))
+    owner = await identity.owner(request)
+    return json_response(await compact_context(request.app[ENGINE], params, owner=owner))
 
 
 async def input_tokens(request: web.Request) -> web.Response:
     """``POST /v1/responses/input_tokens`` (TOKENS-1)."""
     params = decode_create_body(await request.read())
-    return json_response(await count_input_tokens(request.app[ENGINE], params, _owner(request)))
+    owner = await identity.owner(request)
+    return json_response(await count_input_tokens(request.app[ENGINE], params, owner=owner))
 
 
 def _finish(sink: HttpSink) -> web.StreamResponse:
@@ -158,10 +164,6 @@ def _finish(sink: HttpSink) -> web.StreamResponse:
     return json_response(sink.terminal)
 
 
-def _owner(request: web.Request) -> str | None:
-    return request.app[SERVER].owner_of(request.headers.get("Authorization", ""))
-
-
 def _stored(request: web.Request) -> tuple[Engine, str]:
     return request.app[ENGINE], request.match_info["response_id"]
 
@@ -179,8 +181,9 @@ async def _record(request: web.Request) -> ResponseRecord:
     """The stored record named by the path, or the error that says why not (STORE-8, STORE-9).
     Another key's response is not found, exactly like a missing one (OWN-2)."""
     engine, response_id = _stored(request)
+    owner = await identity.owner(request)
     try:
-        record = await engine.store.get(response_id, owner=_owner(request))
+        record = await engine.store.get(response_id, owner)  # owner checked before decoding
     except StoreError as exc:
         raise wire_error(exc) from None
     if record is None:
@@ -189,19 +192,15 @@ async def _record(request: web.Request) -> ResponseRecord:
 
 
 async def delete_response(request: web.Request) -> web.Response:
-    """Removes it from the store and from every cache of this process (STORE-11, HYD-5)."""
+    """Removes it from the store and from every cache of this process (STORE-11, HYD-5). Only
+    its owner, or an operator key, may delete it, corrupt or not (OWN-5)."""
     engine, response_id = _stored(request)
-    try:
-        await _record(request)  # only its owner may delete it (OWN-2)
-    except ProtocolError as err:
-        if err.code != "store_record_corrupt":
-            raise
-        # A record nobody can read has no owner to check: removing it is the way out (STORE-9).
+    owner: OwnerFilter = ANY_OWNER if identity.is_admin(request) else await identity.owner(request)
     run = request.app[BACKGROUND].live.get(response_id)
-    if run is not None:  # a running background response is cancelled first (BG-9)
-        await run.cancel()
+    if run is not None and (owner is ANY_OWNER or run.owner == owner):
+        await run.cancel()  # a running background response is cancelled first (BG-9)
     try:
-        deleted = await engine.store.delete(response_id)
+        deleted = await engine.store.delete(response_id, owner)
     except StoreError as exc:
         raise wire_error(exc) from None
     if not deleted:

@@ -21,7 +21,9 @@ from aiohttp import WSCloseCode, WSMsgType, web
 
 from engine.inspector.page import PAGE
 from engine.inspector.read_model import ErrorLogHandler, Inspector
+from engine.server import identity
 from engine.server.keys import INSPECTOR, SERVER
+from engine.store.framing import ANY_OWNER, OwnerFilter
 from protocol.errors import HttpStatusError, Unavailable
 
 log = logging.getLogger("rollout.inspect")
@@ -48,29 +50,31 @@ def browser_key(request: web.Request) -> str | None:
 
 
 class Feed:
-    """The one sampler and its viewers. The sampler runs only while someone watches."""
+    """The one sampler and its viewers. The sampler runs only while someone watches. Each
+    viewer has a scope (INSP-9): everything, or one owner's rollouts; a tick samples and
+    encodes once per scope being watched, whatever the number of viewers."""
 
     def __init__(self, inspector: Inspector, interval: float = TICK_S) -> None:
         self.inspector = inspector
         self.interval = interval
-        self.viewers: set[web.WebSocketResponse] = set()
-        self.latest = ""
+        self.viewers: dict[web.WebSocketResponse, OwnerFilter] = {}
+        self.latest: dict[OwnerFilter, str] = {}
         self.version = 0
         self._tick = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
-    def join(self, ws: web.WebSocketResponse) -> None:
-        self.viewers.add(ws)
+    def join(self, ws: web.WebSocketResponse, scope: OwnerFilter = ANY_OWNER) -> None:
+        self.viewers[ws] = scope
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._sample_while_watched(), name="inspect-feed")
 
     def leave(self, ws: web.WebSocketResponse) -> None:
-        self.viewers.discard(ws)  # the sampler notices at its next tick and stops
+        self.viewers.pop(ws, None)  # the sampler notices at its next tick and stops
 
     async def _sample_while_watched(self) -> None:
         try:
             while self.viewers:
-                self._publish(self.inspector.sample())
+                self._publish(self.inspector.sample_for(self.viewers.values()))
                 await asyncio.sleep(self.interval)
         except Exception:
             log.exception("inspector sampler failed")
@@ -79,17 +83,19 @@ class Feed:
         finally:
             self.inspector.pause()
 
-    def _publish(self, snapshot: dict[str, Any]) -> None:
-        self.latest = _encode(snapshot).decode()  # once, whatever the number of viewers
+    def _publish(self, snapshots: dict[OwnerFilter, dict[str, Any]]) -> None:
+        # once per scope, whatever the number of viewers
+        self.latest = {scope: _encode(snap).decode() for scope, snap in snapshots.items()}
         self.version += 1
         tick, self._tick = self._tick, asyncio.Event()
         tick.set()
 
-    async def newest(self, seen: int) -> tuple[int, str]:
-        """The newest snapshot after version ``seen`` (waits for the next tick if needed)."""
-        while self.version <= seen:
+    async def newest(self, seen: int, scope: OwnerFilter = ANY_OWNER) -> tuple[int, str]:
+        """The newest snapshot of ``scope`` after version ``seen`` (waits for the next tick if
+        needed, or for the first one sampled for this scope)."""
+        while self.version <= seen or scope not in self.latest:
             await self._tick.wait()
-        return self.version, self.latest
+        return self.version, self.latest[scope]
 
     async def close(self) -> None:
         """Server shutdown: stop sampling and close every viewer (1001, going away)."""
@@ -114,7 +120,7 @@ async def page(request: web.Request) -> web.StreamResponse:
     key = request.query.get("key")
     if key is not None:
         moved = web.HTTPSeeOther(location=PAGE_PATH)
-        if request.app[SERVER].api_keys:
+        if request.app[SERVER].keyed:
             moved.set_cookie(COOKIE, key, path=PAGE_PATH, httponly=True, samesite="Strict")
         raise moved
     return web.Response(
@@ -135,15 +141,16 @@ async def feed(request: web.Request) -> web.StreamResponse:
         )
     # Uncompressed: deflating every snapshot would cost more CPU than the sampling, and a send
     # cancelled mid-deflate (a viewer leaving) leaves aiohttp's shielded write unretrieved.
+    scope = await viewer_scope(request)
     ws = web.WebSocketResponse(max_msg_size=MAX_REQUEST_BYTES, heartbeat=None, compress=False)
     await ws.prepare(request)
-    hub.join(ws)
-    sender = asyncio.create_task(_send_snapshots(ws, hub), name="inspect-viewer")
+    hub.join(ws, scope)
+    sender = asyncio.create_task(_send_snapshots(ws, hub, scope), name="inspect-viewer")
     try:
         async for msg in ws:
             if msg.type is WSMsgType.TEXT:
                 with contextlib.suppress(ConnectionError, RuntimeError):  # the viewer left
-                    await ws.send_str(_answer(hub.inspector, msg.data))
+                    await ws.send_str(_answer(hub.inspector, msg.data, scope))
     finally:
         hub.leave(ws)
         sender.cancel()
@@ -151,15 +158,23 @@ async def feed(request: web.Request) -> web.StreamResponse:
     return ws
 
 
-async def _send_snapshots(ws: web.WebSocketResponse, hub: Feed) -> None:
+async def viewer_scope(request: web.Request) -> OwnerFilter:
+    """What this viewer may see (INSP-9): everything on an open server or with an operator key
+    (AUTH-4), else only its own key's connections and rollouts."""
+    if not request.app[SERVER].keyed or identity.is_admin(request):
+        return ANY_OWNER
+    return await identity.owner(request)
+
+
+async def _send_snapshots(ws: web.WebSocketResponse, hub: Feed, scope: OwnerFilter) -> None:
     seen = 0
     with contextlib.suppress(ConnectionError, RuntimeError):
         while not ws.closed:
-            seen, data = await hub.newest(seen)
+            seen, data = await hub.newest(seen, scope)
             await ws.send_str(data)
 
 
-def _answer(inspector: Inspector, raw: str) -> str:
+def _answer(inspector: Inspector, raw: str, scope: OwnerFilter) -> str:
     """One request from the page: ``{"type":"turns","rollout_id":…}``."""
     try:
         request = _decode(raw)
@@ -169,7 +184,7 @@ def _answer(inspector: Inspector, raw: str) -> str:
     if not isinstance(rollout_id, str):
         hint = {"type": "error", "message": "expected {type: turns, rollout_id: <id>}"}
         return _encode(hint).decode()
-    return _encode(inspector.turns(rollout_id)).decode()
+    return _encode(inspector.turns(rollout_id, scope)).decode()
 
 
 def _same_origin(request: web.Request) -> None:

@@ -1,7 +1,8 @@
 """WebSocket driver: read a frame, decode, hand to the session; write what comes back (WS-1).
 
 Glue only. Every request-scoped failure is turned into an ``error`` event by the session or here,
-and the socket stays open (ERR-4).
+and the socket stays open (ERR-4), but for a text message that is not UTF-8: RFC 6455 makes that
+a connection failure, 1007 (WS-17).
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ from aiohttp import WSCloseCode, WSMsgType, web
 from engine.connection.session import Session
 from engine.core import Engine
 from engine.inspector.read_model import ErrorRing, note_event
-from engine.rollout.coroutine import ClientGone, Mode
+from engine.rollout.turn import ClientGone, Mode
+from engine.server import identity
 from engine.server.config import ServerConfig
 from engine.server.keys import INSPECTOR, SESSIONS
+from engine.store.framing import ANY_OWNER, OwnerFilter
 from protocol.codec import decode_client_event, encode
 from protocol.errors import InvalidRequest, ProtocolError
 from protocol.events import ServerEvent
@@ -66,6 +69,7 @@ class WsSink:
         "_errors",
         "_frames",
         "_loop",
+        "_owner",
         "_pending",
         "_timeout",
         "_writer",
@@ -77,11 +81,16 @@ class WsSink:
     HIGH_WATER = 64 * 1024  # asyncio's default: above it, the next drain would block
 
     def __init__(
-        self, ws: web.WebSocketResponse, send_timeout: float, errors: ErrorRing | None = None
+        self,
+        ws: web.WebSocketResponse,
+        send_timeout: float,
+        errors: ErrorRing | None = None,
+        owner: OwnerFilter = ANY_OWNER,
     ) -> None:
         self.ws = ws
         self._timeout = send_timeout
         self._errors = errors if errors is not None else ErrorRing()
+        self._owner = owner  # whose errors these are, for the inspector (INSP-9)
         self.frames_in = 0
         self.frames_out = 0
         self._loop = asyncio.get_running_loop()
@@ -98,7 +107,7 @@ class WsSink:
             raise ClientGone
         data = encode(event)
         self.frames_out += 1
-        note_event(self._errors, "ws", event)
+        note_event(self._errors, "ws", event, self._owner)
         try:
             if self._writer is None:
                 await self._send_frame(data)
@@ -164,9 +173,13 @@ class TimedWsSink(WsSink):
     __slots__ = ("_decode_s", "_send_s")
 
     def __init__(
-        self, ws: web.WebSocketResponse, send_timeout: float, errors: ErrorRing | None = None
+        self,
+        ws: web.WebSocketResponse,
+        send_timeout: float,
+        errors: ErrorRing | None = None,
+        owner: OwnerFilter = ANY_OWNER,
     ) -> None:
-        super().__init__(ws, send_timeout, errors)
+        super().__init__(ws, send_timeout, errors, owner)
         self._send_s = self._decode_s = 0.0
 
     async def send(self, event: ServerEvent) -> None:
@@ -192,10 +205,14 @@ class TimedWsSink(WsSink):
 
 
 def _make_sink(
-    ws: web.WebSocketResponse, engine: Engine, config: ServerConfig, errors: ErrorRing
+    ws: web.WebSocketResponse,
+    engine: Engine,
+    config: ServerConfig,
+    errors: ErrorRing,
+    owner: str | None,
 ) -> WsSink:
     timed = engine.bench_clock is not None
-    return (TimedWsSink if timed else WsSink)(ws, config.send_timeout_s, errors)
+    return (TimedWsSink if timed else WsSink)(ws, config.send_timeout_s, errors, owner)
 
 
 def default_mode(request: web.Request) -> Mode:
@@ -209,10 +226,10 @@ async def serve_socket(
     ws = web.WebSocketResponse(
         max_msg_size=config.max_frame_bytes, decode_text=False, heartbeat=None
     )
+    owner = await identity.owner(request)  # before the upgrade: a failure is an HTTP answer
     await ws.prepare(request)
     sessions: set[Session] = request.app[SESSIONS]
-    sink = _make_sink(ws, engine, config, request.app[INSPECTOR].errors)
-    owner = config.owner_of(request.headers.get("Authorization", ""))
+    sink = _make_sink(ws, engine, config, request.app[INSPECTOR].errors, owner)
     session = Session(engine, sink, transport="ws", default_mode=default_mode(request), owner=owner)
     sessions.add(session)
     engine.counters["ws.connections"] += 1  # accepted sockets (OBS-4)
@@ -220,7 +237,9 @@ async def serve_socket(
         async for msg in ws:
             sink.frames_in += 1
             if msg.type is WSMsgType.TEXT:
-                await _dispatch(session, msg.data)
+                if not await _dispatch(session, msg.data):
+                    await sink.close(WSCloseCode.INVALID_TEXT, b"invalid UTF-8")  # WS-17
+                    break
             elif msg.type is WSMsgType.BINARY:
                 await session.send_error(
                     InvalidRequest(
@@ -241,17 +260,31 @@ async def serve_socket(
     return ws
 
 
-async def _dispatch(session: Session, data: bytes) -> None:
+async def _dispatch(session: Session, data: bytes) -> bool:
+    """Decode and hand on one text message; False when it is not UTF-8 at all (RFC 6455 §8.1:
+    the connection is then failed with 1007, WS-17). The decoder validates UTF-8 itself (JSON
+    outside strings is ASCII), so only a message it refuses is checked again."""
     timer = session.sink if isinstance(session.sink, TimedWsSink) else None
     start = time.perf_counter() if timer is not None else 0.0
     try:
         event = decode_client_event(data)
     except ProtocolError as err:
+        if not _is_utf8(data):
+            return False
         await session.send_error(err)
-        return
+        return True
     if timer is not None:
         timer.add_decode(time.perf_counter() - start)
     await session.handle(event, len(data))
+    return True
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 async def _frame_error(session: Session, ws: web.WebSocketResponse) -> None:

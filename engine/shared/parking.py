@@ -148,6 +148,11 @@ class ParkingLot:
         self._counters["park.claimed"] += 1
         return entry
 
+    def release(self, entry: Parked) -> None:
+        """Retire a claimed rollout its claimant cannot use (its response was deleted meanwhile):
+        the lot owns its task again until it has wound down."""
+        self._retire(entry)
+
     def discard(self, response_id: str) -> bool:
         """Retire a parked rollout now (its response was deleted, HYD-5)."""
         entry = self._take(response_id)

@@ -1,4 +1,4 @@
-"""The response store (SPEC: STORE-1..STORE-15): one interface, four backends chosen by URL.
+"""The response store (SPEC: STORE-1..STORE-20): one interface, four backends chosen by URL.
 
 * ``sqlite:///PATH``  - embedded, durable, one process (the default of ``rollout serve``)
 * ``redis://HOST:PORT/DB`` / ``rediss://…`` - shared by many processes and hosts

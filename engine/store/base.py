@@ -1,4 +1,4 @@
-"""The response store interface: flat records chained by parent pointers (SPEC: STORE-1..STORE-15).
+"""The response store interface: flat records chained by parent pointers (SPEC: STORE-1..STORE-20).
 
 A stored response holds its own new input items, its output (in the Response) and the context
 items it added, plus a pointer to its nearest stored ancestor. It never copies the whole history,
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import abc
 import collections
-import enum
 import logging
+import secrets
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -27,6 +27,8 @@ from typing import ClassVar, TypeVar
 import msgspec
 
 from engine.store.codec import RecordCodec
+from engine.store.framing import ANY_OWNER, MAGIC, OwnerFilter, head_line, peek, readable_by
+from engine.store.owner import SALT_BYTES, digest
 from protocol.items import InputItem
 from protocol.response import Response
 
@@ -154,24 +156,6 @@ def _earliest(record: ResponseRecord) -> float | None:
     return min(record.expires_at, record.links_expire_at)
 
 
-class _Probe(msgspec.Struct):
-    """The fields read without decoding the record (``exists``, the owner check): decoding
-    skips everything else."""
-
-    deleted: bool = False
-    version: int = 0
-    owner: str | None = None
-
-
-class Anyone(enum.Enum):
-    """``owner=ANYONE``: the engine's own reads, which check no owner."""
-
-    ANYONE = "anyone"
-
-
-ANYONE = Anyone.ANYONE
-Owner = str | None | Anyone
-_PROBE = msgspec.json.Decoder(_Probe)
 _CODEC = RecordCodec(ResponseRecord)
 _ENCODER, _DECODER = _CODEC, _CODEC  # encode(record) -> bytes, decode(bytes) -> record
 
@@ -185,6 +169,7 @@ class ResponseStore(abc.ABC):
     ``RecordTooLarge``. ``put`` returns only once the record is durable (STORE-6)."""
 
     kind: ClassVar[str]
+    reads_prefixes: ClassVar[bool] = False  # ``_read_head`` may return only a blob's start
 
     def __init__(
         self, ttl_s: float = DEFAULT_TTL_S, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
@@ -194,6 +179,7 @@ class ResponseStore(abc.ABC):
         self.available = True  # last known state, no I/O: True until an operation fails
         self.counters: collections.Counter[str] = collections.Counter()  # events (OBS-2)
         self._listeners: list[DeleteListener] = []
+        self._salt: bytes | None = None  # the owner digests' salt, read once (OWN-6)
 
     # ------------------------------------------------------------------ lifecycle
     async def open(self) -> None:
@@ -217,47 +203,56 @@ class ResponseStore(abc.ABC):
                 refresh, record.links_expire_at = True, record.expires_at
         else:
             record.expires_at = record.links_expire_at = None
-        blob = _ENCODER.encode(record)
+        blob = _encode(record)
         if len(blob) > self.max_record_bytes:
             raise RecordTooLarge(len(blob), self.max_record_bytes)
         await self._guard(self._write(record.id, blob, record.links, refresh, record.expires_at))
 
-    async def get(self, response_id: str, owner: Owner = ANYONE) -> ResponseRecord | None:
-        """With ``owner``, another owner's record is None, like a missing one (OWN-2), and is
-        never decoded: its owner is read first."""
-        record = await self._get_any(response_id, owner)
-        return None if record is None or record.deleted else record
+    async def get(self, response_id: str, owner: OwnerFilter = ANY_OWNER) -> ResponseRecord | None:
+        """The live record, or None: missing, expired, deleted, or not ``owner``'s. The owner
+        check reads only the record's head line, so a corrupt record of another owner is None
+        too; ``RecordCorrupt`` reaches only a reader who may see it (OWN-5, STORE-9)."""
+        blob = await self._guard(self._read_one(response_id))
+        head = None if blob is None else peek(blob)
+        if blob is None or not readable_by(head, owner) or (head is not None and head.deleted):
+            return None
+        record = _decode(response_id, blob)
+        return None if record.deleted else record
 
     async def exists(self, response_id: str) -> bool:
-        """Stored, unexpired and not deleted, without decoding the record: what a cached
+        """Stored, unexpired and not deleted, from the record's head line alone: what a cached
         context needs confirmed before it is served (HYD-5). Raises ``RecordCorrupt`` for a
         blob that is not a record."""
-        blob = await self._guard(self._read_one(response_id))
+        blob = await self._guard(self._read_head(response_id))
+        if self.reads_prefixes and blob is not None and blob[:1] == b"{":
+            blob = await self._guard(self._read_one(response_id))  # no head line: all of it
         if blob is None:
             return False
-        probe = _probe(response_id, blob)
-        if probe.version != RECORD_VERSION:
+        head = peek(blob)
+        if head is None:
             raise RecordCorrupt(response_id)
-        return not probe.deleted
+        return not head.deleted
 
-    async def _get_any(self, response_id: str, owner: Owner = ANYONE) -> ResponseRecord | None:
-        blob = await self._guard(self._read_one(response_id))
-        if blob is None or not _owned_by(response_id, blob, owner):
-            return None
-        return _decode(response_id, blob)
+    async def owner_of(self, api_key: str) -> str:
+        """The owner digest of ``api_key`` in this store (OWN-1, OWN-6): keyed with the store's
+        own salt, so digests of one deployment say nothing about another's."""
+        if self._salt is None:
+            self._salt = await self._guard(self._load_salt(secrets.token_bytes(SALT_BYTES)))
+        return digest(self._salt, api_key)
 
-    async def hydrate(self, response_id: str, owner: Owner = ANYONE) -> Hydrated | None:
+    async def hydrate(self, response_id: str, owner: OwnerFilter = ANY_OWNER) -> Hydrated | None:
         """The record and its whole context: one read, then one batched read of its links (on
         Postgres one query for both, STORE-15). None when it, or a record its context needs,
-        is gone (deleted or expired), or with ``owner``, another owner's (read before any
-        decoding, OWN-2)."""
+        is gone (deleted or expired), or when it is not ``owner``'s (checked as ``get`` does,
+        from the head line, before any decode)."""
         found = await self._guard(self._read_chain(response_id))
         if found is None:
             return None
-        head, prefetched = found
-        if not _owned_by(response_id, head, owner):
+        first, prefetched = found
+        head = peek(first)
+        if not readable_by(head, owner) or (head is not None and head.deleted):
             return None
-        record = _decode(response_id, head)
+        record = _decode(response_id, first)
         if record.deleted:
             return None
         chain: list[ResponseRecord] = []
@@ -279,28 +274,39 @@ class ResponseStore(abc.ABC):
             raise RecordCorrupt(response_id)
         return Hydrated(record, items, record.point)
 
-    async def delete(self, response_id: str) -> bool:
+    async def delete(self, response_id: str, owner: OwnerFilter = ANY_OWNER) -> bool:
         """The response is gone for every reader; its context items stay, as a tombstone, only
         while later records link it (until its expiry, STORE-7), so the responses continued
-        from it can still be continued (STORE-11). A corrupt record is removed outright."""
-        try:
-            record = await self._get_any(response_id)
-        except RecordCorrupt:
-            record = None
-            await self._guard(self._remove(response_id))
-            removed = True
-        else:
-            removed = record is not None and not record.deleted
-        if record is not None and removed:
-            tombstone = msgspec.structs.replace(
-                record,
-                response=msgspec.structs.replace(record.response, output=[]),
-                input_items=[],
-                deleted=True,
-            )
-            await self._guard(self._replace(response_id, _ENCODER.encode(tombstone)))
+        from it can still be continued (STORE-11). A corrupt record is removed outright. Only a
+        record ``owner`` may see is touched (OWN-5): another's is left alone, as if unknown."""
+        blob = await self._guard(self._read_one(response_id))
+        head = None if blob is None else peek(blob)
+        if blob is not None and not readable_by(head, owner):
+            return False
+        removed = False
+        if blob is not None and (head is None or not head.deleted):
+            removed = await self._retire(response_id, blob)
         self.notify_deleted(response_id)  # caches drop it even if this process never stored it
         return removed
+
+    async def _retire(self, response_id: str, blob: bytes) -> bool:
+        """A live record becomes a tombstone; a corrupt one is removed. False if it already
+        was a tombstone (a record from before head lines says so only in its body)."""
+        try:
+            record = _decode(response_id, blob)
+        except RecordCorrupt:
+            await self._guard(self._remove(response_id))
+            return True
+        if record.deleted:
+            return False
+        tombstone = msgspec.structs.replace(
+            record,
+            response=msgspec.structs.replace(record.response, output=[]),
+            input_items=[],
+            deleted=True,
+        )
+        await self._guard(self._replace(response_id, _encode(tombstone)))
+        return True
 
     async def health(self) -> bool:
         """Reachable now? Updates ``available``."""
@@ -356,6 +362,16 @@ class ResponseStore(abc.ABC):
         blob = await self._read_one(key)
         return None if blob is None else (blob, None)
 
+    async def _read_head(self, key: str) -> bytes | None:
+        """At least the first ``MAX_HEAD`` bytes of a blob (its head line, STORE-20); backends
+        that can read a prefix override it and set ``reads_prefixes``."""
+        return await self._read_one(key)
+
+    async def _load_salt(self, fresh: bytes) -> bytes:
+        """The store's owner salt: the one already kept, else ``fresh``, now kept (OWN-6). A
+        backend that keeps nothing across instances (memory) keeps it per instance."""
+        return fresh
+
     @abc.abstractmethod
     async def _replace(self, key: str, blob: bytes) -> None:
         """Overwrite an existing ``key`` keeping its expiry (nothing if it has gone)."""
@@ -381,24 +397,21 @@ class ResponseStore(abc.ABC):
         return result
 
 
-def _probe(response_id: str, blob: bytes) -> _Probe:
-    try:
-        return _PROBE.decode(blob)
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        raise RecordCorrupt(response_id) from None
-
-
-def _owned_by(response_id: str, blob: bytes, owner: Owner) -> bool:
-    """Whether ``owner`` may read the record, from its ``owner`` field alone."""
-    return owner is ANYONE or _probe(response_id, blob).owner == owner
+def _encode(record: ResponseRecord) -> bytes:
+    """The head line (owner, tombstone flag) and the JSON body (STORE-20)."""
+    return head_line(record.owner, record.deleted) + _ENCODER.encode(record)
 
 
 def _decode(response_id: str, blob: bytes) -> ResponseRecord:
+    head = peek(blob) if blob[: len(MAGIC)] == MAGIC else None
+    body = memoryview(blob)[head.body_at :] if head is not None else blob
     try:
-        record: ResponseRecord = _DECODER.decode(blob)
+        record: ResponseRecord = _DECODER.decode(body)
     except (msgspec.DecodeError, msgspec.ValidationError, TypeError, AttributeError):
         log.warning("store: record %s cannot be decoded (%d bytes)", response_id, len(blob))
         raise RecordCorrupt(response_id) from None
     if record.version != RECORD_VERSION or record.id != response_id:
         raise RecordCorrupt(response_id)
+    if head is not None and (head.owner, head.deleted) != (record.owner, record.deleted):
+        raise RecordCorrupt(response_id)  # a head that disagrees with its body
     return record

@@ -59,7 +59,7 @@ class RecordCodec:
     def encode(self, record: msgspec.Struct) -> bytes:
         return self._encoder.encode(record)
 
-    def decode(self, blob: bytes) -> Any:
+    def decode(self, blob: bytes | memoryview) -> Any:
         """Raises ``msgspec.DecodeError`` / ``msgspec.ValidationError`` for a bad blob."""
         stored = self._decoder.decode(blob)
         values = {name: getattr(stored, name) for name in self._names}

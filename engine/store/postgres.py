@@ -37,6 +37,7 @@ log = logging.getLogger("rollout.store.postgres")
 
 TABLE = "rollout_responses"
 VERSION_TABLE = "rollout_schema_version"
+META_TABLE = "rollout_meta"
 DELETED_CHANNEL = "rollout_deleted"
 # Ordered migrations, each applied once in its own transaction under an advisory lock (many
 # nodes start together); the applied version is a row of ``VERSION_TABLE``. Append, never edit.
@@ -51,6 +52,8 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
             " WHERE expires_at IS NOT NULL",
         ],
     ),
+    # The owner digests' salt (OWN-6): one per store, so every node computes the same digests.
+    (2, [f"CREATE TABLE IF NOT EXISTS {META_TABLE} (key text PRIMARY KEY, value bytea NOT NULL)"]),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 MIGRATION_LOCK = 0x726F6C6C  # pg_advisory_xact_lock key: "roll"
@@ -88,6 +91,14 @@ _UPSERT_AND_EXTEND = (
 )
 _READ_MANY = f"SELECT id, record FROM {TABLE} WHERE id = ANY(%(ids)s) AND {_LIVE}"
 _READ_ONE = f"SELECT record FROM {TABLE} WHERE id = %(id)s AND {_LIVE}"
+# Insert this node's salt unless one is kept, and return the kept one, in one statement: a
+# row inserted by a concurrent node is seen by the SELECT after the conflict.
+_LOAD_SALT = (
+    f"WITH ins AS (INSERT INTO {META_TABLE} VALUES ('owner_salt', %(salt)s)"
+    " ON CONFLICT (key) DO NOTHING RETURNING value)"
+    f" SELECT value FROM ins UNION ALL SELECT value FROM {META_TABLE} WHERE key = 'owner_salt'"
+    " LIMIT 1"
+)
 # The record (n = 0), then each id it links in order (n = 1…), its blob NULL when gone.
 _READ_CHAIN = (
     f"WITH head AS (SELECT record, links FROM {TABLE} WHERE id = %(id)s AND {_LIVE})"
@@ -201,6 +212,22 @@ class PostgresStore(ResponseStore):
 
         found = await self._run(op)
         return [found.get(key) for key in keys]
+
+    async def _load_salt(self, fresh: bytes) -> bytes:
+        """The store's owner salt (OWN-6): the first node to ask keeps its own; every other
+        reads that one. One statement: insert if absent, then read whichever row is there."""
+
+        async def op(conn: Conn) -> bytes:
+            # A node inserting at the same instant commits after this statement's snapshot:
+            # then neither branch sees a row, and the next statement sees its.
+            for _ in range(3):
+                cur = await conn.execute(_LOAD_SALT, {"salt": fresh}, binary=True)
+                row = await cur.fetchone()
+                if row is not None:
+                    return bytes(row[0])
+            raise StoreUnavailable("the owner salt could not be read")
+
+        return await self._run(op)
 
     async def _read_one(self, key: str) -> bytes | None:
         params = {"id": key, "now": time.time()}

@@ -33,11 +33,13 @@ from engine.store.base import (
     ResponseStore,
     StoreUnavailable,
 )
+from engine.store.framing import MAX_HEAD
 
 log = logging.getLogger("rollout.store.redis")
 
 KEY_PREFIX = "rollout:response:"
 DELETED_CHANNEL = "rollout:deleted"
+SALT_KEY = "rollout:owner_salt"  # the owner digests' salt, created once, never expires (OWN-6)
 CONNECT_TIMEOUT_S = 2.0
 COMMAND_TIMEOUT_S = 5.0
 POOL_CONNECTIONS = 64  # pooled sockets per process, besides the write lane and the subscriber
@@ -46,6 +48,7 @@ RESUBSCRIBE_AFTER_S = 1.0
 
 class RedisStore(ResponseStore):
     kind = "redis"
+    reads_prefixes = True  # GETRANGE (STORE-20)
 
     def __init__(
         self,
@@ -137,6 +140,27 @@ class RedisStore(ResponseStore):
 
         blobs: list[bytes | None] = await self._call(op)
         return blobs
+
+    async def _read_head(self, key: str) -> bytes | None:
+        """``GETRANGE``: the head line only, whatever the record's size (STORE-20, HYD-5)."""
+
+        async def op(client: aioredis.Redis) -> bytes:
+            head: bytes = await client.getrange(KEY_PREFIX + key, 0, MAX_HEAD - 1)
+            return head
+
+        head: bytes = await self._call(op)
+        return head or None  # a missing key reads as empty; no record is
+
+    async def _load_salt(self, fresh: bytes) -> bytes:
+        async def op(client: aioredis.Redis) -> bytes:
+            async with client.pipeline(transaction=True) as pipe:
+                pipe.set(SALT_KEY, fresh, nx=True)
+                pipe.get(SALT_KEY)
+                _, kept = await pipe.execute()
+            return bytes(kept)
+
+        salt: bytes = await self._call(op)
+        return salt
 
     async def _replace(self, key: str, blob: bytes) -> None:
         async def op(client: aioredis.Redis) -> None:

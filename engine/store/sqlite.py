@@ -49,6 +49,8 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
             "CREATE INDEX responses_expiry ON responses(expires_at) WHERE expires_at IS NOT NULL",
         ],
     ),
+    # The owner digests' salt (OWN-6); a store from before gets one at its first open.
+    (2, ["CREATE TABLE meta (key TEXT PRIMARY KEY, value BLOB NOT NULL)"]),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 BUSY_TIMEOUT_S = 5.0  # the thread's wait for another process's write lock (at most the deadline)
@@ -214,6 +216,15 @@ class SqliteStore(ResponseStore):
 
         removed: bool = await self._submit(op, writes=True)
         return removed
+
+    async def _load_salt(self, fresh: bytes) -> bytes:
+        def op(conn: sqlite3.Connection) -> bytes:
+            conn.execute("INSERT OR IGNORE INTO meta VALUES ('owner_salt', ?)", (fresh,))
+            row = conn.execute("SELECT value FROM meta WHERE key = 'owner_salt'").fetchone()
+            return bytes(row[0])
+
+        salt: bytes = await self._submit(op, writes=True)
+        return salt
 
     async def _ping(self) -> None:
         await self._submit(lambda conn: conn.execute("SELECT 1").fetchone(), writes=False)

@@ -227,6 +227,14 @@ class WsConn:
     async def close(self) -> None:
         await self.ws.close()
 
+    async def close_code(self, within: float = 10.0) -> int | None:
+        """The server's close code, skipping any text frames before it."""
+        while True:
+            msg = await self.ws.receive(timeout=within)
+            if msg.type is not aiohttp.WSMsgType.TEXT:
+                await self.ws.close()
+                return self.ws.close_code
+
     @property
     def closed(self) -> bool:
         return self.ws.closed

@@ -1,9 +1,11 @@
 """The store interface against each real backend (STORE-4..STORE-9): flat records, snapshots,
-hydration, deletes and their listeners, retention, corrupt and oversized records."""
+hydration, deletes and their listeners, retention, corrupt and oversized records; the record's
+head line and the salted owner digest (STORE-20, OWN-5, OWN-6)."""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import sqlite3
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -24,6 +26,7 @@ from engine.store import (
     open_store,
 )
 from engine.store.base import _ENCODER
+from engine.store.framing import ANY_OWNER, peek
 from engine.store.postgres import PostgresStore
 from engine.store.redis import RedisStore
 from engine.store.sqlite import SCHEMA_VERSION, SqliteStore
@@ -199,7 +202,9 @@ async def test_sqlite_schema_is_versioned(tmp_path: Path) -> None:
     await store.open()
     await store.close()
     with sqlite3.connect(path) as conn:
-        assert conn.execute("SELECT max(version) FROM schema_version").fetchone()[0] == 1
+        assert (
+            conn.execute("SELECT max(version) FROM schema_version").fetchone()[0] == SCHEMA_VERSION
+        )
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         conn.execute("INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION + 1,))
     newer = SqliteStore(path)
@@ -290,3 +295,117 @@ async def test_opaque_items_round_trip(store: ResponseStore) -> None:
     hydrated = await store.hydrate(response.id)
     assert hydrated is not None and hydrated.items == context
     assert [bytes(t) for t in hydrated.record.response.tools] == [bytes(tool)]
+
+
+# ------------------------------------------------------------------ head line, owner, salt
+
+ALICE, BOB = "a" * 32, "b" * 32
+
+
+async def test_owner_is_checked_before_the_body_is_decoded(store: ResponseStore) -> None:
+    """OWN-5: a record whose body is garbage but whose head names Alice is None for Bob (get,
+    hydrate, delete: nothing changes), corrupt for Alice, removable by Alice or ANY_OWNER."""
+    record = chain_record(_response(1), [], [_message("secret")], None, owner=ALICE)
+    await store.put(record)
+    blob = await store._read_one(record.id)
+    assert blob is not None and blob.startswith(b"rr1 L " + ALICE.encode() + b"\n")
+    head = peek(blob)
+    assert head is not None and (head.owner, head.deleted) == (ALICE, False)
+    await store._replace(record.id, blob[: head.body_at] + b"\xc1 garbage")
+    assert await store.get(record.id, BOB) is None
+    assert await store.hydrate(record.id, BOB) is None
+    assert await store.delete(record.id, BOB) is False
+    for reader in (ALICE, ANY_OWNER):
+        try:
+            await store.get(record.id, reader)
+        except RecordCorrupt:
+            pass
+        else:
+            raise AssertionError("the owner learns it is corrupt")
+    assert await store.delete(record.id, ALICE) is True
+    assert await store._read_one(record.id) is None
+
+
+async def test_a_deleted_record_is_known_from_its_head(store: ResponseStore) -> None:
+    """STORE-20: the tombstone's head says D, and ``exists`` reads nothing else."""
+    record = chain_record(_response(2), [], [_message("x" * 300_000)], None, owner=ALICE)
+    await store.put(record)
+    assert await store.exists(record.id) is True
+    assert await store.delete(record.id, ALICE) is True
+    blob = await store._read_one(record.id)
+    assert blob is not None and blob.startswith(b"rr1 D ")
+    assert await store.exists(record.id) is False
+
+
+async def test_records_from_before_the_head_line_still_read(store: ResponseStore) -> None:
+    """STORE-20: a record stored as bare JSON (the earlier layout) reads, probes and deletes as
+    before, its owner checked from its own field."""
+    record = chain_record(_response(3), [], [_message("old")], None, owner=ALICE)
+    await store._write(record.id, _ENCODER.encode(record), [], False, None)
+    assert await store.exists(record.id) is True
+    assert await store.get(record.id, BOB) is None
+    got = await store.get(record.id, ALICE)
+    assert got is not None and got.owner == ALICE
+    assert await store.delete(record.id, BOB) is False
+    assert await store.delete(record.id, ALICE) is True
+    assert await store.exists(record.id) is False
+
+
+async def test_the_salt_is_kept_by_the_store(make_store: Factory) -> None:
+    """OWN-6: two handles on one store give a key the same digest, and it is not the bare
+    sha256 of the key."""
+    first, second = make_store(), make_store()
+    await first.open()
+    await second.open()
+    try:
+        digest = await first.owner_of("sk-key")
+        assert digest == await second.owner_of("sk-key")
+        assert digest != hashlib.sha256(b"sk-key").hexdigest()[:32]
+        assert digest != await first.owner_of("sk-other")
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_each_store_has_its_own_salt(tmp_path: Path, redis_server: RedisServer) -> None:
+    """OWN-6: the same key gets a different digest in every store, of every kind."""
+    stores: list[ResponseStore] = [
+        MemoryStore(),
+        MemoryStore(),
+        SqliteStore(tmp_path / "one.db"),
+        SqliteStore(tmp_path / "two.db"),
+        RedisStore(redis_server.url),
+    ]
+    digests = set()
+    for each in stores:
+        await each.open()
+        try:
+            digests.add(await each.owner_of("sk-key"))
+        finally:
+            await each.close()
+    assert len(digests) == len(stores)
+
+
+async def test_a_store_from_before_the_salt_gets_one(tmp_path: Path) -> None:
+    """OWN-6 migration: a schema-1 SQLite file (no ``meta`` table) is migrated at open, and the
+    salt created then is the one every later open reads."""
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+        conn.execute("INSERT INTO schema_version VALUES (1)")
+        conn.execute(
+            "CREATE TABLE responses (id TEXT PRIMARY KEY, record BLOB NOT NULL,"
+            " created_at REAL NOT NULL, expires_at REAL)"
+        )
+    digests = []
+    for _ in range(2):
+        opened = SqliteStore(path)
+        await opened.open()
+        try:
+            digests.append(await opened.owner_of("sk-key"))
+        finally:
+            await opened.close()
+    assert digests[0] == digests[1]
+    with sqlite3.connect(path) as conn:
+        (salt,) = conn.execute("SELECT value FROM meta WHERE key = 'owner_salt'").fetchone()
+    assert len(salt) == 16

@@ -11,7 +11,7 @@ from hypothesis.stateful import (
 )
 
 from protocol.events import CLIENT_EVENT_TYPES
-from tests.fuzz.ws_machine.base import MachineBase
+from tests.fuzz.ws_machine.connections import ConnectionRules
 from tests.fuzz.ws_machine.model import (
     BAD_STREAM_IDS,
     WRONG_FIELDS,
@@ -24,7 +24,7 @@ from tests.fuzz.ws_machine.model import (
 )
 
 
-class BadFrameRules(MachineBase):
+class BadFrameRules(ConnectionRules):  # an invalid UTF-8 frame closes the connection
     """Rules: malformed frames (CODEC-*, ERR-4) and steering a response that is not there."""
 
     # ================================================================== rules: bad frames
@@ -37,12 +37,12 @@ class BadFrameRules(MachineBase):
         ),
     )  # fmt: skip
     def malformed_frame(self, data: st.DataObject, kind: str) -> None:
-        """CODEC-2/3, WS-3, WS-4, EV-1: request-scoped errors; the socket stays usable."""
+        """CODEC-2/3, WS-3, WS-4, EV-1: request-scoped errors; the socket stays usable (but
+        for invalid UTF-8, which fails it with 1007, WS-17)."""
         self.tally["rule malformed_frame"] += 1
         assert self.conn is not None
         conn = self.conn
         expect = Immediate("error", status=400)
-        raw: bytes | None = None
         text: str | None = None
         if kind == "invalid_json":
             text = data.draw(
@@ -53,8 +53,8 @@ class BadFrameRules(MachineBase):
             )
             expect.codes, expect.param = {"invalid_json"}, None
         elif kind == "invalid_utf8":
-            raw = b'{"type":"response.create","input":"\xff\xfe"}'
-            expect.codes, expect.param = {"invalid_json"}, None
+            self._fail_with_1007()
+            return
         elif kind == "binary":
             blob = data.draw(st.binary(max_size=64))
             self.immediate.append(
@@ -120,12 +120,22 @@ class BadFrameRules(MachineBase):
                 text = '{"type":"response.create","input":' + nested + "}"
             expect.codes, expect.param = {"too_deeply_nested"}, None
         self.immediate.append(expect)
-        if raw is not None:
-            self.env.run(conn.send_raw_text(raw))
-        else:
-            assert text is not None
-            self.env.run(conn.send_text(text))
+        assert text is not None
+        self.env.run(conn.send_text(text))
         self._settle()
+
+    def _fail_with_1007(self) -> None:
+        """WS-17: a text frame that is not UTF-8 fails the connection with 1007 (RFC 6455
+        §8.1), not an error event; what the socket owned is released as on any close (WS-12),
+        stored responses stay continuable, and a new connection carries on."""
+        assert self.conn is not None
+        self._retire_appends()
+        self.env.run(self.conn.send_raw_text(b'{"type":"response.create","input":"\xff\xfe"}'))
+        assert self.env.run(self.conn.close_code()) == 1007, "WS-17"
+        self.conn = None
+        self._check_released()
+        self._check_store()
+        self._connect(self.header_append)
 
     def _steer(self, data: st.DataObject) -> None:
         """``response.steer`` of a response that is not live is answered with

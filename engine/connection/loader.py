@@ -1,0 +1,172 @@
+"""The one conversation loader (SPEC: OWN-4, COMPAT-2..COMPAT-5, PARK-3, HYD-1).
+
+Every request that names a ``previous_response_id`` (a create on either transport, ``/compact``,
+``/input_tokens``) gets its conversation from ``load_conversation`` and nowhere else: it is the
+only caller of ``store.hydrate`` (``tests/test_floors.py`` checks that), and its ``owner``
+argument has no default, so no path can forget the owner check (OWN-2). Another key's
+response is answered exactly as an unknown id.
+
+The six places a create's conversation can come from are one table, ``PATHS``, cheapest
+first. ``load_conversation`` picks the path; the caller runs it (``connection/compat.py``).
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from engine.connection.lane import CacheEntry, Lane
+from engine.conversation.pipeline import TurnLog
+from engine.core import Engine
+from engine.models.base import Backend
+from engine.rollout.coroutine import Rollout
+from engine.rollout.turn import Mode
+from engine.shared.hydration import CachedContext
+from engine.shared.parking import Parked
+from engine.store import Hydrated, StoreError
+from engine.store.errors import wire_error
+from protocol.errors import InvalidRequest, previous_response_not_found
+
+
+class Path(enum.Enum):
+    """Where a create's conversation comes from (COMPAT-*)."""
+
+    FAST = "fast"
+    CACHE = "cache"
+    PARKED = "parked"
+    HYDRATED = "hydrated"
+    STORE = "store"
+    STATELESS = "stateless"
+
+
+@dataclass(frozen=True)
+class PathInfo:
+    rule: str  # the SPEC rule that defines it
+    serves: str  # what a continuation on it is served from
+
+
+PATHS: dict[Path, PathInfo] = {
+    Path.FAST: PathInfo(
+        "COMPAT-2", "the rollout suspended at the create's lane's latest response: resumed"
+    ),
+    Path.CACHE: PathInfo(
+        "COMPAT-3", "a lane's cached latest context, forked (from another lane: CACHE-4)"
+    ),
+    Path.PARKED: PathInfo("PARK-3", "a rollout parked by a closed socket of the same owner"),
+    Path.HYDRATED: PathInfo("HYD-1", "a recent stored response's context in this process"),
+    Path.STORE: PathInfo("COMPAT-4", "the store: hydrated, full pre-inference"),
+    Path.STATELESS: PathInfo("COMPAT-5", "nothing: full pre-inference over the input"),
+}
+
+
+@dataclass(frozen=True)
+class Found:
+    """A picked path and what it runs from. Exactly the fields of its path are set."""
+
+    path: Path
+    lane: Lane | None = None  # FAST, CACHE: the lane holding ``entry``
+    entry: CacheEntry | None = None  # FAST, CACHE
+    live: Rollout | None = None  # FAST, PARKED: the suspended rollout a continuation resumes
+    parked: Parked | None = None  # PARKED: claimed, so the caller now owns its task
+    cached: CachedContext | None = None  # HYDRATED
+    stored: Hydrated | None = None  # STORE
+
+
+@dataclass(frozen=True)
+class Create:
+    """What a create may be served from beyond the store: its connection's lane caches (one
+    key per connection, OWN-3), the parked rollouts and the hydration cache of its owner. The
+    fast path also needs the create to be resumable (COMPAT-2)."""
+
+    lane: Lane
+    cached: Callable[[str], tuple[Lane, CacheEntry] | None]  # the connection's lanes (CACHE-2)
+    mode: Mode
+    generate: bool  # a warmup never takes the fast path: it does not sample
+    log: TurnLog  # the store path's ``hydrate`` time goes to the response's log (OBS-1)
+
+    def resumable(self, entry: CacheEntry, backend: Backend) -> Rollout | None:
+        return entry.resumable_by(backend, self.mode) if self.generate else None
+
+
+async def load_conversation(
+    engine: Engine,
+    response_id: str | None,
+    *,
+    owner: str | None,
+    backend: Backend,
+    create: Create | None = None,
+) -> Found:
+    """Pick where the conversation before ``response_id`` comes from, for ``owner``.
+
+    Without ``create`` (``/compact``, ``/input_tokens``) only the store is read: nothing is
+    claimed, resumed or counted. Raises ``previous_response_not_found`` for an unknown id and
+    for another owner's (OWN-2), ``previous_response_in_progress`` for a running background
+    response (BG-7), and the store's wire errors (STORE-8, STORE-9)."""
+    if response_id is None:
+        return Found(Path.STATELESS)
+    if create is not None:
+        found = await _from_memory(engine, response_id, owner, backend, create)
+        if found is not None:
+            return found
+        engine.counters["create.cache_miss"] += 1
+    start = time.perf_counter()
+    try:
+        stored = await engine.store.hydrate(response_id, owner)  # owner before decode (OWN-5)
+    except StoreError as exc:
+        raise wire_error(exc, "previous_response_id") from None
+    if create is not None:
+        create.log.add_time("hydrate", time.perf_counter() - start)  # OBS-1
+    if stored is None:  # unknown, or another key's (OWN-2): the same answer
+        raise previous_response_not_found(response_id)
+    if stored.record.response.status in ("queued", "in_progress"):  # background (BG-7)
+        raise InvalidRequest(
+            "previous_response_in_progress",
+            f"Previous response with id '{response_id}' has not finished yet.",
+            "previous_response_id",
+        )
+    return Found(Path.STORE, stored=stored)
+
+
+async def _from_memory(
+    engine: Engine, response_id: str, owner: str | None, backend: Backend, create: Create
+) -> Found | None:
+    """The in-memory paths, cheapest first (CACHE-2): the connection's lanes, then the parked
+    rollouts, then the hydration cache; each checks its owner (OWN-2, OWN-3)."""
+    on_lane = create.cached(response_id)
+    if on_lane is not None:
+        lane, entry = on_lane
+        live = create.resumable(entry, backend) if lane is create.lane else None
+        return Found(Path.FAST if live is not None else Path.CACHE, lane, entry, live)
+    parked = engine.parking.claim(response_id, owner)
+    if parked is not None:
+        assert isinstance(parked.rollout, Rollout)  # the only kind a session parks
+        rollout = parked.rollout
+        if rollout.settings.store and not await still_stored(engine, response_id):
+            engine.parking.release(parked)  # deleted meanwhile: it winds down, still owned
+            raise previous_response_not_found(response_id)
+        entry = CacheEntry(parked.response_id, rollout.ctx, rollout.backend, rollout)
+        return Found(Path.PARKED, live=create.resumable(entry, backend), parked=parked)
+    cached = engine.hydrated.get(response_id, owner, backend.supports)
+    if cached is not None and await still_stored(engine, response_id):
+        return Found(Path.HYDRATED, cached=cached)
+    return None
+
+
+async def still_stored(engine: Engine, response_id: str) -> bool:
+    """A cached context of a stored response is served only while the response exists (HYD-5).
+    A delete by another process may never reach this one (SQLite shared by workers; Redis
+    pub/sub is at-most-once, and a subscriber cut off across a delete never hears of it), so
+    every hit outside the memory store is confirmed with one read of the record's head line
+    (STORE-20)."""
+    store = engine.store
+    if store.kind == "memory":  # this process's own: its deletes reach its caches at once
+        return True
+    try:
+        found = await store.exists(response_id)
+    except StoreError as exc:
+        raise wire_error(exc, "previous_response_id") from None
+    if not found:
+        engine.hydrated.discard(response_id)
+    return found

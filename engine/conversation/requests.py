@@ -1,0 +1,82 @@
+"""Request checks before any pre-inference (SPEC: LEN-3, VAL-*, HTTP-5, BG-1, APPEND-1): what
+this server does not do is refused clearly, and the input is parsed and sized once. Used by
+every request that carries an input: a create on either transport, ``/compact`` and
+``/input_tokens``. The item-level checks are ``validation.py``'s, inside the pipeline.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.conversation.pipeline import ItemTexts
+from protocol.codec import parse_input
+from protocol.errors import InvalidRequest
+from protocol.items import InputItem, item_texts
+from protocol.response import CreateParams
+
+
+def check_supported(
+    params: CreateParams, transport: str, max_items: int, max_chars: int
+) -> tuple[list[InputItem], ItemTexts]:
+    """Reject what this server does not do, clearly (LEN-3), and parse the input. Returns the
+    items and their readable texts (computed once: the size limit here, the safety scan later)."""
+    if params.background and transport == "ws":
+        raise InvalidRequest(
+            "unsupported_parameter", "background is not supported over WebSocket.", "background"
+        )
+    if params.background and not params.store:
+        raise InvalidRequest("invalid_value", "Background responses require store=true.", "store")
+    if params.conversation is not None:
+        raise InvalidRequest(
+            "unsupported_parameter",
+            "Conversations are not supported; use previous_response_id.",
+            "conversation",
+        )
+    if params.previous_response_id is not None and not params.previous_response_id:
+        raise InvalidRequest(
+            "invalid_value", "previous_response_id must be non-empty.", "previous_response_id"
+        )
+    if transport != "ws" and params.rollout_mode == "append":
+        raise InvalidRequest(
+            "unsupported_parameter",
+            "The append rollout mode is only available over WebSocket.",
+            "rollout_mode",
+        )
+    check_metadata(params.metadata)
+    items = parse_input(params.input)
+    if len(items) > max_items:
+        raise InvalidRequest(
+            "too_many_items", f"At most {max_items} input items are accepted per request.", "input"
+        )
+    texts = [item_texts(item) for item in items]
+    if sum(len(text) for readable in texts for text in readable) > max_chars:
+        raise InvalidRequest(
+            "input_too_large",
+            f"The input text of one request may hold at most {max_chars:,} characters.",
+            "input",
+        )
+    return items, texts
+
+
+MAX_METADATA_KEYS, MAX_METADATA_KEY, MAX_METADATA_VALUE = 16, 64, 512
+
+
+def check_metadata(metadata: dict[str, Any] | None) -> None:
+    """OpenAI's metadata rules: at most 16 string pairs, keys <= 64 and values <= 512 chars."""
+    if not metadata:
+        return
+    if len(metadata) > MAX_METADATA_KEYS:
+        raise InvalidRequest(
+            "invalid_value", f"metadata holds at most {MAX_METADATA_KEYS} pairs.", "metadata"
+        )
+    for key, value in metadata.items():
+        where = f"metadata.{key[:MAX_METADATA_KEY]}"
+        if not isinstance(value, str):
+            raise InvalidRequest("invalid_type", "Metadata values must be strings.", where)
+        if len(key) > MAX_METADATA_KEY or len(value) > MAX_METADATA_VALUE:
+            raise InvalidRequest(
+                "invalid_value",
+                f"Metadata keys hold at most {MAX_METADATA_KEY} characters and values "
+                f"{MAX_METADATA_VALUE}.",
+                where,
+            )

@@ -1,0 +1,217 @@
+"""How a rollout's responses and the rollout itself end (SPEC: STORE-6, STORE-8, ROLL-7,
+MODEL-5, ERR-3, POST-1, POST-5).
+
+A response ends with its durable write (``store: true``), then its terminal frame, then its
+ledger record (standard mode). The rollout ends once: its stage counters join the engine's and
+the record it still owes is handed to post-inference. ``Endings`` does these for one rollout;
+the rollout decides when.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Protocol
+
+from engine.conversation.context import Context
+from engine.conversation.pipeline import Pipeline
+from engine.core import Engine
+from engine.observe.accounting import safety_report
+from engine.observe.postinference import UsageRecord
+from engine.rollout.accounting import Accounting
+from engine.rollout.state import RolloutState, RolloutStep
+from engine.rollout.steering import Steering
+from engine.rollout.turn import ClientGone, Mode, Settings, Turn, TurnNotStored, now
+from engine.store import ResponseRecord, StoreError, chain_record, listing_form
+from engine.store.errors import wire_error
+from protocol import events as ev
+from protocol.codec import error_event
+from protocol.errors import ProtocolError
+from protocol.states import TERMINAL_STATES, ResponseState
+
+log = logging.getLogger("rollout.rollout")
+
+
+class Rollout(Protocol):
+    """What the endings use of their rollout (``coroutine.Rollout``), declared here so this
+    module does not import the coroutine."""
+
+    id: str
+    engine: Engine
+    mode: Mode
+    settings: Settings
+    ctx: Context
+    pipeline: Pipeline
+    accounting: Accounting
+    steering: Steering
+    turn: Turn
+    state: RolloutState
+    owner: str | None
+    response_ids: list[str]
+
+    async def open_turn(self, turn: Turn) -> None: ...
+
+    def advance(self, step: RolloutStep) -> None: ...
+
+
+class Endings:
+    def __init__(self, rollout: Rollout) -> None:
+        self._rollout = rollout
+        # A standard response whose terminal event is built but whose ledger record is not yet
+        # handed over: billed by whichever ending comes next, whatever the client does (POST-5).
+        self._owed: Turn | None = None
+
+    async def warm(self) -> None:
+        """``generate: false``: state is prepared and the response completes with no output."""
+        rollout = self._rollout
+        turn = rollout.turn
+        rollout.accounting.count_prompt(turn, rollout.ctx.prompt_tokens)
+        await turn.sink.send(turn.stream.created())
+        with contextlib.suppress(TurnNotStored):  # the error frame has been sent
+            await self.end_turn(turn, "completed")
+        await self.end()
+
+    async def end_turn(self, turn: Turn, status: str, reason: str | None = None) -> None:
+        """The response's terminal frame; in standard mode also its ledger record (POST-1)."""
+        rollout = self._rollout
+        stream, at = turn.stream, now()
+        stream.response.safety = safety_report(rollout.pipeline.policy, turn.log.findings)
+        usage = turn.tally.usage()
+        if status == "completed":
+            event: ev.ServerEvent = stream.completed(usage, at)
+        elif status == "incomplete":
+            event = stream.incomplete(reason or "max_output_tokens", usage, at)
+        else:
+            event = stream.failed(
+                "server_error", "The model failed to generate a response.", usage, at
+            )
+        turn.status = status
+        if rollout.mode is Mode.STANDARD:
+            self._owed = turn  # from here on it is billed, even if the client leaves (POST-5)
+        try:
+            await self._store(turn)  # durable before the terminal frame (STORE-6)
+        except StoreError as exc:
+            await self._unstored(turn, exc)
+            raise TurnNotStored from exc
+        try:
+            await turn.sink.send(event)
+        finally:
+            turn.settle()
+        rollout.accounting.time_turn(turn, rollout.ctx.prompt_tokens)
+        await self._bill_owed(waiting=True)
+
+    async def _bill_owed(self, *, waiting: bool) -> None:
+        """Hand the owed standard-mode record to post-inference, exactly once (POST-1, POST-5).
+        A cancelled caller cannot wait for queue space: ``waiting=False`` never suspends, and a
+        cancel while waiting still hands the record over before it propagates."""
+        turn, self._owed = self._owed, None
+        if turn is None:
+            return
+        record = self._record([turn.stream.id], turn)
+        post = self._rollout.engine.post
+        if not waiting:
+            post.submit_nowait(record)
+            return
+        try:
+            await post.submit(record)
+        except asyncio.CancelledError:  # the put did not happen: a queue put is all or nothing
+            post.submit_nowait(record)
+            raise
+
+    async def _store(self, turn: Turn) -> None:
+        rollout = self._rollout
+        if not rollout.settings.store:
+            return
+        record = self.stored_record(turn)
+        start = time.perf_counter()
+        await rollout.engine.store.put(record)
+        turn.log.add_time("store", time.perf_counter() - start)  # OBS-1
+        rollout.ctx.stored = record.point
+
+    def stored_record(self, turn: Turn) -> ResponseRecord:
+        """Flat: this response's own input, output and new context items (STORE-4)."""
+        ctx = self._rollout.ctx
+        return chain_record(
+            turn.stream.response,
+            [listing_form(item) for item in turn.input_items],
+            ctx.items,
+            ctx.stored,
+            owner=self._rollout.owner,
+        )
+
+    async def _unstored(self, turn: Turn, exc: StoreError) -> None:
+        """The store did not acknowledge: the client gets an ``error`` instead of the terminal
+        frame, so it never holds an id it cannot continue (STORE-8). Usage is still billed."""
+        log.warning("rollout %s: response %s not stored: %s", self._rollout.id, turn.stream.id, exc)
+        turn.status = "failed"
+        turn.successor = None  # a steered response's successor never begins (STEER-3)
+        await self._bill_owed(waiting=False)
+        try:
+            await turn.sink.send(error_event(wire_error(exc), stream_id=turn.stream.stream_id))
+        except ClientGone:
+            pass
+        finally:
+            turn.settle()
+
+    async def fail_quietly(self, refusal: ProtocolError | None = None) -> None:
+        """A backend's refusal before the response opened is an ``error`` with the backend's
+        status and no response (MODEL-5); any other fault is a generic ``response.failed``
+        (ERR-3)."""
+        rollout = self._rollout
+        turn = rollout.turn
+        with contextlib.suppress(Exception):
+            if turn.stream.state is ResponseState.NEW and refusal is not None:
+                await turn.sink.send(error_event(refusal, stream_id=turn.stream.stream_id))
+            elif turn.stream.state not in TERMINAL_STATES:
+                await rollout.open_turn(turn)
+                await self.end_turn(turn, "failed")
+        turn.status = "failed"
+        await rollout.steering.fail_all(turn, "response_not_active", "The response failed.")
+        await self.end()
+
+    async def end(self, *, cancelled: bool = False) -> None:
+        """The one ending of a rollout, run once: its stage counters join the engine's and the
+        ledger record still owed is handed to post-inference (POST-1): the rollout's one
+        response in append mode, an open response in standard mode.
+
+        ``cancelled``: the task was cancelled, the client left, or a suspended append rollout
+        was retired. A response still open is stored as ``cancelled`` and billed, and the record
+        is handed over without waiting, so a cancelled task never suspends here."""
+        await self._bill_owed(waiting=not cancelled)  # a terminal frame the client missed
+        rollout = self._rollout
+        turn, engine = rollout.turn, rollout.engine
+        billed_open = cancelled and turn.stream.state not in TERMINAL_STATES
+        if billed_open:
+            response = turn.stream.response
+            response.status = turn.status = "cancelled"
+            response.completed_at = now()
+            # What it used is reported and billed (ROLL-7, BG-6).
+            append = rollout.mode is Mode.APPEND
+            response.usage = (rollout.accounting.totals if append else turn.tally).usage()
+            if rollout.settings.store:  # nobody waits for this one: written in the background
+                engine.store_later(self.stored_record(turn))
+        if rollout.state is RolloutState.ENDED:
+            return
+        rollout.advance(RolloutStep.END)
+        engine.stats.add(rollout.accounting.stats)
+        if rollout.mode is Mode.APPEND:
+            record = self._record(rollout.response_ids, turn, whole_rollout=True)
+        elif billed_open:
+            record = self._record([turn.stream.id], turn)
+        else:
+            return
+        if cancelled:
+            engine.post.submit_nowait(record)
+        else:
+            await engine.post.submit(record)
+
+    def _record(
+        self, response_ids: list[str], turn: Turn, *, whole_rollout: bool = False
+    ) -> UsageRecord:
+        rollout = self._rollout
+        tally = rollout.accounting.totals if whole_rollout else turn.tally
+        return rollout.accounting.record(
+            rollout.settings.model, turn.status, response_ids, tally, turn.log
+        )

@@ -1,0 +1,155 @@
+"""One sampling step on the wire (SPEC: ROLL-2, ORD-*, MODEL-5, STEER-3).
+
+The model's deltas become the response's events: a message opens at the first text, a function
+call closes the message before it, the step's output joins the context at its end. The
+response opens at the model's first delta, so a backend that refuses the request (an upstream
+4xx) yields a plain ``error`` and no response at all (MODEL-5).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Protocol
+
+from engine.conversation.compaction import worth_compacting
+from engine.conversation.context import Context
+from engine.conversation.pipeline import OUTPUT, Pipeline
+from engine.core import Engine
+from engine.models.base import (
+    ArgsDelta,
+    Backend,
+    CallEnd,
+    CallStart,
+    Delta,
+    Finish,
+    SampleRequest,
+    TextDelta,
+)
+from engine.models.compaction import CompactRequest, compact
+from engine.rollout.accounting import Accounting, Step
+from engine.rollout.steering import Steering
+from engine.rollout.turn import Settings, Turn
+from protocol.items import InputItem
+from protocol.states import ResponseState
+
+
+class Rollout(Protocol):
+    """What a sampling step uses of its rollout (``coroutine.Rollout``), declared here so this
+    module does not import the coroutine."""
+
+    engine: Engine
+    backend: Backend
+    settings: Settings
+    ctx: Context
+    pipeline: Pipeline
+    accounting: Accounting
+    steering: Steering
+
+    async def open_turn(self, turn: Turn) -> None: ...
+
+    def replace_context(self, items: list[InputItem]) -> None: ...
+
+
+async def compact_if_needed(rollout: Rollout, turn: Turn, model_timeout: float) -> None:
+    """``context_management``: past the threshold, compact before sampling (COMPACT-3). The
+    compaction item is the response's next output item; its cost joins the usage."""
+    threshold, ctx = rollout.settings.compact_threshold, rollout.ctx
+    if threshold is None or ctx.prompt_tokens <= threshold or not worth_compacting(ctx.items):
+        return
+    await compact_context(rollout, turn, model_timeout, triggered=False)
+
+
+async def compact_context(
+    rollout: Rollout, turn: Turn, model_timeout: float, *, triggered: bool
+) -> None:
+    """Replace the context by its compacted window; the compaction item is the response's next
+    output item and its cost joins the usage (COMPACT-3; COMPACT-7 when ``triggered``)."""
+    request = CompactRequest(rollout.settings.model, rollout.ctx, keep_round=not triggered)
+    async with asyncio.timeout(model_timeout):  # an upstream compaction is a model call
+        result = await compact(rollout.backend, request)
+    rollout.replace_context(result.items)
+    rollout.engine.counters["compaction.trigger" if triggered else "compaction.auto"] += 1
+    rollout.accounting.count_compaction(turn, result.input_tokens, result.output_tokens)
+    await rollout.open_turn(turn)
+    for event in turn.stream.add_compaction(result.item):
+        await turn.sink.send(event)
+
+
+async def sample(rollout: Rollout, turn: Turn, step: Step, model_timeout: float) -> None:
+    """Run one step to its end; ``step`` says how it ended (calls, reason)."""
+    step.opened = turn.stream.state is not ResponseState.NEW
+    deltas = rollout.backend.stream(_request(rollout))
+    async with asyncio.timeout(model_timeout), contextlib.aclosing(deltas):
+        async for delta in deltas:
+            if (
+                rollout.steering
+                and not step.calls
+                and step.opened
+                and not isinstance(delta, Finish)
+            ):
+                # The sampling boundary (STEER-3): stop the generation here; nothing the client
+                # must answer has been produced yet (a finished call would be). A step that
+                # already finished completes, and the successor follows it.
+                step.reason = "steered"
+                rollout.accounting.count_finish(turn, step, Finish("stop", step.produced))
+                break
+            if not step.opened:
+                step.clock.first_delta()
+                await rollout.open_turn(turn)
+                step.opened = True
+            await _emit(rollout, turn, step, delta)
+    step.clock.finished()
+    if not step.opened:
+        await rollout.open_turn(turn)
+    if step.reason not in ("length", "steered"):  # a cut-short item ends incomplete (ORD-8)
+        await _close_message(turn, "completed")
+    # The model's own output joins the context (rendered once, never re-encoded).
+    output: list[InputItem] = list(turn.stream.output[step.first_new :])
+    rollout.pipeline.apply(rollout.ctx, output, path=OUTPUT, supports=frozenset({"text"}))
+
+
+async def _emit(rollout: Rollout, turn: Turn, step: Step, delta: Delta) -> None:
+    stream, send = turn.stream, turn.sink.send
+    if isinstance(delta, TextDelta):
+        step.produced += 1
+        if not stream.has_open_item:
+            for event in stream.add_message():
+                await send(event)
+        await send(stream.text_delta(delta.text))
+    elif isinstance(delta, ArgsDelta):
+        step.produced += 1
+        await send(stream.arguments_delta(delta.text))
+    elif isinstance(delta, CallStart):
+        await _close_message(turn, "completed")
+        await send(
+            stream.add_function_call(delta.name, delta.call_id, delta.namespace, delta.custom)
+        )
+    elif isinstance(delta, CallEnd):
+        call, events = stream.finish_function_call()
+        step.calls.append(call)
+        for event in events:
+            await send(event)
+    elif isinstance(delta, Finish):
+        step.reason = delta.reason
+        rollout.accounting.count_finish(turn, step, delta)
+
+
+async def _close_message(turn: Turn, status: str) -> None:
+    if turn.stream.has_open_item:
+        for event in turn.stream.finish_message(status):
+            await turn.sink.send(event)
+
+
+def _request(rollout: Rollout) -> SampleRequest:
+    s = rollout.settings
+    return SampleRequest(
+        model=s.model,
+        context=rollout.ctx,
+        tools=s.tools,
+        tool_choice=s.tool_choice,
+        parallel_tool_calls=s.parallel_tool_calls,
+        max_output_tokens=s.max_output_tokens,
+        temperature=s.temperature,
+        top_p=s.top_p,
+    )

@@ -21,6 +21,9 @@ class ServerConfig:
     api_keys: frozenset[str] = field(default_factory=frozenset)  # empty = no auth (AUTH-1)
     send_timeout_s: float = 30.0  # a reader this slow is disconnected (LIM-12)
     shutdown_grace_s: float = 10.0  # in-flight responses may finish this long (LIM-13)
+    # After the stop signal, /healthz fails but the node keeps serving this long, so a balancer
+    # takes it out of rotation before it stops listening (DRAIN-2)
+    drain_delay_s: float = 0.0
 
     def key_allowed(self, presented: str) -> bool:
         """Constant-time over every configured key: timing reveals neither key nor match."""

@@ -45,7 +45,10 @@ def add_cluster_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     )  # fmt: skip
     p.add_argument("--balancer", choices=["haproxy", "nginx"], default="haproxy")
     p.add_argument("--workdir", type=Path, default=Path("data/cluster"), help="configs, logs")
-    p.add_argument("--drain-delay", type=float, default=1.0, help="each node's --drain-delay, s")
+    p.add_argument(
+        "--drain-delay", type=float, default=1.5,
+        help="each node's --drain-delay: longer than the balancer's health check takes, s",
+    )  # fmt: skip
     p.add_argument(
         "--announce-port", action="store_true", help="print 'PORT <n>' once the balancer is up"
     )
@@ -73,7 +76,7 @@ class ClusterSpec:
     store: str = "redis://127.0.0.1:6379/0"
     balancer: str = "haproxy"
     workdir: Path = Path("data/cluster")
-    drain_delay_s: float = 1.0
+    drain_delay_s: float = 1.5
     serve_args: Sequence[str] = ()
 
 
@@ -303,9 +306,12 @@ async def _foreground(spec: ClusterSpec, announce: bool) -> int:
 
 async def _supervise(cluster: Cluster, stop: asyncio.Event, roll: asyncio.Event) -> int:
     while not stop.is_set():
-        waiters = {asyncio.ensure_future(stop.wait()), asyncio.ensure_future(roll.wait())}
-        waiters.add(asyncio.ensure_future(_any_exit(cluster)))
-        done, pending = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        waiters: set[asyncio.Future[object]] = {
+            asyncio.ensure_future(stop.wait()),
+            asyncio.ensure_future(roll.wait()),
+            asyncio.ensure_future(_any_exit(cluster)),
+        }
+        _, pending = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)

@@ -1,4 +1,4 @@
-"""``rollout serve | agent | bench | cluster``: parse the subcommand, hand it to its side, nothing else.
+"""``rollout serve | agent | bench | cluster``: parse the subcommand, hand it to its side.
 
 Each side is imported only when its subcommand runs: ``rollout serve`` never loads the clients
 (rich, the benchmark) and ``rollout bench`` never loads the server it starts in a subprocess.

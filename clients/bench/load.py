@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +21,7 @@ import aiohttp
 import msgspec
 
 from clients.bench.proc import ServerProcess, cpu_seconds, rss_bytes
+from clients.bench.resume import resuming_agent, verify_acknowledged
 from clients.bench.scenario import coding_model
 
 TERMINALS = frozenset({"response.completed", "response.failed", "response.incomplete"})
@@ -38,6 +40,9 @@ class LoadSettings:
     connections: int = 200
     turns: int = 20
     http_clients: int = 8
+    resume: bool = False  # store: true agents that reconnect at a drain (LOAD-2)
+    client_processes: int = 1  # the client split over this many processes (LOAD-3)
+    server_pids: tuple[int, ...] = ()  # with --url: the nodes whose CPU time is read (LOAD-3)
 
 
 @dataclass
@@ -52,6 +57,32 @@ class LoadCounts:
     overhead_ms: list[float] = field(default_factory=list)
     http_requests: int = 0
     http_failures: int = 0
+    acknowledged: list[str] = field(default_factory=list)  # completed, store: true (LOAD-2)
+    reconnects: int = 0
+    http_failure_kinds: Counter[str] = field(default_factory=Counter)  # status and code
+    drain_signals: Counter[str] = field(default_factory=Counter)  # by documented kind
+    # time.monotonic() (one clock for every process) when the first agent started and the last
+    # finished: the wall time of the run, however many client processes shared it
+    window: tuple[float, float] = (0.0, 0.0)
+
+    def merge(self, other: LoadCounts) -> None:
+        """Add another client process's counts to these (LOAD-3)."""
+        for name in ("responses", "turns", "misordered", "lost", "http_requests"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.http_failures += other.http_failures
+        self.reconnects += other.reconnects
+        self.errors += other.errors
+        self.overhead_ms += other.overhead_ms
+        self.acknowledged += other.acknowledged
+        self.drain_signals.update(other.drain_signals)
+        self.http_failure_kinds.update(other.http_failure_kinds)
+        if self.window == (0.0, 0.0):
+            self.window = other.window
+        else:
+            self.window = (
+                min(self.window[0], other.window[0]),
+                max(self.window[1], other.window[1]),
+            )
 
 
 class _Checker:
@@ -85,7 +116,7 @@ class _Checker:
         return time.perf_counter()
 
 
-def _output(call_id: str) -> dict[str, Any]:
+def tool_output(call_id: str) -> dict[str, Any]:
     return {"type": "function_call_output", "call_id": call_id, "output": OUTPUT}
 
 
@@ -108,7 +139,7 @@ async def _standard_agent(check: _Checker, turns: int) -> None:
         body = {
             **body,
             "previous_response_id": done["response"]["id"],
-            "input": [_output(last["call_id"])],
+            "input": [tool_output(last["call_id"])],
         }
 
 
@@ -133,7 +164,7 @@ async def _append_agent(check: _Checker, turns: int) -> None:
             {
                 "type": "response.append",
                 "response_id": event["response"]["id"],
-                "input": [_output(c["call_id"]) for c in calls],
+                "input": [tool_output(c["call_id"]) for c in calls],
             }
         )
 
@@ -143,6 +174,9 @@ async def _agent(
 ) -> None:
     ws_url = url.replace("http://", "ws://", 1) + "/responses"
     try:
+        if settings.resume:
+            await resuming_agent(session, ws_url, settings.turns, counts, _Checker)
+            return
         async with session.ws_connect(ws_url, max_msg_size=0) as ws:
             check = _Checker(ws, counts)
             agent = _append_agent if index % 2 else _standard_agent
@@ -157,14 +191,18 @@ async def _http_client(
 ) -> None:
     while not stop.is_set():
         body = {"model": "sim", "input": "Summarise the load test.", "store": False}
+        kind = "ok"
         try:
             async with session.post(f"{url}/responses", json=body) as resp:
                 payload = await resp.json()
-                ok = resp.status == 200 and payload.get("status") == "completed"
-        except aiohttp.ClientError:
-            ok = False
+                if resp.status != 200 or payload.get("status") != "completed":
+                    kind = f"{resp.status} {payload.get('error', {}).get('code', '')}".strip()
+        except aiohttp.ClientError as exc:
+            kind = type(exc).__name__
         counts.http_requests += 1
-        counts.http_failures += 0 if ok else 1
+        if kind != "ok":
+            counts.http_failures += 1
+            counts.http_failure_kinds[kind] += 1
 
 
 async def _sample_rss(pid: int, stop: asyncio.Event, peak: list[int]) -> None:
@@ -173,31 +211,57 @@ async def _sample_rss(pid: int, stop: asyncio.Event, peak: list[int]) -> None:
         await asyncio.sleep(0.05)
 
 
-async def run_load(settings: LoadSettings, url: str, pid: int | None) -> dict[str, Any]:
-    """Drive the server at ``url`` and return the report (no assertions: figures for the note).
-    ``pid`` is the bench's own server (for RSS); None for a running server (``--url``)."""
-    counts, stop, peak = LoadCounts(), asyncio.Event(), [0]
-    baseline = rss_bytes(pid) if pid is not None else 0
+async def drive(settings: LoadSettings, url: str, agents: range, http_clients: int) -> LoadCounts:
+    """Run the agents numbered ``agents`` and ``http_clients`` HTTP clients until the agents
+    finish: one client process's share of the load."""
+    counts, stop = LoadCounts(), asyncio.Event()
     connector = aiohttp.TCPConnector(limit=0)
-    started, cpu0 = time.perf_counter(), (cpu_seconds(pid) if pid is not None else 0.0)
+    started = time.monotonic()
     async with aiohttp.ClientSession(connector=connector) as session:
-        tasks = [_sample_rss(pid, stop, peak)] if pid is not None else []
-        tasks += [_http_client(session, url, stop, counts) for _ in range(settings.http_clients)]
-        background = [asyncio.create_task(task) for task in tasks]
-        await asyncio.gather(
-            *(_agent(session, url, n, settings, counts) for n in range(settings.connections))
-        )
+        background = [
+            asyncio.create_task(_http_client(session, url, stop, counts))
+            for _ in range(http_clients)
+        ]
+        await asyncio.gather(*(_agent(session, url, n, settings, counts) for n in agents))
         stop.set()
         await asyncio.gather(*background)
-    elapsed = time.perf_counter() - started
-    cpu = cpu_seconds(pid) - cpu0 if pid is not None else 0.0
+    counts.window = (started, time.monotonic())
+    return counts
+
+
+async def run_load(settings: LoadSettings, url: str, pid: int | None) -> dict[str, Any]:
+    """Drive the server at ``url`` and return the report (no assertions: figures for the note).
+    ``pid`` is the bench's own server (for RSS); None for a running server (``--url``), whose
+    processes' CPU time is read from ``settings.server_pids`` when given."""
+    stop, peak = asyncio.Event(), [0]
+    pids = (pid,) if pid is not None else settings.server_pids
+    baseline = rss_bytes(pid) if pid is not None else 0
+    sampler = asyncio.create_task(_sample_rss(pid, stop, peak)) if pid is not None else None
+    cpu0 = [cpu_seconds(p) for p in pids]
+    if settings.client_processes > 1:
+        from clients.bench.fanout import drive_in_processes
+
+        counts = await drive_in_processes(settings, url)
+    else:
+        counts = await drive(settings, url, range(settings.connections), settings.http_clients)
+    elapsed = counts.window[1] - counts.window[0]
+    cpu = [cpu_seconds(p) - c for p, c in zip(pids, cpu0, strict=True)]
+    stop.set()
+    if sampler is not None:
+        await sampler
     await asyncio.sleep(1.0)  # let the server notice the closes and release the rollouts
     after = rss_bytes(pid) if pid is not None else 0
     report = _report(settings, counts, elapsed, baseline, peak[0], after)
+    if settings.resume:
+        async with aiohttp.ClientSession() as session:
+            found = await verify_acknowledged(session, url, counts.acknowledged)
+        report["acknowledged_missing"] = found["missing"]
     # Turns per second of wall time are bounded by this machine (the client shares its cores);
     # per server CPU-second is what one server process can serve when it has a core to itself.
-    report["server_cpu_s"] = round(cpu, 2) if pid is not None else None
-    report["turns_per_server_cpu_s"] = round(counts.turns / cpu, 1) if cpu else None
+    total = sum(cpu)
+    report["server_cpu_s"] = round(total, 2) if pids else None
+    report["server_cpu_s_per_process"] = [round(c, 2) for c in cpu]
+    report["turns_per_server_cpu_s"] = round(counts.turns / total, 1) if total else None
     return report
 
 
@@ -217,6 +281,8 @@ def _report(
             "connections": settings.connections,
             "turns": settings.turns,
             "http_clients": settings.http_clients,
+            "resume": settings.resume,
+            "client_processes": settings.client_processes,
         },
         "elapsed_s": round(elapsed, 2),
         "turns_per_s": round(counts.turns / elapsed, 1) if elapsed > 0 else None,
@@ -230,6 +296,10 @@ def _report(
         "overhead_p99_ms": _percentile(counts.overhead_ms, 0.99),
         "http_requests": counts.http_requests,
         "http_failures": counts.http_failures,
+        "http_failure_kinds": dict(counts.http_failure_kinds),
+        "acknowledged": len(counts.acknowledged),
+        "reconnects": counts.reconnects,
+        "drain_signals": dict(counts.drain_signals),
         "rss_baseline_mib": round(baseline / 2**20, 1),
         "rss_peak_mib": round(peak / 2**20, 1),
         "rss_after_mib": round(after / 2**20, 1),

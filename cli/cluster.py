@@ -205,7 +205,7 @@ class Cluster:
         self.port = self.spec.port or free_port(self.spec.host)
         config = render_balancer(
             self.spec.balancer, self.spec.host, self.port,
-            [n.port for n in self.nodes], self.spec.workdir,
+            [f"127.0.0.1:{n.port}" for n in self.nodes], self.spec.workdir,
         )  # fmt: skip
         if self.spec.balancer == "haproxy":
             argv = [_binary("haproxy"), "-db", "-f", str(config)]
@@ -243,26 +243,35 @@ def _binary(name: str) -> str:
     return found
 
 
-def render_balancer(kind: str, host: str, port: int, nodes: Sequence[int], workdir: Path) -> Path:
-    """``deploy/haproxy.cfg.in`` or ``deploy/nginx.conf.in`` with the ports filled in."""
-    if kind == "haproxy":
-        servers = "\n".join(f"    server node{i} 127.0.0.1:{p}" for i, p in enumerate(nodes))
-        template, out = DEPLOY / "haproxy.cfg.in", workdir / "haproxy.cfg"
-    else:
-        servers = "\n".join(
-            f"        server 127.0.0.1:{p} max_fails=1 fail_timeout=2s;" for p in nodes
-        )
-        template, out = DEPLOY / "nginx.conf.in", workdir / "nginx.conf"
+def render_balancer(
+    kind: str, host: str, port: int, servers: Sequence[str], workdir: Path
+) -> Path:
+    """``deploy/haproxy.cfg.in`` or ``deploy/nginx.conf.in`` with the addresses filled in,
+    written into ``workdir`` (nginx's temp folders too)."""
+    if kind == "nginx":
         for temp in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"):
             (workdir / temp).mkdir(parents=True, exist_ok=True)
+    out = workdir / ("haproxy.cfg" if kind == "haproxy" else "nginx.conf")
+    out.write_text(balancer_config(kind, host, port, servers, workdir))
+    return out
+
+
+def balancer_config(kind: str, host: str, port: int, servers: Sequence[str], workdir: Path) -> str:
+    """The template's text for these nodes (``host:port`` each). ``deploy/haproxy-compose.cfg``
+    is this for the compose file's services (a test keeps the two equal)."""
+    if kind == "haproxy":
+        lines = [f"    server node{i} {a}" for i, a in enumerate(servers)]
+        template = DEPLOY / "haproxy.cfg.in"
+    else:
+        lines = [f"        server {a} max_fails=1 fail_timeout=2s;" for a in servers]
+        template = DEPLOY / "nginx.conf.in"
     text = template.read_text()
     for name, value in {
-        "@PORT@": str(port), "@BIND@": host, "@SERVERS@": servers,
+        "@PORT@": str(port), "@BIND@": host, "@SERVERS@": "\n".join(lines),
         "@DIR@": str(workdir), "@STATS@": str(workdir / "haproxy.sock"),
     }.items():  # fmt: skip
         text = text.replace(name, value)
-    out.write_text(text)
-    return out
+    return text
 
 
 async def _redis_answers(port: int) -> bool:

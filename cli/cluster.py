@@ -243,9 +243,7 @@ def _binary(name: str) -> str:
     return found
 
 
-def render_balancer(
-    kind: str, host: str, port: int, servers: Sequence[str], workdir: Path
-) -> Path:
+def render_balancer(kind: str, host: str, port: int, servers: Sequence[str], workdir: Path) -> Path:
     """``deploy/haproxy.cfg.in`` or ``deploy/nginx.conf.in`` with the addresses filled in,
     written into ``workdir`` (nginx's temp folders too)."""
     if kind == "nginx":
@@ -353,6 +351,7 @@ def _banner(cluster: Cluster) -> None:
     print(
         f"rollout cluster on {cluster.url} ({spec.balancer}, {spec.nodes} nodes)\n"
         f"  nodes:     {nodes}\n"
+        f"  balancer:  {spec.balancer} (pid {cluster.balancer.pid if cluster.balancer else '-'})\n"
         f"  store:     {spec.store}\n"
         f"  logs:      {spec.workdir}\n"
         f"  Ctrl-C stops everything; kill -HUP <this pid> restarts the nodes one by one",

@@ -59,6 +59,7 @@ class LoadCounts:
     http_failures: int = 0
     acknowledged: list[str] = field(default_factory=list)  # completed, store: true (LOAD-2)
     reconnects: int = 0
+    reconnect_ms: list[float] = field(default_factory=list)  # drain signal -> new socket
     http_failure_kinds: Counter[str] = field(default_factory=Counter)  # status and code
     drain_signals: Counter[str] = field(default_factory=Counter)  # by documented kind
     # time.monotonic() (one clock for every process) when the first agent started and the last
@@ -71,6 +72,7 @@ class LoadCounts:
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.http_failures += other.http_failures
         self.reconnects += other.reconnects
+        self.reconnect_ms += other.reconnect_ms
         self.errors += other.errors
         self.overhead_ms += other.overhead_ms
         self.acknowledged += other.acknowledged
@@ -299,6 +301,8 @@ def _report(
         "http_failure_kinds": dict(counts.http_failure_kinds),
         "acknowledged": len(counts.acknowledged),
         "reconnects": counts.reconnects,
+        "reconnect_p50_ms": _percentile(counts.reconnect_ms, 0.50),
+        "reconnect_p99_ms": _percentile(counts.reconnect_ms, 0.99),
         "drain_signals": dict(counts.drain_signals),
         "rss_baseline_mib": round(baseline / 2**20, 1),
         "rss_peak_mib": round(peak / 2**20, 1),

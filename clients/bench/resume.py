@@ -12,6 +12,7 @@ acknowledged; after the run, each is read back with ``GET /v1/responses/{id}``.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from typing import Any
 
@@ -45,10 +46,13 @@ async def resuming_agent(
         "tools": TOOLS,
         "store": True,
     }
-    failures = 0
+    failures, signalled = 0, None
     while True:
         try:
             async with session.ws_connect(ws_url, max_msg_size=0) as ws:
+                if signalled is not None:  # drain signal -> a socket again (LOAD-2)
+                    counts.reconnect_ms.append((time.perf_counter() - signalled) * 1000)
+                    signalled = None
                 check = checker(ws, counts)
                 while True:
                     check.expected = 0
@@ -76,6 +80,7 @@ async def resuming_agent(
         except aiohttp.ClientConnectionError:
             counts.drain_signals["connect_refused"] += 1
         failures += 1
+        signalled = signalled or time.perf_counter()
         if failures > MAX_RECONNECTS:
             raise ConnectionError("no node took the rollout back")
         counts.reconnects += 1

@@ -12,27 +12,24 @@ server process and RSS after all connections closed.
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import time
-from collections import Counter
-from dataclasses import dataclass, field
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, replace
 from typing import Any
 
 import aiohttp
-import msgspec
 
+from clients.bench.load_checks import (
+    TERMINALS,
+    TOOLS,
+    Checker,
+    LoadCounts,
+    tool_output,
+)
 from clients.bench.proc import ServerProcess, cpu_seconds, rss_bytes
 from clients.bench.resume import resuming_agent, verify_acknowledged
 from clients.bench.scenario import coding_model
-
-TERMINALS = frozenset({"response.completed", "response.failed", "response.incomplete"})
-DELTAS = frozenset({"response.output_text.delta", "response.function_call_arguments.delta"})
-TOOLS = [
-    {"type": "function", "name": name, "parameters": {"type": "object", "properties": {}}}
-    for name in ("list_dir", "read_file", "search", "edit_file", "run_tests")
-]
-OUTPUT = "def handler(request):\n    return respond(request.body)\n" * 60  # ~3.4 KB
-_decode = msgspec.json.Decoder().decode
-_encode = msgspec.json.Encoder().encode
 
 
 @dataclass
@@ -45,84 +42,7 @@ class LoadSettings:
     server_pids: tuple[int, ...] = ()  # with --url: the nodes whose CPU time is read (LOAD-3)
 
 
-@dataclass
-class LoadCounts:
-    """What the checkers saw, over all connections."""
-
-    responses: int = 0
-    turns: int = 0
-    misordered: int = 0  # a sequence number that is not the previous one + 1
-    lost: int = 0  # a response that never reached its terminal, or events after one
-    errors: list[str] = field(default_factory=list)
-    overhead_ms: list[float] = field(default_factory=list)
-    http_requests: int = 0
-    http_failures: int = 0
-    acknowledged: list[str] = field(default_factory=list)  # completed, store: true (LOAD-2)
-    reconnects: int = 0
-    reconnect_ms: list[float] = field(default_factory=list)  # drain signal -> new socket
-    http_failure_kinds: Counter[str] = field(default_factory=Counter)  # status and code
-    drain_signals: Counter[str] = field(default_factory=Counter)  # by documented kind
-    # time.monotonic() (one clock for every process) when the first agent started and the last
-    # finished: the wall time of the run, however many client processes shared it
-    window: tuple[float, float] = (0.0, 0.0)
-
-    def merge(self, other: LoadCounts) -> None:
-        """Add another client process's counts to these (LOAD-3)."""
-        for name in ("responses", "turns", "misordered", "lost", "http_requests"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-        self.http_failures += other.http_failures
-        self.reconnects += other.reconnects
-        self.reconnect_ms += other.reconnect_ms
-        self.errors += other.errors
-        self.overhead_ms += other.overhead_ms
-        self.acknowledged += other.acknowledged
-        self.drain_signals.update(other.drain_signals)
-        self.http_failure_kinds.update(other.http_failure_kinds)
-        if self.window == (0.0, 0.0):
-            self.window = other.window
-        else:
-            self.window = (
-                min(self.window[0], other.window[0]),
-                max(self.window[1], other.window[1]),
-            )
-
-
-class _Checker:
-    """Reads one socket's frames and checks the per-response ordering invariants."""
-
-    def __init__(self, ws: aiohttp.ClientWebSocketResponse, counts: LoadCounts) -> None:
-        self.ws, self.counts = ws, counts
-        self.expected = 0
-
-    async def until(self, *types: str, sent_at: float) -> dict[str, Any]:
-        first_delta = True
-        while True:
-            msg = await self.ws.receive(timeout=60)
-            if msg.type is not aiohttp.WSMsgType.TEXT:  # counted as lost by the caller
-                raise ConnectionError(f"socket ended: {msg.type}")
-            event: dict[str, Any] = _decode(msg.data)
-            if event["type"] == "error":
-                self.counts.errors.append(event["error"]["code"])
-                raise ConnectionError(event["error"]["code"])
-            if event.get("sequence_number") != self.expected:
-                self.counts.misordered += 1
-            self.expected = event.get("sequence_number", self.expected) + 1
-            if first_delta and event["type"] in DELTAS:
-                first_delta = False
-                self.counts.overhead_ms.append((time.perf_counter() - sent_at) * 1000)
-            if event["type"] in types:
-                return event
-
-    async def send(self, body: dict[str, Any]) -> float:
-        await self.ws.send_str(_encode(body).decode())
-        return time.perf_counter()
-
-
-def tool_output(call_id: str) -> dict[str, Any]:
-    return {"type": "function_call_output", "call_id": call_id, "output": OUTPUT}
-
-
-async def _standard_agent(check: _Checker, turns: int) -> None:
+async def _standard_agent(check: Checker, turns: int) -> None:
     body: dict[str, Any] = {
         "type": "response.create",
         "model": coding_model(turns),
@@ -145,7 +65,7 @@ async def _standard_agent(check: _Checker, turns: int) -> None:
         }
 
 
-async def _append_agent(check: _Checker, turns: int) -> None:
+async def _append_agent(check: Checker, turns: int) -> None:
     body = {
         "type": "response.create",
         "model": coding_model(turns),
@@ -177,10 +97,10 @@ async def _agent(
     ws_url = url.replace("http://", "ws://", 1) + "/responses"
     try:
         if settings.resume:
-            await resuming_agent(session, ws_url, settings.turns, counts, _Checker)
+            await resuming_agent(session, ws_url, settings.turns, counts)
             return
         async with session.ws_connect(ws_url, max_msg_size=0) as ws:
-            check = _Checker(ws, counts)
+            check = Checker(ws, counts)
             agent = _append_agent if index % 2 else _standard_agent
             await agent(check, settings.turns)
     except (ConnectionError, aiohttp.ClientError, TimeoutError) as exc:
@@ -231,6 +151,39 @@ async def drive(settings: LoadSettings, url: str, agents: range, http_clients: i
     return counts
 
 
+# --client-processes K (LOAD-3): the load client split over K OS processes, so that on a small
+# machine one client's event loop is not the ceiling of what the servers are measured to serve.
+# Process i of K runs the agents i, i+K, i+2K, ... (standard and append mode stay mixed) and its
+# share of the HTTP clients, each on its own event loop; the parent merges their counts (sums,
+# and the overhead samples, so percentiles are of the whole run).
+START_DELAY_S = 3.0  # time for K interpreters to start and import, so the shares start together
+
+
+def _share(settings: LoadSettings, url: str, index: int, start_at: float) -> LoadCounts:
+    """In a child process: this share of the load, on a fresh event loop, from ``start_at``
+    (``time.monotonic``, the same clock in every process) on."""
+    time.sleep(max(0.0, start_at - time.monotonic()))
+    k = settings.client_processes
+    http_clients = settings.http_clients // k + (1 if index < settings.http_clients % k else 0)
+    agents = range(index, settings.connections, k)
+    return asyncio.run(drive(replace(settings, client_processes=1), url, agents, http_clients))
+
+
+async def drive_in_processes(settings: LoadSettings, url: str) -> LoadCounts:
+    """Run K shares at once (``spawn``: no inherited event loop or sockets) and merge them."""
+    k = settings.client_processes
+    loop, start_at = asyncio.get_running_loop(), time.monotonic() + START_DELAY_S
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=k, mp_context=context) as pool:
+        shares = await asyncio.gather(
+            *(loop.run_in_executor(pool, _share, settings, url, i, start_at) for i in range(k))
+        )
+    merged = LoadCounts()
+    for counts in shares:
+        merged.merge(counts)
+    return merged
+
+
 async def run_load(settings: LoadSettings, url: str, pid: int | None) -> dict[str, Any]:
     """Drive the server at ``url`` and return the report (no assertions: figures for the note).
     ``pid`` is the bench's own server (for RSS); None for a running server (``--url``), whose
@@ -241,8 +194,6 @@ async def run_load(settings: LoadSettings, url: str, pid: int | None) -> dict[st
     sampler = asyncio.create_task(_sample_rss(pid, stop, peak)) if pid is not None else None
     cpu0 = [cpu_seconds(p) for p in pids]
     if settings.client_processes > 1:
-        from clients.bench.fanout import drive_in_processes
-
         counts = await drive_in_processes(settings, url)
     else:
         counts = await drive(settings, url, range(settings.connections), settings.http_clients)

@@ -18,6 +18,7 @@ from typing import Any
 
 import aiohttp
 
+from clients.bench.load_checks import TERMINALS, TOOLS, Checker, LoadCounts, tool_output
 from clients.bench.scenario import coding_model
 
 MAX_RECONNECTS = 20  # a rollout that cannot get a socket this many times in a row is lost
@@ -33,12 +34,9 @@ class Drained(Exception):
 
 
 async def resuming_agent(
-    session: aiohttp.ClientSession, ws_url: str, turns: int, counts: Any, checker: Any
+    session: aiohttp.ClientSession, ws_url: str, turns: int, counts: LoadCounts
 ) -> None:
-    """One rollout of ``turns`` tool calls; ``counts`` is the load's ``LoadCounts`` and
-    ``checker`` its per-socket ``_Checker`` class (the same frame checks as LOAD-1)."""
-    from clients.bench.load import TERMINALS, TOOLS, tool_output
-
+    """One rollout of ``turns`` tool calls, every frame checked as in LOAD-1."""
     pending: dict[str, Any] = {
         "type": "response.create",
         "model": coding_model(turns),
@@ -53,7 +51,7 @@ async def resuming_agent(
                 if signalled is not None:  # drain signal -> a socket again (LOAD-2)
                     counts.reconnect_ms.append((time.perf_counter() - signalled) * 1000)
                     signalled = None
-                check = checker(ws, counts)
+                check = Checker(ws, counts)
                 while True:
                     check.expected = 0
                     done = await _turn(check, ws, pending, TERMINALS)
@@ -88,7 +86,7 @@ async def resuming_agent(
 
 
 async def _turn(
-    check: Any, ws: aiohttp.ClientWebSocketResponse, body: dict[str, Any], terminals: Any
+    check: Checker, ws: aiohttp.ClientWebSocketResponse, body: dict[str, Any], terminals: Any
 ) -> dict[str, Any]:
     try:
         done: dict[str, Any] = await check.until(*terminals, sent_at=await check.send(body))

@@ -12,7 +12,8 @@ import aiohttp
 import pytest
 
 from cli.cluster import Cluster
-from clients.bench.load import LoadCounts, LoadSettings, drive
+from clients.bench.load import LoadSettings, drive
+from clients.bench.load_checks import LoadCounts
 from clients.bench.resume import verify_acknowledged
 from tests.cluster.conftest import cluster_spec
 

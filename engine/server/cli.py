@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import signal
 import ssl
@@ -20,7 +21,7 @@ from aiohttp import web
 from engine.core import Engine, EngineConfig
 from engine.models.router import Router
 from engine.server.config import ServerConfig, load_api_keys, warn_if_open
-from engine.server.keys import ENGINE
+from engine.server.keys import ENGINE, UNREADY
 from engine.server.turn_state import check_node_id, default_node_id
 from engine.server.workers import (
     WORKER_FLAG,
@@ -81,6 +82,10 @@ def add_serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     lim.add_argument("--model-timeout", type=float, default=600.0, help="one sampling step, s")
     lim.add_argument("--send-timeout", type=float, default=30.0, help="slow reader cut-off, s")
     lim.add_argument("--shutdown-grace", type=float, default=10.0, help="in-flight drain, s")
+    lim.add_argument(
+        "--drain-delay", type=float, default=0.0,
+        help="after SIGTERM, fail /healthz but keep serving this long before draining, s",
+    )  # fmt: skip
     lim.add_argument(
         "--store-max-entries", type=int, default=10_000, help="stored responses (memory://)"
     )
@@ -171,6 +176,7 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
         send_timeout_s=args.send_timeout,
         shutdown_grace_s=args.shutdown_grace,
         node_id=args.node_id or default_node_id(),
+        drain_delay_s=args.drain_delay,
     )
 
 
@@ -208,7 +214,7 @@ def serve(args: argparse.Namespace) -> int:
         follow_parent()
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-            runner.run(_run_app(app, args, tls, server.shutdown_grace_s, router))
+            runner.run(_run_app(app, args, tls, server, router))
     except (web.GracefulExit, KeyboardInterrupt):
         pass  # SIGTERM/SIGINT: the app has drained and closed (LIM-13); a clean exit
     except StoreError as exc:  # e.g. a SQLite file that is not a database, a newer schema
@@ -325,10 +331,11 @@ async def _run_app(
     app: web.Application,
     args: argparse.Namespace,
     tls: ssl.SSLContext | None,
-    grace: float,
+    server: ServerConfig,
     router: Router | None,
 ) -> None:
-    """Serve until SIGINT/SIGTERM; then stop accepting, drain, close (LIM-13).
+    """Serve until SIGINT/SIGTERM; then fail /healthz for ``--drain-delay`` while still serving
+    (DRAIN-2), stop accepting, drain, close (LIM-13).
 
     The signals only set an event: aiohttp's own handling raises out of the loop, which
     cancels every task at once and would cut in-flight responses."""
@@ -336,7 +343,7 @@ async def _run_app(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=grace)
+    runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=server.shutdown_grace_s)
     await runner.setup()
     # Workers of one pool share the port; the kernel spreads connections over them (WORK-1).
     worker = args.worker_index is not None
@@ -353,5 +360,10 @@ async def _run_app(
             print(f"PORT {port}", flush=True)  # read by clients/bench/proc.py
     try:
         await stop.wait()
+        app[UNREADY][0] = True  # the balancer's next health check takes this node out (DRAIN-1)
+        if server.drain_delay_s > 0:
+            stop.clear()  # a second signal skips the rest of the delay
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), server.drain_delay_s)
     finally:
         await runner.cleanup()

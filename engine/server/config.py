@@ -25,6 +25,9 @@ class ServerConfig:
     shutdown_grace_s: float = 10.0  # in-flight responses may finish this long (LIM-13)
     node_id: str = field(default_factory=default_node_id)  # named in x-codex-turn-state (TURN-1)
     max_inspector_viewers: int = 16  # open /inspect/feed sockets; over -> 503 (LIM-23)
+    # After the stop signal, /healthz fails but the node keeps serving this long, so a balancer
+    # takes it out of rotation before it stops listening (DRAIN-2)
+    drain_delay_s: float = 0.0
 
     def key_allowed(self, presented: str) -> bool:
         """Constant-time over every configured key: timing reveals neither key nor match."""

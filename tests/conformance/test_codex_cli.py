@@ -181,17 +181,25 @@ class CodexRun:
     requests: list[dict[str, Any]]
 
 
-async def run_codex(
-    server: LiveServer,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    websockets: bool,
-    task: CodexTask | None = None,
-) -> CodexRun:
+@dataclass
+class CodexExit:
+    """What one ``codex exec`` left behind, whatever server it ran against."""
+
+    returncode: int
+    answer: str
+    stderr: str
+    proxy_attempts: list[bytes]
+
+
+async def exec_codex(
+    base_url: str, tmp_path: Path, websockets: bool, task: CodexTask | None = None
+) -> CodexExit:
+    """``codex exec`` against ``base_url`` (a live server, or a balancer in front of nodes),
+    with the internet trapped; the server side is the caller's to observe."""
     task = task or CodexTask()
     binary = codex_binary()
     home, work = tmp_path / "codex-home", tmp_path / "work"
-    write_config(home, server.base_url, websockets, task)
+    write_config(home, base_url, websockets, task)
     work.mkdir()
     (work / MARKER).write_text("hello\n")
     trap = ProxyTrap()
@@ -206,10 +214,6 @@ async def run_codex(
         "NO_PROXY": "127.0.0.1,localhost",
         "no_proxy": "127.0.0.1,localhost",
     }
-    requests = RequestLog(monkeypatch)
-    counters_before = Counter(server.engine.counters)
-    items_before = Counter(server.engine.stats.items)
-    start = len(RECORDED)
     last = tmp_path / "answer.txt"
     args = ["exec", "--skip-git-repo-check", "--color", "never", "-o", str(last), task.prompt]
     proc = await asyncio.create_subprocess_exec(
@@ -227,15 +231,35 @@ async def run_codex(
         if proc.returncode is None:
             proc.kill()
         await trap.stop()
-    await asyncio.sleep(0.05)  # let the server finish its bookkeeping for the last response
-    return CodexRun(
+    return CodexExit(
         returncode=proc.returncode or 0,
         answer=last.read_text() if last.exists() else "",
         stderr=stderr.decode(errors="replace"),
+        proxy_attempts=trap.attempts,
+    )
+
+
+async def run_codex(
+    server: LiveServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    websockets: bool,
+    task: CodexTask | None = None,
+) -> CodexRun:
+    requests = RequestLog(monkeypatch)
+    counters_before = Counter(server.engine.counters)
+    items_before = Counter(server.engine.stats.items)
+    start = len(RECORDED)
+    done = await exec_codex(server.base_url, tmp_path, websockets, task)
+    await asyncio.sleep(0.05)  # let the server finish its bookkeeping for the last response
+    return CodexRun(
+        returncode=done.returncode,
+        answer=done.answer,
+        stderr=done.stderr,
         frames=[msgspec.json.decode(raw) for raw in RECORDED[start:]],
         counters=Counter(server.engine.counters) - counters_before,
         stage_items=Counter(server.engine.stats.items) - items_before,
-        proxy_attempts=trap.attempts,
+        proxy_attempts=done.proxy_attempts,
         requests=requests.bodies,
     )
 

@@ -175,6 +175,7 @@ class Cluster:
         argv = [
             sys.executable, "-m", "cli", "serve", "--host", "127.0.0.1", "--port", str(port),
             "--store", self.spec.store, "--drain-delay", repr(self.spec.drain_delay_s),
+            "--node-id", node_id(index),
             "--log-level", "WARNING", *self.spec.serve_args,
         ]  # fmt: skip
         return Node(index, port, argv, self.spec.workdir / f"node{index}.log")
@@ -254,22 +255,59 @@ def render_balancer(kind: str, host: str, port: int, servers: Sequence[str], wor
     return out
 
 
+def node_id(index: int) -> str:
+    """Node ``index``'s ``--node-id``, the name its turn-state tokens carry (TURN-1) and the
+    balancer's name for it (PARK-8)."""
+    return f"node{index}"
+
+
 def balancer_config(kind: str, host: str, port: int, servers: Sequence[str], workdir: Path) -> str:
-    """The template's text for these nodes (``host:port`` each). ``deploy/haproxy-compose.cfg``
-    is this for the compose file's services (a test keeps the two equal)."""
+    """The template's text for these nodes (``host:port`` each, node ``i`` named ``node_id(i)``).
+    ``deploy/haproxy-compose.cfg`` is this for the compose file's services (a test keeps the
+    two equal)."""
     if kind == "haproxy":
-        lines = [f"    server node{i} {a}" for i, a in enumerate(servers)]
+        parts = _haproxy_parts(servers)
         template = DEPLOY / "haproxy.cfg.in"
     else:
-        lines = [f"        server {a} max_fails=1 fail_timeout=2s;" for a in servers]
+        parts = _nginx_parts(servers)
         template = DEPLOY / "nginx.conf.in"
     text = template.read_text()
     for name, value in {
-        "@PORT@": str(port), "@BIND@": host, "@SERVERS@": "\n".join(lines),
+        "@PORT@": str(port), "@BIND@": host, **parts,
         "@DIR@": str(workdir), "@STATS@": str(workdir / "haproxy.sock"),
     }.items():  # fmt: skip
         text = text.replace(name, value)
     return text
+
+
+def _haproxy_parts(servers: Sequence[str]) -> dict[str, str]:
+    """One ``use-server`` rule per node on its turn-state token's node field, one ``server``."""
+    names = [node_id(i) for i in range(len(servers))]
+    sticky = [
+        f"    use-server {n} if {{ req.hdr(x-codex-turn-state),field(2,.) -m str {n} }}"
+        for n in names
+    ]
+    lines = [f"    server {n} {a}" for n, a in zip(names, servers, strict=True)]
+    return {"@STICKY@": "\n".join(sticky), "@SERVERS@": "\n".join(lines)}
+
+
+def _nginx_parts(servers: Sequence[str]) -> dict[str, str]:
+    """The hashed pool, a turn-state route per node, and per node an upstream that is that
+    node first and the others as backups (a token naming a failed node still gets served)."""
+    names = [node_id(i) for i in range(len(servers))]
+    opts = "max_fails=1 fail_timeout=2s"
+    pool = [f"        server {a} {opts};" for a in servers]
+    routes = [f"        ~^rts1\\.{n}\\. {n};" for n in names]
+    upstreams: list[str] = []
+    for n, own in zip(names, servers, strict=True):
+        others = [f"        server {a} {opts} backup;" for a in servers if a != own]
+        upstreams += [f"    upstream {n} {{", f"        server {own} {opts};", *others,
+                      "        keepalive 16;", "    }"]  # fmt: skip
+    return {
+        "@SERVERS@": "\n".join(pool),
+        "@TURN_ROUTES@": "\n".join(routes),
+        "@NODE_UPSTREAMS@": "\n".join(upstreams),
+    }
 
 
 async def _redis_answers(port: int) -> bool:

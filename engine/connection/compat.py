@@ -324,6 +324,7 @@ async def _start_or_resume(session: Connection, lane: Lane, job: Admission) -> t
             "previous_response_id",
         )
     counters["create.store_hydrate"] += 1
+    await engine.announce_continued(prev)  # a copy parked on another node retires (PARK-9)
     rollout = Rollout(session.engine, job.backend, job.settings, job.turn, job.mode)
     rollout.owner = session.owner
     rollout.prepare(job.items, job.texts, path=FULL, history=hydrated.items, stored=hydrated.point)

@@ -140,6 +140,7 @@ async def _drain_sockets(app: web.Application) -> None:
     grace period, closing each socket with 1001 (going away) as soon as it is idle (DRAIN-3),
     so its client reconnects to another node at once instead of waiting for the busiest one."""
     app[DRAINING][0] = True
+    app[ENGINE].parking.drain()  # nothing resumes here any more; the store serves them (PARK-10)
     sessions: set[Session] = app[SESSIONS]
     for session in sessions:
         session.draining = True

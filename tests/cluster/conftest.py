@@ -55,3 +55,22 @@ async def node_counters(cluster: Cluster) -> list[dict[str, Any]]:
             async with http.get(f"http://127.0.0.1:{node.port}/debug/stats") as resp:
                 out.append((await resp.json())["counters"])
     return out
+
+
+async def node_stats(cluster: Cluster) -> list[dict[str, Any]]:
+    """Each running node's whole ``/debug/stats`` (HTTP-7: counters, ``parked``); a stopped
+    node's is empty."""
+    out: list[dict[str, Any]] = []
+    async with aiohttp.ClientSession() as http:
+        for node in cluster.nodes:
+            if node.proc is None:
+                out.append({})
+                continue
+            async with http.get(f"http://127.0.0.1:{node.port}/debug/stats") as resp:
+                out.append(await resp.json())
+    return out
+
+
+def node_url(cluster: Cluster, index: int) -> str:
+    """Node ``index`` straight, bypassing the balancer (a client whose reconnect landed there)."""
+    return f"http://127.0.0.1:{cluster.nodes[index].port}/v1"

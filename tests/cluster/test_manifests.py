@@ -71,8 +71,11 @@ def test_compose_runs_the_cluster_template() -> None:
     nodes = sorted(name for name in services if name.startswith("node"))
     assert nodes == ["node0", "node1"] and "redis" in services
     for name in nodes:
-        assert "--drain-delay" in services[name]["command"]
+        command = services[name]["command"]
+        assert "--drain-delay" in command
         assert services[name]["stop_signal"] == "SIGTERM"
+        # HAProxy routes a turn-state token to the server named after its node (PARK-8)
+        assert command[command.index("--node-id") + 1] == name
     rendered = balancer_config(
         "haproxy", "0.0.0.0", 8000, [f"{n}:8000" for n in nodes], Path("/tmp")
     )

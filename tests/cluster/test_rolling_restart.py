@@ -29,7 +29,8 @@ async def test_rolling_restart_loses_nothing(tmp_path: Path) -> None:
     try:
         restart = asyncio.create_task(cluster.rolling_restart())
         # Waves of the bounded load back to back until every node has restarted, then one
-        # more: agents are connected throughout, on both nodes (leastconn).
+        # more: agents are connected throughout, on both nodes (they send no API key, so
+        # HAProxy balances them round robin, PARK-8).
         while not restart.done() or waves == 0:
             total.merge(await drive(settings, cluster.url, range(settings.connections), 2))
             waves += 1

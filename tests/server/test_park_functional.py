@@ -251,9 +251,7 @@ async def test_a_socket_closing_after_its_response_continued_elsewhere_does_not_
     engine = live.engine
     try:
         async with client.responses.connect() as held:
-            await held.response.create(
-                model=MODEL, input="Fix the tests.", tools=TOOLS, store=True
-            )
+            await held.response.create(model=MODEL, input="Fix the tests.", tools=TOOLS, store=True)
             first = (await _turn(held)).response
             moved = await _continue(client, first, store=True)
             assert moved.type == "response.completed", moved
@@ -287,5 +285,5 @@ async def test_a_draining_server_retires_what_it_parks(
     await live.runner.cleanup()
     assert engine.counters["park.drained"] == 2 and len(engine.parking) == 0
     assert engine.counters["park.expired"] == engine.counters["park.evicted"] == 0
-    assert [r.response_ids for r in engine.post.recent][0] == [first.id]
-    assert len(engine.post.recent) == 2  # each billed once, nothing more at retirement
+    billed = [r.response_ids for r in engine.post.recent]
+    assert len(billed) == 2 and billed[0] == [first.id]  # each once, nothing at retirement

@@ -68,9 +68,9 @@ async def test_sighup_rolls_and_sigint_stops_everything(tmp_path: Path) -> None:
         line = await asyncio.wait_for(proc.stdout.readline(), 120)
         assert line, "the launcher exited during the rolling restart"
     assert not any(_alive(pid) for pid in before[:2])  # both nodes were replaced
-    async with aiohttp.ClientSession() as http:  # the chain made before is still there
-        async with http.get(f"http://127.0.0.1:{port}/v1/responses/{first}") as resp:
-            assert resp.status == 200
+    stored = f"http://127.0.0.1:{port}/v1/responses/{first}"  # made before: still there
+    async with aiohttp.ClientSession() as http, http.get(stored) as resp:
+        assert resp.status == 200
     await _answer(port)
     proc.send_signal(signal.SIGINT)
     assert await asyncio.wait_for(proc.wait(), 60) == 0

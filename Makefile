@@ -7,7 +7,7 @@ PORT   ?= 8000
 STAMP  := $(VENV)/.installed
 REAL_VENV ?= .venv-real
 
-.PHONY: run test lint types unit install sysdeps clean agent bench bench-all fuzz load test-real
+.PHONY: run test lint types unit install sysdeps clean agent bench bench-all fuzz load test-real cluster
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,7 +17,8 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# redis-server, postgresql, chromium (Debian) and the pinned Codex CLI (npm), installed when missing.
+# redis-server, postgresql, haproxy, nginx, chromium, strace (Debian) and the pinned Codex CLI
+# (npm), installed when missing.
 sysdeps:
 	bash .ci/sysdeps
 
@@ -25,6 +26,15 @@ sysdeps:
 STORE ?= sqlite:///data/rollout.db
 run: $(STAMP)
 	$(BIN)/rollout serve --host $(HOST) --port $(PORT) --store $(STORE)
+
+# A redis-server, NODES `rollout serve` nodes and HAProxy on PORT, in the foreground until
+# Ctrl-C (CLUSTER-1); `kill -HUP` the launcher for a rolling restart (DRAIN-5).
+NODES ?= 2
+CLUSTER_STORE ?= redis://127.0.0.1:6379/0
+BALANCER ?= haproxy
+cluster: $(STAMP) sysdeps
+	$(BIN)/rollout cluster --nodes $(NODES) --host $(HOST) --port $(PORT) --balancer $(BALANCER) \
+	  --store $(if $(filter redis://% rediss://%,$(STORE)),$(STORE),$(CLUSTER_STORE))
 
 agent: $(STAMP)
 	$(BIN)/rollout agent --url http://$(HOST):$(PORT)/v1

@@ -1,4 +1,4 @@
-"""``rollout serve | agent | bench``: parse the subcommand, hand it to its side, nothing else.
+"""``rollout serve | agent | bench | cluster``: parse the subcommand, hand it to its side.
 
 Each side is imported only when its subcommand runs: ``rollout serve`` never loads the clients
 (rich, the benchmark) and ``rollout bench`` never loads the server it starts in a subprocess.
@@ -35,7 +35,14 @@ def _bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Handler:
     return run_bench
 
 
-COMMANDS = {"serve": _serve, "agent": _agent, "bench": _bench}
+def _cluster(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Handler:
+    from cli.cluster import add_cluster_parser, run_cluster
+
+    add_cluster_parser(sub)
+    return run_cluster
+
+
+COMMANDS = {"serve": _serve, "agent": _agent, "bench": _bench, "cluster": _cluster}
 DESCRIPTION = "The rollout engine: serve the Responses API, run the demo agent, benchmark a server."
 
 

@@ -152,6 +152,7 @@ class Engine:
         self.parking = ParkingLot(self.config.park_seconds, self.counters, self.config.park_bounds)
         self._event_sync: asyncio.Task[None] | None = None
         self.store.on_delete(self._forget)
+        self.store.on_continued(self.parking.continued_elsewhere)  # PARK-9
         self.post = PostInference(
             self.metrics, self.config.post_queue_size, self.config.ledger_path
         )
@@ -200,6 +201,18 @@ class Engine:
             await self.store.put(record)
         except StoreError as exc:
             log.warning("store: cancelled response %s not stored: %s", record.id, exc)
+
+    async def announce_continued(self, response_id: str) -> None:
+        """A stored response was just continued from the store here: every process sharing the
+        store retires a rollout it still parks behind it (PARK-9). Best effort: the store just
+        answered the read, and a notice it drops costs only a parked copy until its expiry."""
+        try:
+            await self.store.announce_continued(response_id)
+        except StoreError as exc:
+            self.counters["park.notice_failed"] += 1
+            log.warning("store: continued notice for %s not sent: %s", response_id, exc)
+        else:
+            self.counters["park.notice_sent"] += 1
 
     def _forget(self, response_id: str) -> None:
         """A deleted response leaves this process's caches too: hydration, parking (HYD-5)."""

@@ -75,6 +75,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--load-connections", type=int, default=200)
     p.add_argument("--load-turns", type=int, default=20, help="tool-call turns per connection")
     p.add_argument("--load-http-clients", type=int, default=8)
+    p.add_argument(
+        "--load-resume", action="store_true",
+        help="store: true agents that reconnect at a drain; acknowledged ids read back (LOAD-2)",
+    )  # fmt: skip
+    p.add_argument("--client-processes", type=int, default=1, help="split the load client (LOAD-3)")
+    p.add_argument(
+        "--server-pid", type=int, action="append", default=[],
+        help="with --url: a server process whose CPU time to read (repeat per node, LOAD-3)",
+    )  # fmt: skip
 
 
 def add_bench_parser(
@@ -177,13 +186,18 @@ def _loop_factory() -> Any:
 
 def run_load(args: argparse.Namespace) -> int:
     """``--load``: prints and optionally writes the load report; exit 1 if anything was lost."""
-    settings = LoadSettings(args.load_connections, args.load_turns, args.load_http_clients)
+    settings = LoadSettings(
+        args.load_connections, args.load_turns, args.load_http_clients,
+        resume=args.load_resume, client_processes=max(1, args.client_processes),
+        server_pids=tuple(args.server_pid),
+    )  # fmt: skip
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
         report = runner.run(main_load(settings, args.url))
     print(json.dumps(report, indent=1))
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
-    return 0 if report["lost"] == report["misordered"] == 0 else 1
+    lost = report["lost"] + report["misordered"] + report.get("acknowledged_missing", 0)
+    return 0 if lost == 0 else 1
 
 
 def run_bench(args: argparse.Namespace) -> int:

@@ -12,25 +12,24 @@ server process and RSS after all connections closed.
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import time
-from dataclasses import dataclass, field
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, replace
 from typing import Any
 
 import aiohttp
-import msgspec
 
+from clients.bench.load_checks import (
+    TERMINALS,
+    TOOLS,
+    Checker,
+    LoadCounts,
+    tool_output,
+)
 from clients.bench.proc import ServerProcess, cpu_seconds, rss_bytes
+from clients.bench.resume import resuming_agent, verify_acknowledged
 from clients.bench.scenario import coding_model
-
-TERMINALS = frozenset({"response.completed", "response.failed", "response.incomplete"})
-DELTAS = frozenset({"response.output_text.delta", "response.function_call_arguments.delta"})
-TOOLS = [
-    {"type": "function", "name": name, "parameters": {"type": "object", "properties": {}}}
-    for name in ("list_dir", "read_file", "search", "edit_file", "run_tests")
-]
-OUTPUT = "def handler(request):\n    return respond(request.body)\n" * 60  # ~3.4 KB
-_decode = msgspec.json.Decoder().decode
-_encode = msgspec.json.Encoder().encode
 
 
 @dataclass
@@ -38,58 +37,12 @@ class LoadSettings:
     connections: int = 200
     turns: int = 20
     http_clients: int = 8
+    resume: bool = False  # store: true agents that reconnect at a drain (LOAD-2)
+    client_processes: int = 1  # the client split over this many processes (LOAD-3)
+    server_pids: tuple[int, ...] = ()  # with --url: the nodes whose CPU time is read (LOAD-3)
 
 
-@dataclass
-class LoadCounts:
-    """What the checkers saw, over all connections."""
-
-    responses: int = 0
-    turns: int = 0
-    misordered: int = 0  # a sequence number that is not the previous one + 1
-    lost: int = 0  # a response that never reached its terminal, or events after one
-    errors: list[str] = field(default_factory=list)
-    overhead_ms: list[float] = field(default_factory=list)
-    http_requests: int = 0
-    http_failures: int = 0
-
-
-class _Checker:
-    """Reads one socket's frames and checks the per-response ordering invariants."""
-
-    def __init__(self, ws: aiohttp.ClientWebSocketResponse, counts: LoadCounts) -> None:
-        self.ws, self.counts = ws, counts
-        self.expected = 0
-
-    async def until(self, *types: str, sent_at: float) -> dict[str, Any]:
-        first_delta = True
-        while True:
-            msg = await self.ws.receive(timeout=60)
-            if msg.type is not aiohttp.WSMsgType.TEXT:  # counted as lost by the caller
-                raise ConnectionError(f"socket ended: {msg.type}")
-            event: dict[str, Any] = _decode(msg.data)
-            if event["type"] == "error":
-                self.counts.errors.append(event["error"]["code"])
-                raise ConnectionError(event["error"]["code"])
-            if event.get("sequence_number") != self.expected:
-                self.counts.misordered += 1
-            self.expected = event.get("sequence_number", self.expected) + 1
-            if first_delta and event["type"] in DELTAS:
-                first_delta = False
-                self.counts.overhead_ms.append((time.perf_counter() - sent_at) * 1000)
-            if event["type"] in types:
-                return event
-
-    async def send(self, body: dict[str, Any]) -> float:
-        await self.ws.send_str(_encode(body).decode())
-        return time.perf_counter()
-
-
-def _output(call_id: str) -> dict[str, Any]:
-    return {"type": "function_call_output", "call_id": call_id, "output": OUTPUT}
-
-
-async def _standard_agent(check: _Checker, turns: int) -> None:
+async def _standard_agent(check: Checker, turns: int) -> None:
     body: dict[str, Any] = {
         "type": "response.create",
         "model": coding_model(turns),
@@ -108,11 +61,11 @@ async def _standard_agent(check: _Checker, turns: int) -> None:
         body = {
             **body,
             "previous_response_id": done["response"]["id"],
-            "input": [_output(last["call_id"])],
+            "input": [tool_output(last["call_id"])],
         }
 
 
-async def _append_agent(check: _Checker, turns: int) -> None:
+async def _append_agent(check: Checker, turns: int) -> None:
     body = {
         "type": "response.create",
         "model": coding_model(turns),
@@ -133,7 +86,7 @@ async def _append_agent(check: _Checker, turns: int) -> None:
             {
                 "type": "response.append",
                 "response_id": event["response"]["id"],
-                "input": [_output(c["call_id"]) for c in calls],
+                "input": [tool_output(c["call_id"]) for c in calls],
             }
         )
 
@@ -143,8 +96,11 @@ async def _agent(
 ) -> None:
     ws_url = url.replace("http://", "ws://", 1) + "/responses"
     try:
+        if settings.resume:
+            await resuming_agent(session, ws_url, settings.turns, counts)
+            return
         async with session.ws_connect(ws_url, max_msg_size=0) as ws:
-            check = _Checker(ws, counts)
+            check = Checker(ws, counts)
             agent = _append_agent if index % 2 else _standard_agent
             await agent(check, settings.turns)
     except (ConnectionError, aiohttp.ClientError, TimeoutError) as exc:
@@ -157,14 +113,18 @@ async def _http_client(
 ) -> None:
     while not stop.is_set():
         body = {"model": "sim", "input": "Summarise the load test.", "store": False}
+        kind = "ok"
         try:
             async with session.post(f"{url}/responses", json=body) as resp:
                 payload = await resp.json()
-                ok = resp.status == 200 and payload.get("status") == "completed"
-        except aiohttp.ClientError:
-            ok = False
+                if resp.status != 200 or payload.get("status") != "completed":
+                    kind = f"{resp.status} {payload.get('error', {}).get('code', '')}".strip()
+        except aiohttp.ClientError as exc:
+            kind = type(exc).__name__
         counts.http_requests += 1
-        counts.http_failures += 0 if ok else 1
+        if kind != "ok":
+            counts.http_failures += 1
+            counts.http_failure_kinds[kind] += 1
 
 
 async def _sample_rss(pid: int, stop: asyncio.Event, peak: list[int]) -> None:
@@ -173,31 +133,88 @@ async def _sample_rss(pid: int, stop: asyncio.Event, peak: list[int]) -> None:
         await asyncio.sleep(0.05)
 
 
-async def run_load(settings: LoadSettings, url: str, pid: int | None) -> dict[str, Any]:
-    """Drive the server at ``url`` and return the report (no assertions: figures for the note).
-    ``pid`` is the bench's own server (for RSS); None for a running server (``--url``)."""
-    counts, stop, peak = LoadCounts(), asyncio.Event(), [0]
-    baseline = rss_bytes(pid) if pid is not None else 0
+async def drive(settings: LoadSettings, url: str, agents: range, http_clients: int) -> LoadCounts:
+    """Run the agents numbered ``agents`` and ``http_clients`` HTTP clients until the agents
+    finish: one client process's share of the load."""
+    counts, stop = LoadCounts(), asyncio.Event()
     connector = aiohttp.TCPConnector(limit=0)
-    started, cpu0 = time.perf_counter(), (cpu_seconds(pid) if pid is not None else 0.0)
+    started = time.monotonic()
     async with aiohttp.ClientSession(connector=connector) as session:
-        tasks = [_sample_rss(pid, stop, peak)] if pid is not None else []
-        tasks += [_http_client(session, url, stop, counts) for _ in range(settings.http_clients)]
-        background = [asyncio.create_task(task) for task in tasks]
-        await asyncio.gather(
-            *(_agent(session, url, n, settings, counts) for n in range(settings.connections))
-        )
+        background = [
+            asyncio.create_task(_http_client(session, url, stop, counts))
+            for _ in range(http_clients)
+        ]
+        await asyncio.gather(*(_agent(session, url, n, settings, counts) for n in agents))
         stop.set()
         await asyncio.gather(*background)
-    elapsed = time.perf_counter() - started
-    cpu = cpu_seconds(pid) - cpu0 if pid is not None else 0.0
+    counts.window = (started, time.monotonic())
+    return counts
+
+
+# --client-processes K (LOAD-3): the load client split over K OS processes, so that on a small
+# machine one client's event loop is not the ceiling of what the servers are measured to serve.
+# Process i of K runs the agents i, i+K, i+2K, ... (standard and append mode stay mixed) and its
+# share of the HTTP clients, each on its own event loop; the parent merges their counts (sums,
+# and the overhead samples, so percentiles are of the whole run).
+START_DELAY_S = 3.0  # time for K interpreters to start and import, so the shares start together
+
+
+def _share(settings: LoadSettings, url: str, index: int, start_at: float) -> LoadCounts:
+    """In a child process: this share of the load, on a fresh event loop, from ``start_at``
+    (``time.monotonic``, the same clock in every process) on."""
+    time.sleep(max(0.0, start_at - time.monotonic()))
+    k = settings.client_processes
+    http_clients = settings.http_clients // k + (1 if index < settings.http_clients % k else 0)
+    agents = range(index, settings.connections, k)
+    return asyncio.run(drive(replace(settings, client_processes=1), url, agents, http_clients))
+
+
+async def drive_in_processes(settings: LoadSettings, url: str) -> LoadCounts:
+    """Run K shares at once (``spawn``: no inherited event loop or sockets) and merge them."""
+    k = settings.client_processes
+    loop, start_at = asyncio.get_running_loop(), time.monotonic() + START_DELAY_S
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=k, mp_context=context) as pool:
+        shares = await asyncio.gather(
+            *(loop.run_in_executor(pool, _share, settings, url, i, start_at) for i in range(k))
+        )
+    merged = LoadCounts()
+    for counts in shares:
+        merged.merge(counts)
+    return merged
+
+
+async def run_load(settings: LoadSettings, url: str, pid: int | None) -> dict[str, Any]:
+    """Drive the server at ``url`` and return the report (no assertions: figures for the note).
+    ``pid`` is the bench's own server (for RSS); None for a running server (``--url``), whose
+    processes' CPU time is read from ``settings.server_pids`` when given."""
+    stop, peak = asyncio.Event(), [0]
+    pids = (pid,) if pid is not None else settings.server_pids
+    baseline = rss_bytes(pid) if pid is not None else 0
+    sampler = asyncio.create_task(_sample_rss(pid, stop, peak)) if pid is not None else None
+    cpu0 = [cpu_seconds(p) for p in pids]
+    if settings.client_processes > 1:
+        counts = await drive_in_processes(settings, url)
+    else:
+        counts = await drive(settings, url, range(settings.connections), settings.http_clients)
+    elapsed = counts.window[1] - counts.window[0]
+    cpu = [cpu_seconds(p) - c for p, c in zip(pids, cpu0, strict=True)]
+    stop.set()
+    if sampler is not None:
+        await sampler
     await asyncio.sleep(1.0)  # let the server notice the closes and release the rollouts
     after = rss_bytes(pid) if pid is not None else 0
     report = _report(settings, counts, elapsed, baseline, peak[0], after)
+    if settings.resume:
+        async with aiohttp.ClientSession() as session:
+            found = await verify_acknowledged(session, url, counts.acknowledged)
+        report["acknowledged_missing"] = found["missing"]
     # Turns per second of wall time are bounded by this machine (the client shares its cores);
     # per server CPU-second is what one server process can serve when it has a core to itself.
-    report["server_cpu_s"] = round(cpu, 2) if pid is not None else None
-    report["turns_per_server_cpu_s"] = round(counts.turns / cpu, 1) if cpu else None
+    total = sum(cpu)
+    report["server_cpu_s"] = round(total, 2) if pids else None
+    report["server_cpu_s_per_process"] = [round(c, 2) for c in cpu]
+    report["turns_per_server_cpu_s"] = round(counts.turns / total, 1) if total else None
     return report
 
 
@@ -217,6 +234,8 @@ def _report(
             "connections": settings.connections,
             "turns": settings.turns,
             "http_clients": settings.http_clients,
+            "resume": settings.resume,
+            "client_processes": settings.client_processes,
         },
         "elapsed_s": round(elapsed, 2),
         "turns_per_s": round(counts.turns / elapsed, 1) if elapsed > 0 else None,
@@ -230,6 +249,12 @@ def _report(
         "overhead_p99_ms": _percentile(counts.overhead_ms, 0.99),
         "http_requests": counts.http_requests,
         "http_failures": counts.http_failures,
+        "http_failure_kinds": dict(counts.http_failure_kinds),
+        "acknowledged": len(counts.acknowledged),
+        "reconnects": counts.reconnects,
+        "reconnect_p50_ms": _percentile(counts.reconnect_ms, 0.50),
+        "reconnect_p99_ms": _percentile(counts.reconnect_ms, 0.99),
+        "drain_signals": dict(counts.drain_signals),
         "rss_baseline_mib": round(baseline / 2**20, 1),
         "rss_peak_mib": round(peak / 2**20, 1),
         "rss_after_mib": round(after / 2**20, 1),

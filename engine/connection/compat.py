@@ -200,6 +200,8 @@ async def _start_or_resume(session: Connection, lane: Lane, job: Admission) -> S
     found = await load_conversation(
         engine, job.prev, owner=session.owner, backend=job.backend, create=create
     )
+    if found.path is Path.STORE and job.prev is not None:
+        await engine.announce_continued(job.prev)  # a copy parked on another node retires (PARK-9)
     return _RUNS[found.path](session, lane, job, found)
 
 

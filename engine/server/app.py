@@ -25,6 +25,7 @@ from engine.server.keys import (
     REQUESTS,
     SERVER,
     SESSIONS,
+    UNREADY,
 )
 from engine.server.ws import WsSink, serve_socket
 from protocol.errors import (
@@ -138,22 +139,33 @@ def _forget(app: web.Application, response_id: str) -> None:
 
 async def _drain_sockets(app: web.Application) -> None:
     """Graceful shutdown (LIM-13): refuse new work, let in-flight responses finish within the
-    grace period, then close every socket with 1001 (going away)."""
+    grace period, closing each socket with 1001 (going away) as soon as it is idle (DRAIN-3),
+    so its client reconnects to another node at once instead of waiting for the busiest one."""
     app[DRAINING][0] = True
+    app[ENGINE].parking.drain()  # nothing resumes here any more; the store serves them (PARK-10)
     sessions: set[Session] = app[SESSIONS]
     for session in sessions:
         session.draining = True
     loop = asyncio.get_running_loop()
     deadline = loop.time() + app[SERVER].shutdown_grace_s
-    # A bounded poll, once, at shutdown: simpler than wiring idle events through every lane.
-    runs = app[BACKGROUND]
-    while (any(s.busy for s in sessions) or runs.busy) and loop.time() < deadline:  # noqa: ASYNC110
+    runs, closed = app[BACKGROUND], set[Session]()
+    while True:
+        for session in [s for s in sessions if s not in closed and not s.busy]:
+            closed.add(session)
+            await _close_draining(session)
+        if not (sessions - closed or runs.busy) or loop.time() >= deadline:
+            break
+        # A bounded poll, once, at shutdown: simpler than wiring idle events through every lane.
         await asyncio.sleep(0.05)
     await runs.close()  # background runs still going are cancelled (BG-6)
-    for session in list(sessions):
-        if isinstance(session.sink, WsSink):
-            await session.sink.close(WSCloseCode.GOING_AWAY, b"shutdown")
-        await session.close()
+    for session in list(sessions - closed):
+        await _close_draining(session)
+
+
+async def _close_draining(session: Session) -> None:
+    if isinstance(session.sink, WsSink):
+        await session.sink.close(WSCloseCode.GOING_AWAY, b"shutdown")
+    await session.close()
 
 
 async def _stop(app: web.Application) -> None:
@@ -176,6 +188,7 @@ def create_app(
     app[MAX_FRAME] = config.max_frame_bytes
     app[SERVER] = config
     app[DRAINING] = [False]
+    app[UNREADY] = [False]
     app[BACKGROUND] = BackgroundRuns(app[ENGINE])
     app.router.add_get("/v1/responses", responses_get)
     app.router.add_post("/v1/responses", http.create_response)

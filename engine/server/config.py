@@ -61,6 +61,15 @@ class ServerConfig:
         parse=lambda text: check_node_id(text) if text else "",
     )
     max_inspector_viewers: int = 16  # open /inspect/feed sockets; over -> 503 (LIM-23)
+    # After the stop signal, /healthz fails but the node keeps serving this long, so a balancer
+    # takes it out of rotation before it stops listening (DRAIN-2)
+    drain_delay_s: float = setting(
+        0.0,
+        "--drain-delay",
+        help="after SIGTERM, fail /healthz but keep serving this long before draining (DRAIN-2)",
+        group="limits",
+        unit="s",
+    )
 
     # Operator keys (AUTH-4): valid everywhere a key is; they also see every key's rollouts on
     # the inspector (INSP-9) and may delete any key's record (OWN-5).

@@ -22,12 +22,26 @@ from engine.observe.benchclock import TimedSink
 from engine.observe.metrics import CONTENT_TYPE
 from engine.rollout.turn import ClientGone
 from engine.server import background, identity
-from engine.server.keys import BACKGROUND, ENGINE, INSPECTOR, REQUESTS, SESSIONS
+from engine.server.keys import (
+    BACKGROUND,
+    DRAINING,
+    ENGINE,
+    INSPECTOR,
+    REQUESTS,
+    SESSIONS,
+    UNREADY,
+)
 from engine.store import ResponseRecord, StoreError
 from engine.store.errors import wire_error
 from engine.store.framing import ANY_OWNER, OwnerFilter
 from protocol.codec import decode_compact_body, decode_create_body, encode, http_error_body
-from protocol.errors import InvalidRequest, ProtocolError, ServerError, response_not_found
+from protocol.errors import (
+    InvalidRequest,
+    ProtocolError,
+    ServerError,
+    Unavailable,
+    response_not_found,
+)
 from protocol.events import (
     ErrorEvent,
     ResponseCompleted,
@@ -245,6 +259,12 @@ def _limit(raw: str) -> int:
 
 
 async def healthz(request: web.Request) -> web.Response:
+    """Readiness (DRAIN-1): 200 while the node takes new work, 503 from the stop signal on, so
+    a balancer's health check takes a draining node out of rotation."""
+    if request.app[UNREADY][0] or request.app[DRAINING][0]:
+        return error_response(
+            Unavailable("server_shutting_down", "The server is shutting down.", None)
+        )
     return json_response({"status": "ok"})
 
 

@@ -18,3 +18,6 @@ MAX_FRAME = web.AppKey("max_frame_bytes", int)
 SERVER = web.AppKey("server_config", ServerConfig)
 BACKGROUND = web.AppKey("background", BackgroundRuns)  # detached HTTP creates (BG-*)
 DRAINING = web.AppKey("draining", list[bool])  # [True] once shutdown began
+# [True] from the stop signal on: /healthz answers 503 so a balancer stops routing here, while the
+# node still serves for --drain-delay before it stops listening (DRAIN-1, DRAIN-2)
+UNREADY = web.AppKey("unready", list[bool])

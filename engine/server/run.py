@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import signal
 import ssl
@@ -19,9 +20,9 @@ from aiohttp import web
 
 from engine.core import Engine, EngineConfig
 from engine.models.router import Router
-from engine.server.config import warn_if_open
+from engine.server.config import ServerConfig, warn_if_open
 from engine.server.flags import ServeOptions, engine_config, serve_options, server_config
-from engine.server.keys import ENGINE
+from engine.server.keys import ENGINE, UNREADY
 from engine.server.workers import (
     follow_parent,
     report_listening,
@@ -67,7 +68,7 @@ def serve(args: argparse.Namespace) -> int:
         follow_parent()
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-            runner.run(_run_app(app, options, tls, server.shutdown_grace_s, router))
+            runner.run(_run_app(app, options, tls, server, router))
     except (web.GracefulExit, KeyboardInterrupt):
         pass  # SIGTERM/SIGINT: the app has drained and closed (LIM-13); a clean exit
     except StoreError as exc:  # e.g. a SQLite file that is not a database, a newer schema
@@ -182,10 +183,11 @@ async def _run_app(
     app: web.Application,
     options: ServeOptions,
     tls: ssl.SSLContext | None,
-    grace: float,
+    server: ServerConfig,
     router: Router | None,
 ) -> None:
-    """Serve until SIGINT/SIGTERM; then stop accepting, drain, close (LIM-13).
+    """Serve until SIGINT/SIGTERM; then fail /healthz for ``--drain-delay`` while still serving
+    (DRAIN-2), stop accepting, drain, close (LIM-13).
 
     The signals only set an event: aiohttp's own handling raises out of the loop, which
     cancels every task at once and would cut in-flight responses."""
@@ -193,7 +195,7 @@ async def _run_app(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=grace)
+    runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=server.shutdown_grace_s)
     await runner.setup()
     # Workers of one pool share the port; the kernel spreads connections over them (WORK-1).
     worker = options.worker_index is not None
@@ -219,5 +221,10 @@ async def _run_app(
             print(f"PORT {port}", flush=True)  # read by clients/bench/proc.py
     try:
         await stop.wait()
+        app[UNREADY][0] = True  # the balancer's next health check takes this node out (DRAIN-1)
+        if server.drain_delay_s > 0:
+            stop.clear()  # a second signal skips the rest of the delay
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), server.drain_delay_s)
     finally:
         await runner.cleanup()

@@ -10,6 +10,11 @@ its end-of-rollout accounting once (ROLL-5, POST-1).
 The lot is bounded in count and bytes, per owner and per process (PARK-7): parking past a bound
 retires the oldest parked rollout (of that owner, or of the process) with a logged reason, so a
 client that opens and drops connections cannot hold the process's memory.
+
+Across nodes (PARK-8..PARK-10): when another process continues a parked rollout's response from
+the shared store, the store's notice reaches this lot and the rollout is retired at once, so it
+never lives on in two places; the id is remembered (a bounded set), so a socket this process
+sees close only later does not park it again. A draining server retires everything it parks.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -37,6 +42,10 @@ class Parkable(Protocol):
 
 
 log = logging.getLogger("rollout.parking")
+
+# Ids continued elsewhere that this lot remembers (PARK-9): enough to cover the sockets that
+# close after their rollout's notice; ids longer than the store's notices carry are not kept.
+CONTINUED_MEMORY = 4096
 
 
 @dataclass(frozen=True)
@@ -78,6 +87,7 @@ class ParkingLot:
         self._owners: dict[str | None, _Tally] = {}
         self._ending: set[asyncio.Task[None]] = set()  # retired, finishing their accounting
         self._counters = counters
+        self._continued: OrderedDict[str, None] = OrderedDict()  # newest last, bounded
         self.closed = False
 
     def park(
@@ -85,6 +95,9 @@ class ParkingLot:
     ) -> bool:
         """Take the task over; False (nothing taken) when parking is off or shutting down."""
         if self.closed or self.seconds <= 0 or not rollout.waiting:
+            return False
+        if response_id in self._continued:  # already continued on another node (PARK-9)
+            self._counters["park.continued_elsewhere"] += 1
             return False
         size = rollout.retained_bytes
         if size > min(self.bounds.nbytes, self.bounds.nbytes_per_owner):
@@ -160,6 +173,27 @@ class ParkingLot:
             return False
         self._retire(entry)
         return True
+
+    def continued_elsewhere(self, response_id: str) -> None:
+        """The store's notice (PARK-9): ``response_id`` was continued from the store by some
+        process. A rollout parked behind it here would be a second live copy: retire it now,
+        and refuse to park it later (a socket whose close this process has not seen yet)."""
+        self._continued[response_id] = None
+        self._continued.move_to_end(response_id)
+        while len(self._continued) > CONTINUED_MEMORY:
+            self._continued.popitem(last=False)
+        if self.discard(response_id):
+            self._counters["park.continued_elsewhere"] += 1
+
+    def drain(self) -> None:
+        """A draining server (LIM-13, PARK-10): nothing can resume here any more, so retire
+        every parked rollout now and park nothing new; their stored responses continue on
+        another node from the store. ``close`` still waits for them to finish."""
+        self.closed = True
+        retired = sum(self.discard(response_id) for response_id in list(self._lots))
+        if retired:
+            self._counters["park.drained"] += retired
+            log.warning("retired %d parked rollouts: draining", retired)
 
     def _expire(self, response_id: str) -> None:
         entry = self._take(response_id)

@@ -160,6 +160,7 @@ _CODEC = RecordCodec(ResponseRecord)
 _ENCODER, _DECODER = _CODEC, _CODEC  # encode(record) -> bytes, decode(bytes) -> record
 
 DeleteListener = Callable[[str], None]
+ContinuedListener = Callable[[str], None]  # a response continued from the store (PARK-9)
 T = TypeVar("T")
 
 
@@ -180,6 +181,7 @@ class ResponseStore(abc.ABC):
         self.counters: collections.Counter[str] = collections.Counter()  # events (OBS-2)
         self._listeners: list[DeleteListener] = []
         self._salt: bytes | None = None  # the owner digests' salt, read once (OWN-6)
+        self._continued_listeners: list[ContinuedListener] = []
 
     # ------------------------------------------------------------------ lifecycle
     async def open(self) -> None:
@@ -337,6 +339,30 @@ class ResponseStore(abc.ABC):
                 listener(response_id)
             except Exception:
                 log.exception("store: delete listener failed for %s", response_id)
+
+    async def announce_continued(self, response_id: str) -> None:
+        """Tell every process sharing this store that ``response_id`` was just continued from
+        the store here, so one that still parks the rollout suspended behind it retires it
+        (PARK-9). This process's listeners run at once; a shared backend also publishes it
+        (Redis: channel ``rollout:continued``). Single-process stores reach only this process."""
+        self.notify_continued(response_id)
+        await self._guard(self._publish_continued(response_id))
+
+    def on_continued(self, listener: ContinuedListener) -> None:
+        """``listener(response_id)`` runs (on the event loop) for every continued notice, this
+        process's and, where the backend carries them (Redis), every other process's."""
+        self._continued_listeners.append(listener)
+
+    def notify_continued(self, response_id: str) -> None:
+        for listener in self._continued_listeners:
+            try:
+                listener(response_id)
+            except Exception:
+                log.exception("store: continued listener failed for %s", response_id)
+
+    async def _publish_continued(self, response_id: str) -> None:
+        """Reach the other processes sharing this store; nothing to reach by default."""
+        return None
 
     # ------------------------------------------------------------------ backend primitives
     @abc.abstractmethod

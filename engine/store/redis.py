@@ -40,6 +40,8 @@ log = logging.getLogger("rollout.store.redis")
 KEY_PREFIX = "rollout:response:"
 DELETED_CHANNEL = "rollout:deleted"
 SALT_KEY = "rollout:owner_salt"  # the owner digests' salt, created once, never expires (OWN-6)
+CONTINUED_CHANNEL = "rollout:continued"  # continued elsewhere: retire a parked copy (PARK-9)
+MAX_NOTICE_BYTES = 256  # a longer message on either channel is no response id: ignored
 CONNECT_TIMEOUT_S = 2.0
 COMMAND_TIMEOUT_S = 5.0
 POOL_CONNECTIONS = 64  # pooled sockets per process, besides the write lane and the subscriber
@@ -182,6 +184,12 @@ class RedisStore(ResponseStore):
         removed: bool = await self._call(op)
         return removed
 
+    async def _publish_continued(self, response_id: str) -> None:
+        async def op(client: aioredis.Redis) -> None:
+            await client.publish(CONTINUED_CHANNEL, response_id)
+
+        await self._call(op)
+
     async def _ping(self) -> None:
         async def op(client: aioredis.Redis) -> None:
             await cast(Awaitable[bool], client.ping())
@@ -198,21 +206,29 @@ class RedisStore(ResponseStore):
 
     # ------------------------------------------------------------------ deletes elsewhere
     async def _listen(self) -> None:
-        """Deletes made by any process reach this one's caches; resubscribes after outages."""
+        """Deletes (STORE-11) and continued notices (PARK-9) made by any process reach this
+        one's caches and parking lot; resubscribes after outages."""
         while True:
             client = _client(self.url, None)  # a subscriber waits indefinitely for messages
             try:
                 async with client.pubsub(ignore_subscribe_messages=True) as pubsub:
-                    await pubsub.subscribe(DELETED_CHANNEL)
+                    await pubsub.subscribe(DELETED_CHANNEL, CONTINUED_CHANNEL)
                     async for message in pubsub.listen():
-                        data = message.get("data")
-                        if isinstance(data, bytes):
-                            self.notify_deleted(data.decode())
+                        self._dispatch(message.get("channel"), message.get("data"))
             except (RedisError, OSError) as exc:
                 log.debug("redis store: delete channel lost (%s); resubscribing", exc)
             finally:
                 await client.aclose()
             await asyncio.sleep(RESUBSCRIBE_AFTER_S)
+
+    def _dispatch(self, channel: object, data: object) -> None:
+        if not isinstance(data, bytes) or len(data) > MAX_NOTICE_BYTES:
+            return
+        response_id = data.decode(errors="replace")
+        if channel == CONTINUED_CHANNEL.encode():
+            self.notify_continued(response_id)
+        else:
+            self.notify_deleted(response_id)
 
 
 def _client(url: str, timeout: float | None, max_connections: int = 1) -> aioredis.Redis:

@@ -12,3 +12,16 @@ async def test_short_load_loses_and_misorders_nothing() -> None:
     assert report["turns"] == report["turns_expected"] == 12 * 5
     assert report["responses"] == 6 * 5 + 6  # standard: one per turn; append: one per rollout
     assert report["http_requests"] > 0 and report["http_failures"] == 0
+
+
+async def test_client_processes_merge_into_one_report() -> None:
+    """LOAD-3: the same load split over two client processes; the parent's report counts every
+    agent's turns and responses once, and reads the server process's CPU time."""
+    settings = LoadSettings(connections=6, turns=3, http_clients=3, client_processes=2)
+    report = await main_load(settings)
+    assert report["lost"] == 0 and report["misordered"] == 0 and report["errors"] == []
+    assert report["turns"] == report["turns_expected"] == 6 * 4
+    assert report["responses"] == 3 * 4 + 3
+    assert report["settings"]["client_processes"] == 2
+    assert report["http_requests"] > 0 and report["http_failures"] == 0
+    assert report["server_cpu_s"] is not None and len(report["server_cpu_s_per_process"]) == 1

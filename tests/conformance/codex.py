@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,4 +119,83 @@ env_key = "{KEY_ENV}"
 wire_api = "responses"
 supports_websockets = {str(websockets).lower()}
 """
+    )
+
+
+class ProxyTrap:
+    """A TCP listener set as every proxy Codex could use: any outbound attempt lands here."""
+
+    def __init__(self) -> None:
+        self.attempts: list[bytes] = []
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        return int(self.server.sockets[0].getsockname()[1])
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.attempts.append(await reader.read(200))
+        writer.close()
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()
+
+
+@dataclass
+class CodexExit:
+    """What one ``codex exec`` left behind, whatever server it ran against."""
+
+    returncode: int
+    answer: str
+    stderr: str
+    proxy_attempts: list[bytes]
+
+
+async def exec_codex(
+    base_url: str, tmp_path: Path, websockets: bool, task: CodexTask | None = None
+) -> CodexExit:
+    """``codex exec`` against ``base_url`` (a live server, or a balancer in front of nodes),
+    with the internet trapped; the server side is the caller's to observe."""
+    task = task or CodexTask()
+    binary = codex_binary()
+    home, work = tmp_path / "codex-home", tmp_path / "work"
+    write_config(home, base_url, websockets, task)
+    work.mkdir()
+    (work / MARKER).write_text("hello\n")
+    trap = ProxyTrap()
+    proxy = f"http://127.0.0.1:{await trap.start()}"
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(tmp_path),
+        "CODEX_HOME": str(home),
+        KEY_ENV: "dummy-key",
+        **dict.fromkeys(("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY"), proxy),
+        **{name.lower(): proxy for name in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY")},
+        "NO_PROXY": "127.0.0.1,localhost",
+        "no_proxy": "127.0.0.1,localhost",
+    }
+    last = tmp_path / "answer.txt"
+    args = ["exec", "--skip-git-repo-check", "--color", "never", "-o", str(last), task.prompt]
+    proc = await asyncio.create_subprocess_exec(
+        str(binary),
+        *args,
+        cwd=work,
+        env=env,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        _, stderr = await asyncio.wait_for(proc.communicate(), timeout=150)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+        await trap.stop()
+    return CodexExit(
+        returncode=proc.returncode or 0,
+        answer=last.read_text() if last.exists() else "",
+        stderr=stderr.decode(errors="replace"),
+        proxy_attempts=trap.attempts,
     )

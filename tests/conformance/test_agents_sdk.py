@@ -12,37 +12,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import agents
 import pytest
 from agents import Agent, ModelSettings, Runner, function_tool, responses_websocket_session
 from agents.models.openai_responses import OpenAIResponsesModel, ResponsesWebSocketError
 from openai import AsyncOpenAI
 
+from tests.support.agents_sdk import MODEL, weather_agent
 from tests.support.server import LiveServer
-
-agents.set_tracing_disabled(True)  # no exporter may try the network
-
-MODEL = "gpt-x"
-
-
-def weather_agent(calls: list[str], *, model: Any = MODEL) -> Agent[Any]:
-    @function_tool
-    def get_weather(city: str) -> str:
-        """Current weather for a city.
-
-        Args:
-            city: The city name.
-        """
-        calls.append(city)
-        return f"sunny in {city}"
-
-    return Agent(
-        name="weather",
-        instructions="Answer weather questions with the tool.",
-        tools=[get_weather],
-        model=model,
-    )
-
 
 # ----------------------------------------------------------------------------- WebSocket
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,37 +25,10 @@ from engine.server import http as http_routes
 from engine.server import ws as ws_driver
 from engine.server.config import ServerConfig
 from engine.server.keys import SESSIONS
-from tests.conformance.codex import (
-    KEY_ENV,
-    MARKER,
-    CodexTask,
-    codex_binary,
-    write_config,
-)
+from tests.conformance.codex import MARKER, CodexTask, exec_codex
 from tests.support.oracle import RECORDED
 from tests.support.server import LiveServer
 from tests.support.wait import wait_for
-
-
-class ProxyTrap:
-    """A TCP listener set as every proxy Codex could use: any outbound attempt lands here."""
-
-    def __init__(self) -> None:
-        self.attempts: list[bytes] = []
-        self.server: asyncio.Server | None = None
-
-    async def start(self) -> int:
-        self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-        return int(self.server.sockets[0].getsockname()[1])
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.attempts.append(await reader.read(200))
-        writer.close()
-
-    async def stop(self) -> None:
-        if self.server is not None:
-            self.server.close()
-            await self.server.wait_closed()
 
 
 class RequestLog:
@@ -98,57 +70,23 @@ async def run_codex(
     websockets: bool,
     task: CodexTask | None = None,
 ) -> CodexRun:
-    task = task or CodexTask()
-    binary = codex_binary()
-    home, work = tmp_path / "codex-home", tmp_path / "work"
-    write_config(home, server.base_url, websockets, task)
-    work.mkdir()
-    (work / MARKER).write_text("hello\n")
-    trap = ProxyTrap()
-    proxy = f"http://127.0.0.1:{await trap.start()}"
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(tmp_path),
-        "CODEX_HOME": str(home),
-        KEY_ENV: "dummy-key",
-        **dict.fromkeys(("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY"), proxy),
-        **{name.lower(): proxy for name in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY")},
-        "NO_PROXY": "127.0.0.1,localhost",
-        "no_proxy": "127.0.0.1,localhost",
-    }
     requests = RequestLog(monkeypatch)
     counters_before = Counter(server.engine.counters)
     items_before = Counter(server.engine.stats.items)
     start = len(RECORDED)
-    last = tmp_path / "answer.txt"
-    args = ["exec", "--skip-git-repo-check", "--color", "never", "-o", str(last), task.prompt]
-    proc = await asyncio.create_subprocess_exec(
-        str(binary),
-        *args,
-        cwd=work,
-        env=env,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        _, stderr = await asyncio.wait_for(proc.communicate(), timeout=150)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-        await trap.stop()
+    done = await exec_codex(server.base_url, tmp_path, websockets, task)
     # The server's bookkeeping for the last response (its rollout's stats, WS-12) is done once
     # its sockets are closed and no rollout coroutine is left.
     sessions = server.runner.app[SESSIONS]
     await wait_for(lambda: not sessions and not _live_rollouts(), "the last rollout to end")
     return CodexRun(
-        returncode=proc.returncode or 0,
-        answer=last.read_text() if last.exists() else "",
-        stderr=stderr.decode(errors="replace"),
+        returncode=done.returncode,
+        answer=done.answer,
+        stderr=done.stderr,
         frames=[msgspec.json.decode(raw) for raw in RECORDED[start:]],
         counters=Counter(server.engine.counters) - counters_before,
         stage_items=Counter(server.engine.stats.items) - items_before,
-        proxy_attempts=trap.attempts,
+        proxy_attempts=done.proxy_attempts,
         requests=requests.bodies,
     )
 

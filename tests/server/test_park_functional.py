@@ -226,3 +226,55 @@ async def test_a_rollout_over_the_byte_bound_is_not_parked(
         assert len(live.engine.parking) == 0 and live.engine.parking.nbytes == 0
     finally:
         await alice.close()
+
+
+async def test_a_socket_closing_after_its_response_continued_elsewhere_does_not_park(
+    server_factory: Callable[..., Any],
+) -> None:
+    """PARK-9: a stored response continued from the store while the connection that holds its
+    suspended rollout is still open (to this process, a half-open socket whose client has
+    already reconnected) leaves a notice; when that socket closes, the rollout is retired, not
+    parked, so it cannot resume a second time. (The hydration cache is off, so the second
+    connection's continuation takes the store path, as on another node.)"""
+    config = EngineConfig(tokens_per_second=0, hydration_cache_bytes=0)
+    live: LiveServer = await server_factory(config)
+    client = AsyncOpenAI(base_url=live.base_url, api_key="x", max_retries=0)
+    engine = live.engine
+    try:
+        async with client.responses.connect() as held:
+            await held.response.create(model=MODEL, input="Fix the tests.", tools=TOOLS, store=True)
+            first = (await _turn(held)).response
+            moved = await _continue(client, first, store=True)
+            assert moved.type == "response.completed", moved
+            assert engine.counters["create.store_hydrate"] == 1
+            assert engine.counters["park.notice_sent"] == 1
+        await wait_for(lambda: engine.counters["park.continued_elsewhere"] == 1)
+        # Parked: only the second connection's rollout (the coding agent calls tools again).
+        assert len(engine.parking) == 1 and engine.counters["park.parked"] == 1
+        again = await _continue(client, first, store=True)
+        assert again.type == "response.completed", again
+        assert engine.counters["create.unparked"] == 0  # the held copy did not resume
+        assert engine.counters["create.store_hydrate"] == 2
+    finally:
+        await client.close()
+
+
+async def test_a_draining_server_retires_what_it_parks(
+    server_factory: Callable[..., Any],
+) -> None:
+    """PARK-10, LIM-13: at the start of the drain every parked rollout is retired (counted
+    ``park.drained``) and accounted once; nothing can be resumed here any more."""
+    live: LiveServer = await server_factory(EngineConfig(tokens_per_second=0))
+    client = AsyncOpenAI(base_url=live.base_url, api_key="x", max_retries=0)
+    engine = live.engine
+    try:
+        first = await _first_turn(client, store=False)
+        await _first_turn(client, store=True)
+        await wait_for(lambda: len(engine.parking) == 2)
+    finally:
+        await client.close()
+    await live.runner.cleanup()
+    assert engine.counters["park.drained"] == 2 and len(engine.parking) == 0
+    assert engine.counters["park.expired"] == engine.counters["park.evicted"] == 0
+    billed = [r.response_ids for r in engine.post.recent]
+    assert len(billed) == 2 and billed[0] == [first.id]  # each once, nothing at retirement

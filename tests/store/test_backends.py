@@ -125,6 +125,63 @@ async def test_delete_removes_and_notifies(store: ResponseStore) -> None:
     assert await store.delete("resp_never") is False
 
 
+async def test_continued_notice_reaches_this_process_and_redis_peers(
+    make_store: Factory,
+) -> None:
+    """PARK-9: a continued notice runs this process's listeners at once on every backend; on
+    Redis it also reaches every other process sharing the store (another store instance here,
+    its own subscriber connection), and a message too long to be a response id is ignored."""
+    here, peer = make_store(), make_store()
+    await here.open()
+    await peer.open()
+    heard_here: list[str] = []
+    heard_peer: list[str] = []
+    here.on_continued(heard_here.append)
+    peer.on_continued(heard_peer.append)
+    try:
+        if isinstance(here, RedisStore):
+            await _until_subscribed(here, peer)
+        await here.announce_continued("resp_a")
+        assert heard_here[:1] == ["resp_a"]
+        if not isinstance(here, RedisStore):
+            assert heard_peer == [] or peer is here  # nothing carries it to another process
+            return
+        for _ in range(400):
+            if heard_peer and len(heard_here) == 2:
+                break
+            await asyncio.sleep(0.01)
+        assert heard_peer == ["resp_a"]
+        assert heard_here == ["resp_a", "resp_a"]  # its own subscriber hears it too: harmless
+        await here._publish_continued("resp_" + "x" * 300)
+        await here.announce_continued("resp_b")
+        for _ in range(400):
+            if heard_peer[-1:] == ["resp_b"]:
+                break
+            await asyncio.sleep(0.01)
+        assert heard_peer == ["resp_a", "resp_b"]  # the oversized one was dropped
+    finally:
+        await here.close()
+        await peer.close()
+
+
+async def _until_subscribed(*stores: RedisStore) -> None:
+    """Each store's subscriber connects in the background: wait until Redis counts them all."""
+    import redis.asyncio as aioredis
+
+    from engine.store.redis import CONTINUED_CHANNEL
+
+    client = aioredis.Redis.from_url(stores[0].url)
+    try:
+        for _ in range(400):
+            counts = dict(await client.pubsub_numsub(CONTINUED_CHANNEL))
+            if counts.get(CONTINUED_CHANNEL.encode(), 0) >= len(stores):
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError("the subscribers never subscribed")
+    finally:
+        await client.aclose()
+
+
 async def test_retention_expires_and_links_live_as_long_as_their_users(
     make_store: Factory,
 ) -> None:

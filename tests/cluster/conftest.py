@@ -1,0 +1,76 @@
+"""Fixtures (CLUSTER-TEST-1): the launcher's own ``Cluster`` (``cli/cluster.py``, the code behind
+``make cluster``) in a temp dir: a real redis-server, real ``rollout serve`` node processes and a
+real HAProxy or nginx in front, each on an ephemeral loopback port, all stopped at teardown."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from cli.cluster import Cluster, ClusterSpec, free_port
+
+
+def cluster_spec(tmp_path: Path, balancer: str, *serve_args: str) -> ClusterSpec:
+    return ClusterSpec(
+        nodes=2, port=0, store=f"redis://127.0.0.1:{free_port()}/0", balancer=balancer,
+        workdir=tmp_path / "cluster", drain_delay_s=0.5,
+        serve_args=["--tps", "0", "--api-keys-env", "", *serve_args],
+    )  # fmt: skip
+
+
+@pytest.fixture(params=["haproxy", "nginx"])
+async def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Cluster]:
+    """Both balancers in turn, in front of two nodes sharing one redis-server."""
+    running = Cluster(cluster_spec(tmp_path, request.param))
+    await running.start()
+    try:
+        yield running
+    finally:
+        await running.stop()
+
+
+@pytest.fixture
+async def haproxy_cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
+    running = Cluster(cluster_spec(tmp_path, "haproxy"))
+    await running.start()
+    try:
+        yield running
+    finally:
+        await running.stop()
+
+
+async def node_counters(cluster: Cluster) -> list[dict[str, Any]]:
+    """Each node's own engine counters (``/debug/stats`` straight from the node, HTTP-7); a
+    stopped node's are empty."""
+    out: list[dict[str, Any]] = []
+    async with aiohttp.ClientSession() as http:
+        for node in cluster.nodes:
+            if node.proc is None:
+                out.append({})
+                continue
+            async with http.get(f"http://127.0.0.1:{node.port}/debug/stats") as resp:
+                out.append((await resp.json())["counters"])
+    return out
+
+
+async def node_stats(cluster: Cluster) -> list[dict[str, Any]]:
+    """Each running node's whole ``/debug/stats`` (HTTP-7: counters, ``parked``); a stopped
+    node's is empty."""
+    out: list[dict[str, Any]] = []
+    async with aiohttp.ClientSession() as http:
+        for node in cluster.nodes:
+            if node.proc is None:
+                out.append({})
+                continue
+            async with http.get(f"http://127.0.0.1:{node.port}/debug/stats") as resp:
+                out.append(await resp.json())
+    return out
+
+
+def node_url(cluster: Cluster, index: int) -> str:
+    """Node ``index`` straight, bypassing the balancer (a client whose reconnect landed there)."""
+    return f"http://127.0.0.1:{cluster.nodes[index].port}/v1"

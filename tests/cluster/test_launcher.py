@@ -1,0 +1,89 @@
+"""``rollout cluster`` as the operator runs it (CLUSTER-1, DRAIN-5): its own process, the banner
+and ``PORT`` line, SIGHUP for a rolling restart, SIGINT to stop everything, and no child left
+behind, even when the launcher itself is killed."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import sys
+from pathlib import Path
+
+import aiohttp
+
+from cli.cluster import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+async def _launch(tmp_path: Path) -> tuple[asyncio.subprocess.Process, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "cli", "cluster", "--port", "0", "--announce-port",
+        "--store", f"redis://127.0.0.1:{free_port()}/0", "--workdir", str(tmp_path / "c"),
+        "--drain-delay", "0.5", "--", "--tps", "0", "--api-keys-env", "",
+        cwd=ROOT, stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    banner = ""
+    while not banner.endswith("\n") or not banner.splitlines()[-1].startswith("PORT "):
+        line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
+        assert line, f"the launcher exited: {banner}"
+        banner += line
+    return proc, banner
+
+
+def _children(banner: str) -> list[int]:
+    return [int(pid) for pid in re.findall(r"\(pid (\d+)\)", banner)]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+
+
+async def _answer(port: int) -> str:
+    async with aiohttp.ClientSession() as http:
+        body = {"model": "sim", "input": "hi", "store": True}
+        async with http.post(f"http://127.0.0.1:{port}/v1/responses", json=body) as resp:
+            assert resp.status == 200
+            response_id: str = (await resp.json())["id"]
+            return response_id
+
+
+async def test_sighup_rolls_and_sigint_stops_everything(tmp_path: Path) -> None:
+    proc, banner = await _launch(tmp_path)
+    assert proc.stdout is not None
+    port = int(banner.split("PORT ")[-1])
+    before = _children(banner)
+    assert len(before) == 3  # two nodes and the balancer (the Redis it started is not listed)
+    first = await _answer(port)
+    proc.send_signal(signal.SIGHUP)
+    line = b""
+    while b"rolling restart done" not in line:
+        line = await asyncio.wait_for(proc.stdout.readline(), 120)
+        assert line, "the launcher exited during the rolling restart"
+    assert not any(_alive(pid) for pid in before[:2])  # both nodes were replaced
+    stored = f"http://127.0.0.1:{port}/v1/responses/{first}"  # made before: still there
+    async with aiohttp.ClientSession() as http, http.get(stored) as resp:
+        assert resp.status == 200
+    await _answer(port)
+    proc.send_signal(signal.SIGINT)
+    assert await asyncio.wait_for(proc.wait(), 60) == 0
+    assert not any(_alive(pid) for pid in before)
+
+
+async def test_no_child_outlives_a_killed_launcher(tmp_path: Path) -> None:
+    proc, banner = await _launch(tmp_path)
+    children = _children(banner)
+    proc.kill()
+    await proc.wait()
+    for _ in range(200):  # PR_SET_PDEATHSIG: each child got SIGTERM and drains
+        if not any(_alive(pid) for pid in children):
+            break
+        await asyncio.sleep(0.1)
+    assert not any(_alive(pid) for pid in children)

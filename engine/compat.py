@@ -29,6 +29,7 @@ from engine.context import Context
 from engine.core import Engine
 from engine.lane import CacheEntry, Lane
 from engine.models.base import Backend
+from engine.models.trajectory import Trajectory
 from engine.parking import Parked
 from engine.pipeline import FULL, INCREMENTAL, ItemTexts
 from engine.rollout import Mode, Rollout, Settings, Sink, Turn
@@ -322,7 +323,10 @@ async def _start_or_resume(session: Connection, lane: Lane, job: Admission) -> t
             "previous_response_id",
         )
     counters["create.store_hydrate"] += 1
-    rollout = Rollout(session.engine, job.backend, job.settings, job.turn, job.mode)
+    # The stored token trajectory, if any, continues as it was sampled (TOK-8).
+    tokens = Trajectory.from_segments(hydrated.tokens) if hydrated.tokens else None
+    ctx = Context(model_tokens=tokens)
+    rollout = Rollout(session.engine, job.backend, job.settings, job.turn, job.mode, ctx)
     rollout.owner = session.owner
     rollout.prepare(job.items, job.texts, path=FULL, history=hydrated.items, stored=hydrated.point)
     return rollout, True

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from engine.models.trajectory import Trajectory
 from engine.safety import Finding
 from engine.store.base import ChainPoint
 from engine.tokens import TokenArray, TokenBuffer
@@ -31,6 +32,8 @@ class Context:
     header_key: tuple[str | None, Toolset] | None = None
     header: TokenArray = field(default_factory=lambda: np.empty(0, dtype=np.int32))
     stored: ChainPoint | None = None  # items[:stored.length] are a stored chain (STORE-5)
+    # The ``tokens`` backend's ids in the model's own tokenizer (TOK-7); None for other backends.
+    model_tokens: Trajectory | None = None
 
     @property
     def prompt_tokens(self) -> int:
@@ -49,6 +52,7 @@ class Context:
             header_key=self.header_key,
             header=self.header,
             stored=self.stored,
+            model_tokens=self.model_tokens.fork() if self.model_tokens is not None else None,
         )
 
     def pending_calls(self) -> list[ToolCall]:

@@ -670,16 +670,23 @@ class Rollout:
         await self.engine.store.put(record)
         turn.log.add_time("store", time.perf_counter() - start)  # OBS-1
         self.ctx.stored = record.point
+        if record.tokens is not None and self.ctx.model_tokens is not None:
+            self.ctx.model_tokens.mark_stored()
 
     def _stored_record(self, turn: Turn) -> ResponseRecord:
-        """Flat: this response's own input, output and new context items (STORE-4)."""
-        return chain_record(
+        """Flat: this response's own input, output and new context items (STORE-4), and the
+        token trajectory's new part (TOK-8)."""
+        record = chain_record(
             turn.stream.response,
             [listing_form(item) for item in turn.input_items],
             self.ctx.items,
             self.ctx.stored,
             owner=self.owner,
         )
+        trajectory = self.ctx.model_tokens
+        if trajectory is not None and trajectory.covered == len(self.ctx.items):
+            record.tokens = trajectory.segment(snapshot=not record.links)
+        return record
 
     async def _unstored(self, turn: Turn, exc: StoreError) -> None:
         """The store did not acknowledge: the client gets an ``error`` instead of the terminal

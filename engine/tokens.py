@@ -68,6 +68,10 @@ class TokenBuffer:
         self._data[self._len : need] = ids
         self._len = need
 
+    def view(self) -> TokenArray:
+        """The ids held, without a copy (read-only use)."""
+        return self._data[: self._len]
+
     def compact(self, slack: int = 1024) -> None:
         """Give back spare capacity (a suspended rollout may wait long; MEM-1)."""
         if len(self._data) > self._len + 2 * slack:

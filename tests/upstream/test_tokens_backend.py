@@ -1,0 +1,106 @@
+"""The ``tokens`` backend against the token peer (TOK-1..TOK-9): the openai SDK runs a tool
+chain over HTTP and WebSocket through each upstream API, and the peer checks that every turn's
+prompt is the previous prompt plus what it sampled, exactly."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from openai import AsyncOpenAI
+
+from engine.models.config import build_router, parse_config
+from engine.models.router import Router
+from engine.models.tokens_backend import TokensBackend
+from tests.conftest import LiveServer
+from tests.upstream.conftest import WEATHER, StartEngine
+from tests.upstream.token_peer import TokenPeer, make_tokenizer
+
+APIS = ["vllm", "sglang", "llamacpp"]
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tokenizer(tmp_path_factory.mktemp("tok"))
+
+
+@pytest.fixture
+async def token_peer(tokenizer_dir: Path) -> AsyncIterator[TokenPeer]:
+    peer = TokenPeer(tokenizer_dir)
+    await peer.start()
+    try:
+        yield peer
+    finally:
+        await peer.stop()
+
+
+def tokens_router(peer: TokenPeer, tokenizer: Path, api: str, **extra: Any) -> Router:
+    route = {
+        "backend": "tokens",
+        "api": api,
+        "base_url": peer.base_url,
+        "model": "tiny",
+        "tokenizer": str(tokenizer),
+        **extra,
+    }
+    return build_router(parse_config({"default": "model-a", "models": {"model-a": route}}))
+
+
+def backend_of(server: LiveServer) -> TokensBackend:
+    backend = server.engine.router.backend_of("model-a")
+    assert isinstance(backend, TokensBackend)
+    return backend
+
+
+def assert_exact(peer: TokenPeer, firsts: int = 1) -> None:
+    """Every turn after each conversation's first extends the turn before it exactly."""
+    follow = [peer.extends(n) for n in range(len(peer.turns))]
+    assert follow.count(None) == firsts, follow
+    for n, earlier in enumerate(follow):
+        assert earlier is None or earlier == n - 1, follow
+
+
+async def http_chain(client: AsyncOpenAI, turns: int, store: bool = True) -> list[str]:
+    answers: list[str] = []
+    previous: str | None = None
+    for turn in range(turns):
+        response = await client.responses.create(
+            model="model-a",
+            input=f"Weather, turn {turn}?",
+            tools=[WEATHER],
+            previous_response_id=previous,
+            store=store,
+        )
+        call = response.output[-1]
+        assert call.type == "function_call" and call.name == "get_weather", response.output
+        assert call.arguments == '{"city": "Paris"}'
+        response = await client.responses.create(
+            model="model-a",
+            previous_response_id=response.id,
+            input=[{"type": "function_call_output", "call_id": call.call_id, "output": f"sun-{turn}"}],
+            tools=[WEATHER],
+            store=store,
+        )
+        answers.append(response.output_text)
+        previous = response.id
+    return answers
+
+
+@pytest.mark.parametrize("api", APIS)
+async def test_http_tool_chain_is_token_exact(
+    api: str, token_peer: TokenPeer, tokenizer_dir: Path, engine_for: StartEngine
+) -> None:
+    server = await engine_for(tokens_router(token_peer, tokenizer_dir, api))
+    client = AsyncOpenAI(base_url=server.base_url, api_key="unused")
+    try:
+        answers = await http_chain(client, turns=2)
+    finally:
+        await client.close()
+    assert answers == ["Tool said: sun-0", "Tool said: sun-1"]
+    assert [t.api for t in token_peer.turns] == [api] * 4
+    assert_exact(token_peer)
+    stats = backend_of(server).stats
+    assert stats["render.full"] == 1 and stats["render.incremental"] == 3
+    assert stats["drift.answer"] == 0 and stats["drift.render"] == 0

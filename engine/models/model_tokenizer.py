@@ -131,10 +131,13 @@ class ModelTokenizer:
         self.tokenizer = tokenizer
         self.template = template
         self.shape = probe(template)
-        # The ids that end the model's turn: the EOS token and the template's closing token.
-        closing = tokenizer.encode(self.shape.close, add_special_tokens=False).tokens[:1]
-        ids = (tokenizer.token_to_id(text) for text in (eos, *closing) if text)
-        self.end_ids = frozenset(i for i in ids if i is not None)
+        # The ids that end the model's turn: the EOS token and the special tokens of the
+        # template's close (``<|im_end|>``, ``<|eot_id|>``).
+        specials = {i for i, t in tokenizer.get_added_tokens_decoder().items() if t.special}
+        closing = tokenizer.encode(self.shape.close, add_special_tokens=False).ids
+        eos_id = tokenizer.token_to_id(eos) if eos else None
+        ends = {i for i in closing if i in specials} | ({eos_id} if eos_id is not None else set())
+        self.end_ids = frozenset(ends)
 
     def encode(self, text: str) -> list[int]:
         """Special-token text in the rendered template becomes the special token, as the

@@ -188,7 +188,8 @@ class _TokenAnswer:
         tail = close
         if self.ids and self.ids[-1] in tokenizer.end_ids:
             last = tokenizer.decode(self.ids[-1:])
-            tail = close[len(last) :] if close.startswith(last) else ""
+            at = close.find(last)
+            tail = close[at + len(last) :] if at >= 0 else ""
         trajectory.tail = tail
         trajectory.covered = self._first_item + self.items
         trajectory.answer_from = self._first_item

@@ -79,7 +79,9 @@ async def http_chain(client: AsyncOpenAI, turns: int, store: bool = True) -> lis
         response = await client.responses.create(
             model="model-a",
             previous_response_id=response.id,
-            input=[{"type": "function_call_output", "call_id": call.call_id, "output": f"sun-{turn}"}],
+            input=[
+                {"type": "function_call_output", "call_id": call.call_id, "output": f"sun-{turn}"}
+            ],
             tools=[WEATHER],
             store=store,
         )

@@ -55,7 +55,9 @@ QWEN_TEMPLATE = """\
 {%- endfor %}
 {{- '<|im_end|>\\n' }}
 {%- elif message.role == 'tool' %}
-{%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}
+{%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}
+{{- '<|im_start|>user' }}
+{%- endif %}
 {{- '\\n<tool_response>\\n' + message.content + '\\n</tool_response>' }}
 {%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}{{- '<|im_end|>\\n' }}{%- endif %}
 {%- endif %}
@@ -233,9 +235,7 @@ class TokenPeer:
                 "prompt_tokens": len(turn.prompt),
                 "completion_tokens": len(sent),
                 "cached_tokens": 0,
-                "output_token_logprobs": [
-                    [self._logprob(n), t, None] for n, t in enumerate(sent)
-                ],
+                "output_token_logprobs": [[self._logprob(n), t, None] for n, t in enumerate(sent)],
             }
             frames.append({"text": self.text(sent), "output_ids": list(sent), "meta_info": meta})
         frames.append("[DONE]")
@@ -252,8 +252,13 @@ class TokenPeer:
         done = 0
         for piece in self._pieces(streamed):
             probs = [
-                {"id": t, "token": self.text([t]), "bytes": [], "logprob": self._logprob(done + k),
-                 "top_logprobs": []}
+                {
+                    "id": t,
+                    "token": self.text([t]),
+                    "bytes": [],
+                    "logprob": self._logprob(done + k),
+                    "top_logprobs": [],
+                }
                 for k, t in enumerate(piece)
             ]
             done += len(piece)

@@ -79,6 +79,7 @@ def settings_from(params: CreateParams, model: str) -> Settings:
         temperature=params.temperature,
         top_p=params.top_p,
         compact_threshold=compaction_threshold(params.context_management),
+        include_tokens="rollout.token_ids" in (params.include or ()),
     )
 
 

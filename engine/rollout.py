@@ -41,6 +41,7 @@ from engine.models.base import (
     Finish,
     FinishReason,
     SampleRequest,
+    StepTokens,
     TextDelta,
 )
 from engine.pipeline import FULL, INCREMENTAL, OUTPUT, ItemTexts, Pipeline, StageStats, TurnLog
@@ -52,6 +53,7 @@ from protocol import events as ev
 from protocol.codec import error_event
 from protocol.errors import InvalidRequest, ProtocolError
 from protocol.items import InputItem, ToolCall, ToolOutput
+from protocol.response import Response, RolloutTokens, SampleTokens
 from protocol.states import TERMINAL_STATES, IllegalTransition, ResponseState
 from protocol.stream import ResponseStream, new_id
 from protocol.tools import ToolChoice, Toolset
@@ -100,6 +102,7 @@ class Settings:
     temperature: float | None = None
     top_p: float | None = None
     compact_threshold: int | None = None  # context_management (COMPACT-3)
+    include_tokens: bool = False  # ``include: ["rollout.token_ids"]`` (TOK-9)
 
 
 def _future() -> asyncio.Future[str]:
@@ -324,6 +327,7 @@ class Rollout:
         calls: list[ToolCall] = []
         reason: SampleEnd = "stop"
         produced = 0  # deltas of this step, billed if steering cuts it short
+        step_tokens: StepTokens | None = None
         request = self._sample_request()
         clock = _ModelClock(turn.log)
         if self._clock is not None and self._ready_at:
@@ -368,7 +372,7 @@ class Rollout:
                     for event in events:
                         await send(event)
                 elif isinstance(delta, Finish):
-                    reason = delta.reason
+                    reason, step_tokens = delta.reason, delta.tokens
                     for tally in (turn.tally, self._totals):
                         tally.count_finish(delta, prompt, cached)
         clock.finished()
@@ -377,6 +381,8 @@ class Rollout:
         if reason not in ("length", "steered"):  # a cut-short item ends incomplete (ORD-8)
             await self._close_message(turn, "completed")
         self._absorb_output(stream.output[first_new:])
+        if step_tokens is not None and self.settings.include_tokens:
+            _report_tokens(stream.response, step_tokens, stream.output[first_new:])
         turn.tally.tool_calls += len(calls)
         self._totals.tool_calls += len(calls)
         self._note_turn(turn, started, prompt - cached, prompt, output_before, calls, reason, clock)
@@ -790,6 +796,21 @@ class _ModelClock:
     def finished(self) -> None:
         self.total = time.perf_counter() - self._start
         self._log.add_time("model", self.total)
+
+
+def _report_tokens(response: Response, step: StepTokens, produced: Sequence[InputItem]) -> None:
+    """``include: ["rollout.token_ids"]``: the step's ids join the response (TOK-9)."""
+    if isinstance(response.rollout_tokens, msgspec.UnsetType):
+        response.rollout_tokens = RolloutTokens()
+    response.rollout_tokens.samples.append(
+        SampleTokens(
+            prompt_tokens=step.prompt_tokens,
+            prompt_token_ids=step.prompt_new,
+            item_ids=[item_id for item in produced if (item_id := getattr(item, "id", None))],
+            token_ids=step.sampled,
+            logprobs=step.logprobs,
+        )
+    )
 
 
 def _share_echoes(previous: Turn, turn: Turn) -> None:

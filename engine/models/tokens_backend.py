@@ -24,6 +24,7 @@ from engine.models.base import (
     Finish,
     FinishReason,
     SampleRequest,
+    StepTokens,
     TextDelta,
 )
 from engine.models.chat import _with_namespace
@@ -87,7 +88,7 @@ class TokensBackend:
         self.stats["prompt_ids_rendered"] += rendered.fresh
 
         def attempt(_number: int) -> AsyncGenerator[Delta, None]:
-            answer = _TokenAnswer(self, ctx, trajectory, request.tools)
+            answer = _TokenAnswer(self, ctx, trajectory, request.tools, rendered.fresh)
             return relay(self.pool, self.endpoint, PATHS[self.options.api], payload, answer)
 
         return retry_before_first(attempt, self.endpoint)
@@ -103,9 +104,15 @@ class _TokenAnswer:
     the answer is complete (a cut-off answer leaves the trajectory ``open``)."""
 
     def __init__(
-        self, backend: TokensBackend, ctx: Context, trajectory: Trajectory, tools: Toolset
+        self,
+        backend: TokensBackend,
+        ctx: Context,
+        trajectory: Trajectory,
+        tools: Toolset,
+        fresh: int,
     ) -> None:
         self._backend = backend
+        self._fresh = fresh  # ids at the prompt's end rendered for this step
         self._ctx = ctx
         self._trajectory = trajectory
         self._tools = tools
@@ -161,6 +168,14 @@ class _TokenAnswer:
         if not self.ended and self.finish is None:
             raise closed_early()
         deltas = self._counted(self._parser.finish())
+        prompt = self._trajectory.prompt
+        view = self._trajectory.ids.view()
+        step = StepTokens(
+            prompt_tokens=prompt,
+            prompt_new=[int(i) for i in view[prompt - self._fresh : prompt]],
+            sampled=list(self.ids),
+            logprobs=list(self.logprobs),
+        )
         self._join()
         usage = self.usage
         reason: FinishReason = "stop"
@@ -176,6 +191,7 @@ class _TokenAnswer:
                 if usage.prompt_tokens is not None
                 else self._trajectory.prompt,
                 cached_tokens=usage.cached_tokens,
+                tokens=step,
             )
         )
         return deltas

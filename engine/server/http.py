@@ -19,6 +19,7 @@ from engine.context_api import compact_context, count_input_tokens
 from engine.core import Engine
 from engine.inspect import note_event
 from engine.metrics import CONTENT_TYPE
+from engine.models.trajectory import Trajectory
 from engine.rollout import ClientGone
 from engine.server import background
 from engine.server.keys import BACKGROUND, ENGINE, INSPECTOR, REQUESTS, SERVER, SESSIONS
@@ -26,7 +27,13 @@ from engine.session import Session
 from engine.store import ResponseRecord, StoreError
 from engine.store.errors import wire_error
 from protocol.codec import decode_compact_body, decode_create_body, encode, http_error_body
-from protocol.errors import InvalidRequest, ProtocolError, ServerError, response_not_found
+from protocol.errors import (
+    InvalidRequest,
+    NotFound,
+    ProtocolError,
+    ServerError,
+    response_not_found,
+)
 from protocol.events import (
     ErrorEvent,
     ResponseCompleted,
@@ -207,6 +214,35 @@ async def delete_response(request: web.Request) -> web.Response:
     if not deleted:
         raise response_not_found(response_id)
     return json_response({"id": response_id, "object": "response", "deleted": True})
+
+
+async def response_tokens(request: web.Request) -> web.Response:
+    """``GET /v1/responses/{id}/tokens`` (TOK-8): the model-token trajectory up to that
+    response, read back from the store; owner-checked like every id route (OWN-2)."""
+    record = await _record(request)
+    engine, response_id = _stored(request)
+    try:
+        hydrated = await engine.store.hydrate(response_id)
+    except StoreError as exc:
+        raise wire_error(exc) from None
+    if hydrated is None or not hydrated.tokens:
+        message = f"Response '{response_id}' has no token trajectory (not a tokens route)."
+        raise NotFound("response_tokens_not_found", message, None)
+    trajectory = Trajectory.from_segments(hydrated.tokens)
+    sampled = trajectory.mask()
+    scores = iter(trajectory.logprobs)
+    logprobs = [next(scores, None) if was_sampled else None for was_sampled in sampled]
+    return json_response(
+        {
+            "object": "response.tokens",
+            "id": response_id,
+            "model": record.response.model,
+            "prompt_tokens": trajectory.prompt,
+            "token_ids": trajectory.all_ids(),
+            "sampled": sampled,
+            "logprobs": logprobs,
+        }
+    )
 
 
 async def list_input_items(request: web.Request) -> web.Response:

@@ -145,7 +145,8 @@ class Rollout:
         self.mode = mode
         self.ctx = context if context is not None else Context()
         self.stats = StageStats()
-        self.pipeline = Pipeline(self.stats, engine.config.safety_policy)
+        estimate = getattr(backend, "renders_own_tokens", False)  # TOK-10
+        self.pipeline = Pipeline(self.stats, engine.config.safety_policy, estimate)
         self.pipeline.log = turn.log
         self._reported_runs: Counter[str] = Counter()  # stage runs already in a ledger record
         self.phase = Phase.RUNNING

@@ -51,6 +51,7 @@ class TokensOptions:
 
 class TokensBackend:
     name = "tokens"
+    renders_own_tokens = True  # the pipeline only estimates counts (TOK-10)
 
     def __init__(
         self,
@@ -172,7 +173,7 @@ class _TokenAnswer:
         view = self._trajectory.ids.view()
         step = StepTokens(
             prompt_tokens=prompt,
-            prompt_new=[int(i) for i in view[prompt - self._fresh : prompt]],
+            prompt_new=view[prompt - self._fresh : prompt].tolist(),
             sampled=list(self.ids),
             logprobs=list(self.logprobs),
         )
@@ -190,7 +191,10 @@ class _TokenAnswer:
                 input_tokens=usage.prompt_tokens
                 if usage.prompt_tokens is not None
                 else self._trajectory.prompt,
-                cached_tokens=usage.cached_tokens,
+                # Not reported: the prompt's ids sent before (none re-rendered this step).
+                cached_tokens=usage.cached_tokens
+                if usage.cached_tokens is not None
+                else prompt - self._fresh,
                 tokens=step,
             )
         )

@@ -82,7 +82,8 @@ class Trajectory:
         self.ids.extend(ids)
 
     def all_ids(self) -> list[int]:
-        return [int(i) for i in self.ids.view()]
+        ids: list[int] = self.ids.view().tolist()
+        return ids
 
     def mask(self) -> list[bool]:
         """Per id: sampled by the model (True) or rendered from given input (False)."""
@@ -113,7 +114,7 @@ class Trajectory:
         view = self.ids.view()
         return TokenSegment(
             start=ids_from,
-            ids=[int(i) for i in view[ids_from:]],
+            ids=view[ids_from:].tolist(),
             sampled=self.sampled[spans_from:],
             logprobs=self.logprobs[lps_from:],
             covered=self.covered,

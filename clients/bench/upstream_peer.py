@@ -13,6 +13,7 @@ only difference between the two routes is the work on either side of the wire.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,8 +56,9 @@ class BenchUpstream:
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
-        assert site._server is not None
-        self.port = site._server.sockets[0].getsockname()[1]
+        server = site._server
+        assert isinstance(server, asyncio.Server)
+        self.port = server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:
         if self._runner is not None:
@@ -78,12 +80,14 @@ class BenchUpstream:
         self.turns.append(UpstreamTurn("chat", len(raw), len(text), len(prompt)))
         call = self._call()
         args = json.dumps(call["arguments"])
-        head = {"index": 0, "id": f"call_{len(self.turns)}", "type": "function"}
-        chunks = [
+        head: dict[str, Any] = {"index": 0, "id": f"call_{len(self.turns)}", "type": "function"}
+        chunks: list[dict[str, Any]] = [
             {"tool_calls": [{**head, "function": {"name": call["name"], "arguments": ""}}]},
             {"tool_calls": [{"index": 0, "function": {"arguments": args}}]},
         ]
-        frames = [{"choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in chunks]
+        frames: list[Any] = [
+            {"choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in chunks
+        ]
         frames.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
         answer = len(self.model.encode(args)) + 8
         usage = {"prompt_tokens": len(prompt), "completion_tokens": answer}

@@ -14,6 +14,7 @@ rendering of any longer one, TOK-4).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -23,6 +24,8 @@ import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 from tokenizers.decoders import DecodeStream
+
+from engine.models.fast_bpe import fast_encoder
 
 Message = dict[str, Any]
 
@@ -127,10 +130,17 @@ def _append_only(template: ChatTemplate) -> bool:
 class ModelTokenizer:
     """Encode rendered text to the model's ids; decode sampled ids incrementally."""
 
-    def __init__(self, tokenizer: Tokenizer, template: ChatTemplate, eos: str = "") -> None:
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        template: ChatTemplate,
+        eos: str = "",
+        fast: Callable[[str], list[int]] | None = None,
+    ) -> None:
         self.tokenizer = tokenizer
         self.template = template
         self.shape = probe(template)
+        self.fast = fast  # the same ids from tiktoken's BPE (TOK-11), when identical
         # The ids that end the model's turn: the EOS token and the special tokens of the
         # template's close (``<|im_end|>``, ``<|eot_id|>``).
         specials = {i for i, t in tokenizer.get_added_tokens_decoder().items() if t.special}
@@ -142,6 +152,8 @@ class ModelTokenizer:
     def encode(self, text: str) -> list[int]:
         """Special-token text in the rendered template becomes the special token, as the
         upstream's own chat path does (TOK-3)."""
+        if self.fast is not None:
+            return self.fast(text)
         ids: list[int] = self.tokenizer.encode(text, add_special_tokens=False).ids
         return ids
 
@@ -166,7 +178,9 @@ class IncrementalDecoder:
         return piece or ""
 
 
-def load_tokenizer(path: str, chat_template: str | None = None) -> ModelTokenizer:
+def load_tokenizer(
+    path: str, chat_template: str | None = None, fast_bpe: bool = True
+) -> ModelTokenizer:
     """``path``: a ``tokenizer.json``, or a directory with ``tokenizer.json`` and
     ``tokenizer_config.json``; ``chat_template``: a Jinja file overriding the config's."""
     root = Path(path)
@@ -184,7 +198,23 @@ def load_tokenizer(path: str, chat_template: str | None = None) -> ModelTokenize
             raise TokenizerError(f"{config_file}: cannot read: {exc}") from None
     source = _template_source(config, chat_template, config_file)
     bos, eos = _special_text(config, "bos_token"), _special_text(config, "eos_token")
-    return ModelTokenizer(tokenizer, ChatTemplate(source, bos, eos), eos)
+    template = ChatTemplate(source, bos, eos)
+    fast = fast_encoder(file, _probe_texts(template)) if fast_bpe else None
+    return ModelTokenizer(tokenizer, template, eos, fast)
+
+
+def _probe_texts(template: ChatTemplate) -> list[str]:
+    """Texts both encoders must agree on before the fast one is used (TOK-11)."""
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"a": 1}}}
+    conversation: list[Message] = [
+        {"role": "system", "content": "You are a coding agent.\n\n## Rules\n- be brief"},
+        {"role": "user", "content": "Zürich 東京 🙂 it's   spaced\tout\n\n  code: x = f(1, 2)"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "line 1\r\n  line 2 ﬁ é e\u0301"},
+    ]
+    texts = [template.render(conversation, None, True)]
+    texts += ["", " ", "\n\n\n", "don't  stop'll 12345 3.14 __init__() -> None:", "ÀÉÎõü ß"]
+    return texts
 
 
 def _template_source(config: dict[str, Any], override: str | None, config_file: Path) -> str:

@@ -17,7 +17,7 @@ import asyncio
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
 
@@ -56,8 +56,7 @@ class BenchUpstream:
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
-        server = site._server
-        assert isinstance(server, asyncio.Server)
+        server = cast(asyncio.Server, site._server)  # uvloop's Server has the same sockets
         self.port = server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:

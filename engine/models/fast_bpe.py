@@ -1,10 +1,10 @@
-"""A faster encoder for byte-level BPE tokenizers (GPT-2, Qwen, Llama 3 style): the same
+"""A faster encoder for byte-level BPE tokenizers (GPT 2, Qwen, Llama 3 style): the same
 vocabulary and merges run by tiktoken's BPE instead of ``tokenizers`` (SPEC: TOK-11).
 
 ``tokenizers`` builds a full ``Encoding`` (offsets, masks, word ids) for every call; tiktoken
 returns ids only and was ~15x faster on the bench's tool outputs. The conversion is exact for
 the shapes it accepts: a ``BPE`` model, no normalizer or NFC, a ``ByteLevel`` pre-tokenizer
-(its GPT-2 regex) or a ``Split`` regex followed by ``ByteLevel``, every single byte in the
+(the GPT 2 regex) or a ``Split`` regex followed by ``ByteLevel``, every single byte in the
 vocabulary. Merge priority becomes the token's rank (the first merge that makes it), added
 tokens become tiktoken's special tokens, and ranks are mapped back to the model's ids.
 
@@ -33,7 +33,7 @@ Encode = Callable[[str], list[int]]
 
 
 def _byte_decoder() -> dict[str, int]:
-    """GPT-2's byte <-> printable character table, inverted."""
+    """The GPT 2 byte <-> printable character table, inverted."""
     printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1)]
     printable += range(ord("®"), ord("ÿ") + 1)
     chars = list(printable)

@@ -106,3 +106,37 @@ async def test_http_tool_chain_is_token_exact(
     stats = backend_of(server).stats
     assert stats["render.full"] == 1 and stats["render.incremental"] == 3
     assert stats["drift.answer"] == 0 and stats["drift.render"] == 0
+
+
+async def test_rerender_route_renders_the_whole_history_every_turn(
+    token_peer: TokenPeer, tokenizer_dir: Path, engine_for: StartEngine
+) -> None:
+    """TOK-4: ``history = "rerender"`` sends the template's rendering of the whole conversation
+    every turn, as a chat server would, instead of extending the sampled ids."""
+    router = tokens_router(token_peer, tokenizer_dir, "vllm", history="rerender")
+    server = await engine_for(router)
+    client = AsyncOpenAI(base_url=server.base_url, api_key="unused")
+    try:
+        assert await http_chain(client, turns=1) == ["Tool said: sun-0"]
+    finally:
+        await client.close()
+    stats = backend_of(server).stats
+    assert stats["render.full"] == 2 and stats["render.incremental"] == 0
+    backend = backend_of(server)
+    second = token_peer.text(token_peer.turns[1].prompt)
+    assert second.endswith("</tool_response><|im_end|>\n<|im_start|>assistant\n")
+    assert second.startswith(backend.tokenizer.decode(token_peer.turns[0].prompt))
+
+
+def test_a_template_that_is_not_append_only_is_detected(tmp_path: Path) -> None:
+    """TOK-4: the load-time probe tells an append-only template from one that rewrites what
+    came before (here: the latest assistant turn is marked)."""
+    from engine.models.model_tokenizer import load_tokenizer
+    from tests.upstream.token_peer import QWEN_TEMPLATE
+
+    marked = QWEN_TEMPLATE.replace(
+        "{{- '<|im_start|>assistant' }}",
+        "{{- '<|im_start|>assistant' + (' (latest)' if loop.last else '') }}",
+    )
+    assert load_tokenizer(str(make_tokenizer(tmp_path / "a"))).shape.append_only
+    assert not load_tokenizer(str(make_tokenizer(tmp_path / "b", marked))).shape.append_only

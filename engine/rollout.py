@@ -457,6 +457,8 @@ class Rollout:
         """Wait for tool outputs. Returns the turn to continue in, or None when retired."""
         self.pending = calls
         self.ctx.tokens.compact()  # it may wait a long time: hold only what it uses
+        if self.ctx.model_tokens is not None:
+            self.ctx.model_tokens.ids.compact()  # the same for the model's ids (TOK-7)
         loop = asyncio.get_running_loop()
         self._wake = loop.create_future()
         self.phase = Phase.SUSPENDED

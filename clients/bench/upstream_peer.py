@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any, cast
 
 from aiohttp import web
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from tokenizers import Tokenizer
 
 from clients.bench.codex import TOOL_NAMES
-from engine.models.model_tokenizer import load_tokenizer
 
 
 @dataclass
@@ -41,8 +42,20 @@ class BenchUpstream:
     _runner: web.AppRunner | None = None
 
     def __post_init__(self) -> None:
-        self.model = load_tokenizer(str(self.tokenizer_dir))
-        self.end_id = next(iter(sorted(self.model.end_ids)))
+        # What a model server does with its tokenizer files: Hugging Face's tokenizer, the
+        # config's Jinja chat template (rendered like transformers' apply_chat_template).
+        self.tokenizer = Tokenizer.from_file(str(self.tokenizer_dir / "tokenizer.json"))
+        config = json.loads((self.tokenizer_dir / "tokenizer_config.json").read_text())
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        env.filters["tojson"] = lambda value, indent=None: json.dumps(
+            value, ensure_ascii=False, indent=indent
+        )
+        self.template = env.from_string(config["chat_template"])
+        self.end_id = self.tokenizer.token_to_id(config["eos_token"])
+
+    def encode(self, text: str) -> list[int]:
+        ids: list[int] = self.tokenizer.encode(text, add_special_tokens=False).ids
+        return ids
 
     @property
     def base_url(self) -> str:
@@ -74,8 +87,9 @@ class BenchUpstream:
         for message in messages:  # as vLLM does before templating
             for call in message.get("tool_calls") or ():
                 call["function"]["arguments"] = json.loads(call["function"]["arguments"])
-        text = self.model.template.render(messages, body.get("tools"), True)
-        prompt = self.model.encode(text)
+        tools = body.get("tools") or None
+        text = self.template.render(messages=messages, tools=tools, add_generation_prompt=True)
+        prompt = self.encode(text)
         self.turns.append(UpstreamTurn("chat", len(raw), len(text), len(prompt)))
         call = self._call()
         args = json.dumps(call["arguments"])
@@ -88,7 +102,7 @@ class BenchUpstream:
             {"choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in chunks
         ]
         frames.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
-        answer = len(self.model.encode(args)) + 8
+        answer = len(self.encode(args)) + 8
         usage = {"prompt_tokens": len(prompt), "completion_tokens": answer}
         frames.append({"choices": [], "usage": usage})
         return await _stream(request, [*frames, "[DONE]"])
@@ -99,7 +113,7 @@ class BenchUpstream:
         prompt = body["token_ids"]
         self.turns.append(UpstreamTurn("tokens", len(raw), 0, len(prompt)))
         text = f"<tool_call>\n{json.dumps(self._call())}\n</tool_call>"
-        ids = [*self.model.encode(text), self.end_id]
+        ids = [*self.encode(text), self.end_id]
         content = [{"token": f"token_id:{t}", "logprob": -0.1} for t in ids]
         choice = {"index": 0, "token_ids": ids, "logprobs": {"content": content}}
         frames: list[Any] = [{"choices": [{**choice, "finish_reason": "stop"}]}]

@@ -56,17 +56,19 @@ class TurnRenderer:
         self.tokenizer = tokenizer
         self.rerender = rerender
         self.stats: Counter[str] = Counter()
-        self._tool_cache: tuple[Toolset, list[dict[str, Any]], str] | None = None
+        self._header_cache: tuple[Toolset, str | None, list[dict[str, Any]], str] | None = None
 
     def _header(self, instructions: str | None, tools: Toolset) -> tuple[list[dict[str, Any]], str]:
-        cached = self._tool_cache
-        if cached is not None and cached[0] is tools:
-            defs, tools_json = cached[1], cached[2]
-        else:
-            defs = functions_for(tools, Counter())
-            tools_json = json.dumps(defs, sort_keys=True)
-            self._tool_cache = (tools, defs, tools_json)
-        return defs, header_digest(f"{instructions or ''}\x00{tools_json}")
+        """The template's tools and the header's digest; a continuation resends equal tools
+        and instructions (compared by their bytes, TOOL-1), so both are computed once."""
+        cached = self._header_cache
+        if cached is not None and cached[0] == tools and cached[1] == instructions:
+            return cached[2], cached[3]
+        defs = functions_for(tools, Counter())
+        tools_json = json.dumps(defs, sort_keys=True)
+        digest = header_digest(f"{instructions or ''}\x00{tools_json}")
+        self._header_cache = (tools, instructions, defs, digest)
+        return defs, digest
 
     def prompt(self, ctx: Context, tools: Toolset, trajectory: Trajectory | None) -> Rendered:
         instructions = ctx.header_key[0] if ctx.header_key is not None else None

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Callable
 from typing import Protocol
 
 from engine.models.base import ArgsDelta, CallEnd, CallStart, Delta, TextDelta
@@ -112,4 +113,5 @@ def _partial_suffix(text: str, tag: str) -> int:
     return 0
 
 
-PARSERS: dict[str, type[HermesParser]] = {"hermes": HermesParser}
+# name (the route's ``tool_parser``) -> a factory of one parser per generation
+PARSERS: dict[str, Callable[[], ToolParser]] = {"hermes": HermesParser}

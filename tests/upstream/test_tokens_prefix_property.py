@@ -317,6 +317,9 @@ def test_every_prompt_extends_the_last_exactly(
     start = len(peer.turns)
     counters = server.engine.counters
     before = sum(counters[name] for name in CONTINUED_BY[path])
+    backend = server.engine.router.backend_of(template)
+    assert isinstance(backend, TokensBackend)
+    drift_before = backend.stats["drift.answer"]
     finals = env.run(DRIVERS[path](server, template, conversation), timeout=60)
     assert finals == [turn.answer for turn in conversation]
     turns = peer.turns[start:]
@@ -324,11 +327,11 @@ def test_every_prompt_extends_the_last_exactly(
     for n in range(1, len(turns)):
         head = turns[n - 1].prompt + turns[n - 1].answer
         assert turns[n].prompt[: len(head)] == head, (path, template, n)
-    rounds = sum(len(turn.rounds) for turn in conversation)
     continuations = (len(steps) - 1) if path != "append" else len(conversation) - 1
     assert sum(counters[name] for name in CONTINUED_BY[path]) - before == continuations
-    backend = server.engine.router.backend_of(template)
-    assert isinstance(backend, TokensBackend)
-    if template == "marks-latest" and rounds and path != "http-store":
-        # the answer check runs where the trajectory lives on (not across the store)
-        assert backend.stats["drift.answer"] > 0
+    drift = backend.stats["drift.answer"] - drift_before
+    if template == "marks-latest" and path != "http-store":
+        # A text answer followed by another user turn is one the template now renders
+        # differently (" [latest]" gone); the check runs where the trajectory lives on (not
+        # across the store). The prompts above stayed exact all the same.
+        assert drift >= len(conversation) - 1

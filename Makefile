@@ -72,7 +72,8 @@ fuzz: $(STAMP)
 	echo "fuzz seed: $$seed (replay: make fuzz SEED=$$seed)"; \
 	HYPOTHESIS_PROFILE=deep $(BIN)/pytest tests/fuzz tests/protocol -q -p no:cacheprovider --timeout 0 --hypothesis-show-statistics --hypothesis-seed=$$seed
 
-# Opt-in end-to-end test against a real llama.cpp server (builds llama-cpp-python: ~30 min).
+# Opt-in end-to-end tests against real llama.cpp (builds llama-cpp-python: ~30 min): the chat
+# upstream through its server, and a token-in rollout (TOK-2) through llama.cpp's /completion.
 $(REAL_VENV)/.installed:
 	$(PYTHON) -m venv $(REAL_VENV)
 	CMAKE_BUILD_PARALLEL_LEVEL=2 CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF" \

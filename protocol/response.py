@@ -67,6 +67,20 @@ class SafetyReport(msgspec.Struct):
     findings: list[SafetyFinding]
 
 
+class SampleTokens(msgspec.Struct, kw_only=True):
+    """One sampling step in the model's own tokens (``include: ["rollout.token_ids"]``, TOK-9)."""
+
+    prompt_tokens: int  # the whole prompt the model read
+    prompt_token_ids: list[int]  # its new part: rendered since the model's previous answer
+    item_ids: list[str]  # the output items this step produced
+    token_ids: list[int]  # the ids the model sampled, exactly
+    logprobs: list[float | None]  # one per sampled id (null where the server gave none)
+
+
+class RolloutTokens(msgspec.Struct, kw_only=True):
+    samples: list[SampleTokens] = msgspec.field(default_factory=list)
+
+
 class Response(msgspec.Struct, kw_only=True):
     id: str
     object: Literal["response"] = "response"
@@ -102,6 +116,8 @@ class Response(msgspec.Struct, kw_only=True):
     safety_identifier: str | None = None
     prompt_cache_key: str | None = None
     safety: SafetyReport | None = None
+    # Only with ``include: ["rollout.token_ids"]`` on a ``tokens`` route (TOK-9).
+    rollout_tokens: RolloutTokens | msgspec.UnsetType = msgspec.UNSET
 
 
 class CreateParams(msgspec.Struct, kw_only=True, dict=True):

@@ -71,6 +71,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--memory-rollouts", type=int, default=1000)
     p.add_argument("--memory-tokens", type=int, default=10_000, help="history per rollout")
     p.add_argument("--memory-lanes", type=int, default=25, help="rollouts per connection (≤32)")
+    p.add_argument(
+        "--upstream-kind",
+        default=None,
+        help="chat,tokens: the codex scenario through a chat and a tokens route against one "
+        "loopback upstream, side by side (BENCH-9); --turns sets the turns (default 60)",
+    )
     p.add_argument("--load", action="store_true", help="load test: WS agents + HTTP (LOAD-1)")
     p.add_argument("--load-connections", type=int, default=200)
     p.add_argument("--load-turns", type=int, default=20, help="tool-call turns per connection")
@@ -200,9 +206,28 @@ def run_load(args: argparse.Namespace) -> int:
     return 0 if lost == 0 else 1
 
 
+def run_upstream_kind(args: argparse.Namespace) -> int:
+    """``--upstream-kind``: prints the side-by-side table; ``--json`` writes the turns."""
+    from clients.bench.upstream_kind import KINDS, render, run_upstream_kinds
+
+    kinds = [k.strip() for k in args.upstream_kind.split(",") if k.strip()]
+    if not kinds or any(k not in KINDS for k in kinds):
+        print(f"rollout bench: --upstream-kind takes {','.join(KINDS)}", file=sys.stderr)
+        return 2
+    calls = args.turns or CODEX_CALLS
+    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        doc = runner.run(run_upstream_kinds(kinds, calls, args.history_scale))
+    print(render(doc))
+    if args.json is not None:
+        args.json.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
 def run_bench(args: argparse.Namespace) -> int:
     if args.load:
         return run_load(args)
+    if args.upstream_kind:
+        return run_upstream_kind(args)
     only_extras = args.stream or args.memory
     try:
         config = scenario_config(args) if (args.scenario or not only_extras) else None

@@ -31,6 +31,7 @@ class ServerProcess:
     # and the inspector's cost measure run without, so no record sits in the RSS they measure.
     bench_timings: bool = False
     store: str = "memory://"  # --store (BENCH-6)
+    config: Path | None = None  # a routing file instead of --bench-models (BENCH-9)
     port: int = 0
     _proc: asyncio.subprocess.Process | None = None
 
@@ -49,9 +50,10 @@ class ServerProcess:
         set in the environment must not lock the bench out), a backlog for 200 connects, and
         the per-turn timing records when asked for."""
         timings = ["--bench-timings"] if self.bench_timings else []
+        models = ["--config", str(self.config)] if self.config else ["--bench-models"]
         return [
             sys.executable, "-m", "cli", "serve",
-            "--bench-models", "--port", "0", "--announce-port",
+            *models, "--port", "0", "--announce-port",
             "--tps", repr(self.tokens_per_second),
             "--idle-timeout", repr(self.idle_timeout_s),
             "--api-keys-env", "", "--backlog", "2048", "--log-level", "WARNING", *timings,
@@ -134,6 +136,18 @@ def sched_ns(pid: int) -> tuple[int, int]:
     figure shows how much of a turn's latency was this shared machine's CPU contention."""
     running, waiting, _ = Path(f"/proc/{pid}/schedstat").read_text().split()
     return int(running), int(waiting)
+
+
+def process_cpu_ns(pid: int) -> int:
+    """Time on a CPU of all of a process's threads, in nanoseconds (each thread's schedstat):
+    what a library that works in threads of its own costs is counted too."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # the thread ended meanwhile
+    return total
 
 
 def cpu_seconds(pid: int) -> float:

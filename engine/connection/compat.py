@@ -22,6 +22,7 @@ from engine.conversation.compaction import compaction_threshold, take_trigger
 from engine.conversation.context import Context
 from engine.conversation.pipeline import FULL, INCREMENTAL, ItemTexts
 from engine.conversation.requests import check_supported
+from engine.conversation.trajectory import Trajectory
 from engine.core import Engine
 from engine.models.base import Backend
 from engine.rollout.coroutine import Rollout
@@ -71,6 +72,7 @@ def settings_from(params: CreateParams, model: str) -> Settings:
         temperature=params.temperature,
         top_p=params.top_p,
         compact_threshold=compaction_threshold(params.context_management),
+        include_tokens="rollout.token_ids" in (params.include or ()),
     )
 
 
@@ -264,7 +266,10 @@ def _run_store(session: Connection, lane: Lane, job: Admission, found: Found) ->
     stored = found.stored
     assert stored is not None
     session.engine.counters["create.store_hydrate"] += 1
-    rollout = Rollout(session.engine, job.backend, job.settings, job.turn, job.mode)
+    # The stored token trajectory, if any, continues as it was sampled (TOK-8).
+    tokens = Trajectory.from_segments(stored.tokens) if stored.tokens else None
+    ctx = Context(model_tokens=tokens)
+    rollout = Rollout(session.engine, job.backend, job.settings, job.turn, job.mode, ctx)
     rollout.owner = session.owner
     rollout.prepare(job.items, job.texts, path=FULL, history=stored.items, stored=stored.point)
     return rollout, True

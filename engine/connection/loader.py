@@ -27,7 +27,7 @@ from engine.shared.hydration import CachedContext
 from engine.shared.parking import Parked
 from engine.store import Hydrated, StoreError
 from engine.store.errors import wire_error
-from protocol.errors import InvalidRequest, previous_response_not_found
+from protocol.errors import InvalidRequest, previous_response_not_found, response_not_found
 
 
 class Path(enum.Enum):
@@ -127,6 +127,19 @@ async def load_conversation(
             "previous_response_id",
         )
     return Found(Path.STORE, stored=stored)
+
+
+async def load_stored(engine: Engine, response_id: str, *, owner: str | None) -> Hydrated:
+    """A stored response's whole chain, for a route that names it (``GET …/tokens``, TOK-8):
+    the owner is checked before any decode, and an unknown id or another owner's is 404
+    ``response_not_found`` (OWN-2). The one other reader of chains besides the loader above."""
+    try:
+        stored = await engine.store.hydrate(response_id, owner)  # owner before decode (OWN-5)
+    except StoreError as exc:
+        raise wire_error(exc) from None
+    if stored is None:
+        raise response_not_found(response_id)
+    return stored
 
 
 async def _from_memory(

@@ -12,6 +12,7 @@ import numpy as np
 
 from engine.conversation.safety import Finding
 from engine.conversation.tokens import TokenArray, TokenBuffer
+from engine.conversation.trajectory import Trajectory
 from engine.store.base import ChainPoint
 from protocol.items import InputItem, ToolCall
 from protocol.tools import Toolset
@@ -34,6 +35,8 @@ class Context:
     # What the context holds in bytes (LIM-21): its items' encoded size plus 4 bytes a token.
     # Kept as items are committed, so caches bound contexts in bytes without re-measuring.
     nbytes: int = 0
+    # The ``tokens`` backend's ids in the model's own tokenizer (TOK-7); None for other backends.
+    model_tokens: Trajectory | None = None
 
     @property
     def prompt_tokens(self) -> int:
@@ -58,7 +61,14 @@ class Context:
             header=self.header,
             stored=self.stored,
             nbytes=self.nbytes,
+            model_tokens=self.model_tokens.fork() if self.model_tokens is not None else None,
         )
+
+    def compact(self) -> None:
+        """Give back the token buffers' spare capacity (a suspended rollout may wait long)."""
+        self.tokens.compact()
+        if self.model_tokens is not None:
+            self.model_tokens.ids.compact()  # the model's own ids too (TOK-7)
 
     def pending_calls(self) -> list[ToolCall]:
         return list(self.unanswered.values())

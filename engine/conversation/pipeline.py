@@ -21,7 +21,7 @@ import msgspec
 import numpy as np
 
 from engine.conversation.context import Context
-from engine.conversation.render import render_header, render_item
+from engine.conversation.render import estimate_header, estimate_item, render_header, render_item
 from engine.conversation.safety import Finding, keep_findings, redact, scan_text
 from engine.conversation.tokens import TokenArray
 from engine.conversation.validation import (
@@ -170,10 +170,13 @@ class Pipeline:
 
     ``log`` is the current response's ``TurnLog``; the rollout points it at each new turn."""
 
-    def __init__(self, stats: StageStats, policy: str = "flag") -> None:
+    def __init__(self, stats: StageStats, policy: str = "flag", estimate: bool = False) -> None:
         self.stats = stats
         self.policy = policy
         self.log = TurnLog()
+        # A backend that renders the model's own tokens needs only our counts (TOK-10).
+        self._render = estimate_item if estimate else render_item
+        self._estimate = estimate
 
     def _timed(self, name: str, start: float) -> float:
         now = time.perf_counter()
@@ -204,7 +207,7 @@ class Pipeline:
         if findings and self.policy == "redact":
             items = self._redacted(ctx, items, findings)
         t = self._count("scan", path, len(items), t)
-        rendered = [render_item(item) for item in items]
+        rendered = [self._render(item) for item in items]
         self._count("render", path, len(items), t)
         total = self._commit(ctx, items, rendered, findings)
         self.stats.tokens[path] += total
@@ -233,7 +236,10 @@ class Pipeline:
             return 0
         t = time.perf_counter()
         validate_tools(tools)
-        ctx.header = np.asarray(render_header(instructions, tools), dtype=np.int32)
+        if self._estimate:
+            ctx.header = estimate_header(instructions, tools)
+        else:
+            ctx.header = np.asarray(render_header(instructions, tools), dtype=np.int32)
         ctx.header_key = key
         self.stats.tokens_rendered += len(ctx.header)
         self.stats.tokens["header"] += len(ctx.header)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 
+import numpy as np
+
 from engine.conversation.compaction import summary_text
 from engine.conversation.tokens import TokenArray, encode, encode_array
 from protocol.items import (
@@ -69,6 +71,17 @@ def item_text(item: InputItem) -> str:
 
 def render_item(item: InputItem) -> TokenArray:
     return encode_array(item_text(item))
+
+
+def estimate_item(item: InputItem) -> TokenArray:
+    """A length-only stand-in for ``render_item`` (about four characters a token), for a
+    backend that renders the model's own tokens itself (TOK-10): the context keeps its
+    token counts (limits, compaction thresholds, cache sizes) without a second tokenizer."""
+    return np.zeros(len(item_text(item)) // 4 + 1, dtype=np.int32)
+
+
+def estimate_header(instructions: str | None, tools: Toolset) -> TokenArray:
+    return np.zeros(len(header_text(instructions, tools)) // 4, dtype=np.int32)
 
 
 def _tool_def(tool: CallableTool) -> str:

@@ -60,6 +60,18 @@ class Finish:
     input_tokens: int | None = None
     cached_tokens: int | None = None
     usage_estimated: bool = False
+    tokens: StepTokens | None = None  # the ``tokens`` backend's ids of this step (TOK-9)
+
+
+@dataclass(frozen=True, slots=True)
+class StepTokens:
+    """A sampling step in the model's own tokens: the prompt's length, its newly rendered
+    part, and the sampled ids with their logprobs."""
+
+    prompt_tokens: int
+    prompt_new: list[int]
+    sampled: list[int]
+    logprobs: list[float | None]
 
 
 Delta = TextDelta | CallStart | ArgsDelta | CallEnd | Finish

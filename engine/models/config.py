@@ -13,6 +13,16 @@ key (``models.qwen.base_url: field required``). Example::
     aliases = ["gpt-4o-mini"]
     params = { top_k = 20 }                 # extra body fields (defaults; requests override)
 
+    [models.qwen-tokens]
+    backend = "tokens"                      # the engine renders the model's own tokens (TOK-1)
+    api = "vllm"                            # vllm | sglang | llamacpp
+    base_url = "http://127.0.0.1:8001"
+    tokenizer = "/models/qwen3"             # tokenizer.json, or a directory with it and
+                                            # tokenizer_config.json
+    chat_template = "/models/qwen3/chat_template.jinja"   # optional
+    tool_parser = "hermes"
+    history = "exact"                       # exact | rerender (TOK-4)
+
     [models.sim]
     backend = "sim"
     speed = 1000                            # tokens per second; 0 = unpaced
@@ -33,14 +43,17 @@ from engine.models.base import Backend
 from engine.models.chat import ChatBackend
 from engine.models.chat_wire import ChatOptions
 from engine.models.http_pool import HttpPool
+from engine.models.model_tokenizer import TokenizerError, load_tokenizer
 from engine.models.responses_upstream import ResponsesBackend
 from engine.models.responses_wire import ResponsesOptions
 from engine.models.router import Router
 from engine.models.scenarios import SCENARIOS
 from engine.models.sim import SimulatedModel
+from engine.models.tokens_backend import TokensBackend, TokensOptions
+from engine.models.tool_parsers import PARSERS
 from engine.models.upstream import Endpoint
 
-BACKENDS = ("sim", "chat", "responses")
+BACKENDS = ("sim", "chat", "responses", "tokens")
 Kind = Literal["text", "image", "file"]
 
 
@@ -115,7 +128,24 @@ class ResponsesRoute(_UpstreamRoute):
     pass_reasoning: bool = False
 
 
-Route = Annotated[SimRoute | ChatRoute | ResponsesRoute, Field(discriminator="backend")]
+class TokensRoute(_UpstreamRoute):
+    backend: Literal["tokens"]
+    api: Literal["vllm", "sglang", "llamacpp"]
+    tokenizer: str
+    chat_template: str | None = None
+    tool_parser: str = "hermes"
+    history: Literal["exact", "rerender"] = "exact"
+
+    @pydantic.field_validator("tool_parser")
+    @classmethod
+    def _known_parser(cls, value: str) -> str:
+        if value not in PARSERS:
+            raise ValueError(f"unknown tool parser; known: {', '.join(sorted(PARSERS))}")
+        return value
+
+
+AnyRoute = SimRoute | ChatRoute | ResponsesRoute | TokensRoute
+Route = Annotated[AnyRoute, Field(discriminator="backend")]
 
 
 class HttpSettings(_Strict):
@@ -209,7 +239,11 @@ def build_router(config: RoutingConfig, environ: Mapping[str, str] | None = None
         key_env = getattr(route, "api_key_env", None)
         if key_env and key_env not in env:
             problems.append(f"models.{name}.api_key_env: environment variable {key_env} is not set")
-        backend = _backend(route, pool)
+        try:
+            backend = _backend(route, pool)
+        except TokenizerError as exc:
+            problems.append(f"models.{name}.tokenizer: {exc}")
+            continue
         for key in (name, *route.aliases):
             routes[key] = backend
     if problems:
@@ -218,18 +252,28 @@ def build_router(config: RoutingConfig, environ: Mapping[str, str] | None = None
     return Router(routes=routes, default=default, default_name=config.default, closers=[pool.close])
 
 
-def _backend(route: SimRoute | ChatRoute | ResponsesRoute, pool: HttpPool) -> Backend:
+def _backend(route: AnyRoute, pool: HttpPool) -> Backend:
     if isinstance(route, SimRoute):
         return SimulatedModel(route.speed, scenario=route.scenario)
     supports = frozenset(route.supports)
+    if isinstance(route, TokensRoute):
+        options = TokensOptions(
+            api=route.api,
+            model=route.model,
+            tool_parser=route.tool_parser,
+            rerender=route.history == "rerender",
+            params=dict(route.params),
+        )
+        tokenizer = load_tokenizer(route.tokenizer, route.chat_template)
+        return TokensBackend(route.endpoint(), pool, tokenizer, options, supports)
     if isinstance(route, ChatRoute):
-        options = ChatOptions(
+        chat = ChatOptions(
             model=route.model,
             max_tokens_field=route.max_tokens_field,
             system_role=route.system_role,
             params=dict(route.params),
         )
-        return ChatBackend(route.endpoint(), pool, options, supports)
+        return ChatBackend(route.endpoint(), pool, chat, supports)
     responses = ResponsesOptions(
         model=route.model,
         continue_by_id=route.continue_by_id,

@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from engine.conversation.pipeline import StageStats, TurnLog
-from engine.models.base import Finish
+from engine.models.base import Finish, StepTokens
 from engine.observe.accounting import RolloutFacts, UsageTally, usage_record
 from engine.observe.benchclock import BenchClock, stage_delta
 from engine.observe.postinference import UsageRecord
@@ -62,6 +62,7 @@ class Step:
     reason: SampleEnd = "stop"
     produced: int = 0  # deltas so far, billed if steering cuts the step short (STEER-3)
     opened: bool = False  # the response is open on the wire
+    tokens: StepTokens | None = None  # a tokens backend's ids and logprobs (TOK-9)
 
 
 class Accounting:

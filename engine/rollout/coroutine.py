@@ -27,7 +27,7 @@ from engine.core import Engine
 from engine.models.base import HOSTED_TOOLS, Backend, BackendError
 from engine.rollout.accounting import Accounting
 from engine.rollout.endings import Endings
-from engine.rollout.sampling import compact_context, compact_if_needed, sample
+from engine.rollout.sampling import compact_if_needed, sample
 from engine.rollout.state import RolloutState, RolloutStep, advance
 from engine.rollout.steering import Steer, Steering
 from engine.rollout.turn import (
@@ -68,7 +68,8 @@ class Rollout:
         self.mode = mode
         self.ctx = context if context is not None else Context()
         self.accounting = Accounting(self.id, mode, engine.bench_clock)
-        self.pipeline = Pipeline(self.accounting.stats, engine.config.safety_policy)
+        estimate = getattr(backend, "renders_own_tokens", False)  # TOK-10
+        self.pipeline = Pipeline(self.accounting.stats, engine.config.safety_policy, estimate)
         self.pipeline.log = turn.log
         self.state = RolloutState.RUNNING
         self.response_ids: list[str] = [turn.stream.id]
@@ -205,11 +206,8 @@ class Rollout:
             await turn.sink.send(turn.stream.in_progress())
 
     async def _sample(self, turn: Turn) -> tuple[list[ToolCall], SampleEnd]:
-        if self.settings.compact_now:  # remote compaction: the one output is the compaction
-            self.settings.compact_now = False
-            await compact_context(self, turn, self._model_timeout, triggered=True)
-            return [], "stop"
-        await compact_if_needed(self, turn, self._model_timeout)
+        if await compact_if_needed(self, turn, self._model_timeout):  # a compaction_trigger:
+            return [], "stop"  # the response's one output is the compaction (COMPACT-7)
         step = self.accounting.begin_step(turn, self.ctx.prompt_tokens)
         await sample(self, turn, step, self._model_timeout)
         self.accounting.end_step(turn, step)
@@ -219,7 +217,7 @@ class Rollout:
     async def _suspend(self, turn: Turn, calls: list[ToolCall]) -> Turn | None:
         """Wait for tool outputs. Returns the turn to continue in, or None when retired."""
         self.pending = calls
-        self.ctx.tokens.compact()  # it may wait a long time: hold only what it uses
+        self.ctx.compact()  # it may wait a long time: hold only what it uses
         self._wake = asyncio.get_running_loop().create_future()
         self.advance(RolloutStep.SUSPEND)
         if self.mode is Mode.APPEND:
@@ -251,8 +249,7 @@ class Rollout:
 
     @property
     def idle_for(self) -> float | None:
-        """Seconds on the current suspension's idle clock (ROLL-6), None when not suspended:
-        a read-only view for the inspector (INSP-4)."""
+        """Seconds on the suspension's idle clock (ROLL-6, INSP-4), None when not suspended."""
         idle = self._idle
         deadline = idle.when() if idle is not None else None
         if deadline is None:
@@ -261,8 +258,7 @@ class Rollout:
         return max(asyncio.get_running_loop().time() - start, 0.0)
 
     @property
-    def pending_calls(self) -> list[ToolCall]:
-        """The calls a suspended rollout waits for, unanswered ones only (for observers)."""
+    def pending_calls(self) -> list[ToolCall]:  # unanswered ones, for observers
         return self.ctx.pending_calls() if self.state is RolloutState.SUSPENDED else []
 
     @property
@@ -270,14 +266,11 @@ class Rollout:
         suspended = self.state is RolloutState.SUSPENDED
         return suspended and self._wake is not None and not self._wake.done()
 
-    def detach(self) -> None:
-        """Forget the connection this rollout was served on (it is parked, PARK-1): until a new
-        one adopts it, nothing can be sent, and the old socket's buffers can be freed."""
+    def detach(self) -> None:  # parked (PARK-1): its old socket's buffers can be freed
         self.turn.sink = DETACHED
 
     @property
-    def retained_bytes(self) -> int:
-        """What keeping this rollout costs in memory: its context (PARK-7)."""
+    def retained_bytes(self) -> int:  # what parking it costs (PARK-7)
         return self.ctx.retained_bytes
 
     def offer(self, items: list[InputItem], texts: ItemTexts | None = None) -> bool:
@@ -328,8 +321,7 @@ class Rollout:
         turn.input_items = [*steered, *turn.input_items]
         self.resume(turn, settings)
 
-    def retire(self) -> None:
-        """End a suspended rollout without further sampling (evicted, replaced or closed)."""
+    def retire(self) -> None:  # no further sampling (evicted, replaced or closed)
         if self._wake is not None and not self._wake.done():
             self._wake.set_result(None)
 

@@ -129,17 +129,24 @@ class Endings:
         await rollout.engine.store.put(record)
         turn.log.add_time("store", time.perf_counter() - start)  # OBS-1
         rollout.ctx.stored = record.point
+        if record.tokens is not None and rollout.ctx.model_tokens is not None:
+            rollout.ctx.model_tokens.mark_stored()
 
     def stored_record(self, turn: Turn) -> ResponseRecord:
-        """Flat: this response's own input, output and new context items (STORE-4)."""
+        """Flat: this response's own input, output and new context items (STORE-4), and the
+        token trajectory's new part (TOK-8)."""
         ctx = self._rollout.ctx
-        return chain_record(
+        record = chain_record(
             turn.stream.response,
             [listing_form(item) for item in turn.input_items],
             ctx.items,
             ctx.stored,
             owner=self._rollout.owner,
         )
+        trajectory = ctx.model_tokens
+        if trajectory is not None and trajectory.covered == len(ctx.items):
+            record.tokens = trajectory.segment(snapshot=not record.links)
+        return record
 
     async def _unstored(self, turn: Turn, exc: StoreError) -> None:
         """The store did not acknowledge: the client gets an ``error`` instead of the terminal

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Sequence
 from typing import Protocol
+
+import msgspec
 
 from engine.conversation.compaction import worth_compacting
 from engine.conversation.context import Context
@@ -24,6 +27,7 @@ from engine.models.base import (
     Delta,
     Finish,
     SampleRequest,
+    StepTokens,
     TextDelta,
 )
 from engine.models.compaction import CompactRequest, compact
@@ -31,6 +35,7 @@ from engine.rollout.accounting import Accounting, Step
 from engine.rollout.steering import Steering
 from engine.rollout.turn import Settings, Turn
 from protocol.items import InputItem
+from protocol.response import Response, RolloutTokens, SampleTokens
 from protocol.states import ResponseState
 
 
@@ -51,13 +56,20 @@ class Rollout(Protocol):
     def replace_context(self, items: list[InputItem]) -> None: ...
 
 
-async def compact_if_needed(rollout: Rollout, turn: Turn, model_timeout: float) -> None:
-    """``context_management``: past the threshold, compact before sampling (COMPACT-3). The
-    compaction item is the response's next output item; its cost joins the usage."""
+async def compact_if_needed(rollout: Rollout, turn: Turn, model_timeout: float) -> bool:
+    """Before sampling: the input ended with a ``compaction_trigger`` (COMPACT-7: compact
+    instead of sampling; returns True), or ``context_management`` and the context is past its
+    threshold (COMPACT-3: compact, then sample). The compaction item is the response's next
+    output item; its cost joins the usage."""
+    if rollout.settings.compact_now:
+        rollout.settings.compact_now = False
+        await compact_context(rollout, turn, model_timeout, triggered=True)
+        return True
     threshold, ctx = rollout.settings.compact_threshold, rollout.ctx
     if threshold is None or ctx.prompt_tokens <= threshold or not worth_compacting(ctx.items):
-        return
+        return False
     await compact_context(rollout, turn, model_timeout, triggered=False)
+    return False
 
 
 async def compact_context(
@@ -107,6 +119,23 @@ async def sample(rollout: Rollout, turn: Turn, step: Step, model_timeout: float)
     # The model's own output joins the context (rendered once, never re-encoded).
     output: list[InputItem] = list(turn.stream.output[step.first_new :])
     rollout.pipeline.apply(rollout.ctx, output, path=OUTPUT, supports=frozenset({"text"}))
+    if step.tokens is not None and rollout.settings.include_tokens:
+        _report_tokens(turn.stream.response, step.tokens, output)
+
+
+def _report_tokens(response: Response, step: StepTokens, produced: Sequence[InputItem]) -> None:
+    """``include: ["rollout.token_ids"]``: the step's ids join the response (TOK-9)."""
+    if isinstance(response.rollout_tokens, msgspec.UnsetType):
+        response.rollout_tokens = RolloutTokens()
+    response.rollout_tokens.samples.append(
+        SampleTokens(
+            prompt_tokens=step.prompt_tokens,
+            prompt_token_ids=step.prompt_new,
+            item_ids=[item_id for item in produced if (item_id := getattr(item, "id", None))],
+            token_ids=step.sampled,
+            logprobs=step.logprobs,
+        )
+    )
 
 
 async def _emit(rollout: Rollout, turn: Turn, step: Step, delta: Delta) -> None:
@@ -131,7 +160,7 @@ async def _emit(rollout: Rollout, turn: Turn, step: Step, delta: Delta) -> None:
         for event in events:
             await send(event)
     elif isinstance(delta, Finish):
-        step.reason = delta.reason
+        step.reason, step.tokens = delta.reason, delta.tokens
         rollout.accounting.count_finish(turn, step, delta)
 
 

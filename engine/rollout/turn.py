@@ -65,6 +65,7 @@ class Settings:
     top_p: float | None = None
     compact_threshold: int | None = None  # context_management (COMPACT-3)
     compact_now: bool = False  # the input ended with a compaction_trigger (COMPACT-7)
+    include_tokens: bool = False  # ``include: ["rollout.token_ids"]`` (TOK-9)
 
 
 def _future() -> asyncio.Future[str]:

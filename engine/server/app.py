@@ -198,6 +198,7 @@ def create_app(
     app.router.add_delete("/v1/responses/{response_id}", http.delete_response)
     app.router.add_post("/v1/responses/{response_id}/cancel", background.cancel)
     app.router.add_get("/v1/responses/{response_id}/input_items", http.list_input_items)
+    app.router.add_get("/v1/responses/{response_id}/tokens", http.response_tokens)
     app.router.add_get("/v1/models", http.list_models)
     app.router.add_get("/healthz", http.healthz)
     app.router.add_get("/debug/stats", http.stats)

@@ -15,7 +15,9 @@ import msgspec
 from aiohttp import web
 
 from engine.connection.context_requests import compact_context, count_input_tokens
+from engine.connection.loader import load_stored
 from engine.connection.session import Session
+from engine.conversation.trajectory import Trajectory
 from engine.core import Engine
 from engine.inspector.read_model import note_event
 from engine.observe.benchclock import TimedSink
@@ -37,6 +39,7 @@ from engine.store.framing import ANY_OWNER, OwnerFilter
 from protocol.codec import decode_compact_body, decode_create_body, encode, http_error_body
 from protocol.errors import (
     InvalidRequest,
+    NotFound,
     ProtocolError,
     ServerError,
     Unavailable,
@@ -220,6 +223,32 @@ async def delete_response(request: web.Request) -> web.Response:
     if not deleted:
         raise response_not_found(response_id)
     return json_response({"id": response_id, "object": "response", "deleted": True})
+
+
+async def response_tokens(request: web.Request) -> web.Response:
+    """``GET /v1/responses/{id}/tokens`` (TOK-8): the model-token trajectory up to that
+    response, read back from the store; owner-checked like every id route (OWN-2)."""
+    engine, response_id = _stored(request)
+    hydrated = await load_stored(engine, response_id, owner=await identity.owner(request))
+    record = hydrated.record
+    if not hydrated.tokens:
+        message = f"Response '{response_id}' has no token trajectory (not a tokens route)."
+        raise NotFound("response_tokens_not_found", message, None)
+    trajectory = Trajectory.from_segments(hydrated.tokens)
+    sampled = trajectory.mask()
+    scores = iter(trajectory.logprobs)
+    logprobs = [next(scores, None) if was_sampled else None for was_sampled in sampled]
+    return json_response(
+        {
+            "object": "response.tokens",
+            "id": response_id,
+            "model": record.response.model,
+            "prompt_tokens": trajectory.prompt,
+            "token_ids": trajectory.all_ids(),
+            "sampled": sampled,
+            "logprobs": logprobs,
+        }
+    )
 
 
 async def list_input_items(request: web.Request) -> web.Response:

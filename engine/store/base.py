@@ -29,6 +29,7 @@ import msgspec
 from engine.store.codec import RecordCodec
 from engine.store.framing import ANY_OWNER, MAGIC, OwnerFilter, head_line, peek, readable_by
 from engine.store.owner import SALT_BYTES, digest
+from engine.store.tokens import TokenSegment, joined
 from protocol.items import InputItem
 from protocol.response import Response
 
@@ -93,6 +94,7 @@ class ResponseRecord(msgspec.Struct, kw_only=True):
     links_expire_at: float | None = None  # none of ``links`` expires before (None: never)
     deleted: bool = False  # a tombstone: invisible, kept only as a link of later records
     version: int = RECORD_VERSION
+    tokens: TokenSegment | None = None  # the ``tokens`` backend's trajectory part (TOK-8)
 
     @property
     def id(self) -> str:
@@ -115,6 +117,7 @@ class Hydrated:
     record: ResponseRecord
     items: list[InputItem]
     point: ChainPoint
+    tokens: list[TokenSegment] | None = None  # the whole token trajectory, when stored (TOK-8)
 
 
 def chain_record(
@@ -274,7 +277,10 @@ class ResponseStore(abc.ABC):
         items = [item for part in chain for item in part.context]
         if len(items) != record.length:
             raise RecordCorrupt(response_id)
-        return Hydrated(record, items, record.point)
+        tokens = joined([part.tokens for part in chain])
+        if tokens is not None and tokens[-1].covered != record.length:
+            tokens = None
+        return Hydrated(record, items, record.point, tokens)
 
     async def delete(self, response_id: str, owner: OwnerFilter = ANY_OWNER) -> bool:
         """The response is gone for every reader; its context items stay, as a tombstone, only

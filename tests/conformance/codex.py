@@ -7,11 +7,20 @@ import asyncio
 import json
 import os
 import subprocess
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
+
+from engine.server import http as http_routes
+from engine.server import ws as ws_driver
+from engine.server.keys import SESSIONS
+from tests.support.oracle import RECORDED
+from tests.support.server import LiveServer
+from tests.support.wait import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -199,3 +208,87 @@ async def exec_codex(
         stderr=stderr.decode(errors="replace"),
         proxy_attempts=trap.attempts,
     )
+
+
+class RequestLog:
+    """Records each request body the server decodes (observation only: decoding is unchanged),
+    so a test can check what Codex sent."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.bodies: list[dict[str, Any]] = []
+        for module, name in (
+            (ws_driver, "decode_client_event"),
+            (http_routes, "decode_create_body"),
+        ):
+            monkeypatch.setattr(module, name, self._recording(getattr(module, name)))
+
+    def _recording(self, decode: Any) -> Any:
+        def recorded(data: bytes | str) -> Any:
+            self.bodies.append(msgspec.json.decode(data))
+            return decode(data)
+
+        return recorded
+
+
+@dataclass
+class CodexRun:
+    returncode: int
+    answer: str
+    stderr: str
+    frames: list[dict[str, Any]]
+    counters: Counter[str]
+    stage_items: Counter[str]
+    proxy_attempts: list[bytes]
+    requests: list[dict[str, Any]]
+
+
+async def run_codex(
+    server: LiveServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    websockets: bool,
+    task: CodexTask | None = None,
+) -> CodexRun:
+    requests = RequestLog(monkeypatch)
+    counters_before = Counter(server.engine.counters)
+    items_before = Counter(server.engine.stats.items)
+    start = len(RECORDED)
+    done = await exec_codex(server.base_url, tmp_path, websockets, task)
+    # The server's bookkeeping for the last response (its rollout's stats, WS-12) is done once
+    # its sockets are closed and no rollout coroutine is left.
+    sessions = server.runner.app[SESSIONS]
+    await wait_for(lambda: not sessions and not _live_rollouts(), "the last rollout to end")
+    return CodexRun(
+        returncode=done.returncode,
+        answer=done.answer,
+        stderr=done.stderr,
+        frames=[msgspec.json.decode(raw) for raw in RECORDED[start:]],
+        counters=Counter(server.engine.counters) - counters_before,
+        stage_items=Counter(server.engine.stats.items) - items_before,
+        proxy_attempts=done.proxy_attempts,
+        requests=requests.bodies,
+    )
+
+
+def _live_rollouts() -> list[asyncio.Task[Any]]:
+    return [t for t in asyncio.all_tasks() if t.get_name().startswith("rollout_")]
+
+
+def assert_clean(run: CodexRun, caplog: pytest.LogCaptureFixture) -> None:
+    """Exit 0, a final answer built from both tools' outputs, no error anywhere, no internet."""
+    assert MARKER in run.answer, run.answer  # exec_command ran `ls` in the work dir
+    assert '"goal":null' in run.answer, run.answer  # get_goal ran too
+    assert_no_error(run, caplog)
+
+
+def assert_no_error(run: CodexRun, caplog: pytest.LogCaptureFixture) -> None:
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert not [f for f in run.frames if f["type"] == "error"]
+    assert not [f for f in run.frames if f["type"] == "response.failed"]
+    noisy = [r for r in caplog.records if r.name.startswith("rollout") and r.levelno >= 30]
+    assert not noisy, [r.getMessage() for r in noisy]
+    assert run.proxy_attempts == []  # Codex never tried to reach the internet
+
+
+def responses(run: CodexRun) -> list[dict[str, Any]]:
+    return [f["response"] for f in run.frames if f["type"] == "response.completed"]

@@ -71,6 +71,8 @@ ROUTES: dict[tuple[str, str], list[Call] | None] = {
     ("DELETE", ID): [by_path("DELETE", ID)],
     ("POST", ID + "/cancel"): [by_path("POST", ID + "/cancel")],
     ("GET", ID + "/input_items"): [by_path("GET", ID + "/input_items")],
+    ("GET", ID + "/tokens"): [by_path("GET", ID + "/tokens")],  # TOK-8
+    ("HEAD", ID + "/tokens"): [by_path("HEAD", ID + "/tokens")],
     ("HEAD", ID + "/input_items"): [by_path("HEAD", ID + "/input_items")],
     ("HEAD", "/v1/responses"): None,
     ("GET", "/v1/models"): None,

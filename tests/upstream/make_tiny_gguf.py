@@ -16,15 +16,18 @@ N_EMBD, N_HEAD, N_FF, N_LAYER, N_CTX = 64, 4, 128, 2, 2048
 WORDS = ["▁the", "▁a", "▁is", "▁weather", "▁sunny", "▁Paris", "▁hello", "{", "}", '"', ":", "▁"]
 
 
-def vocabulary() -> tuple[list[str], list[float], list[int]]:
-    """<unk>, <s>, </s>, the 256 byte tokens (so any text encodes), a few words."""
-    tokens = ["<unk>", "<s>", "</s>", *(f"<0x{b:02X}>" for b in range(256)), *WORDS]
-    types = [2, 3, 3] + [6] * 256 + [1] * len(WORDS)  # unknown, control, byte, normal
-    scores = [0.0] * 259 + [-float(i) for i in range(len(WORDS))]
+def vocabulary(size: int = 0) -> tuple[list[str], list[float], list[int]]:
+    """<unk>, <s>, </s>, the 256 byte tokens (so any text encodes), a few words, padded with
+    filler words up to ``size`` ids: the token-in test (TOK-2) samples ids that its own
+    tokenizer decodes, so only the vocabulary's size and end id (2) have to agree."""
+    words = [*WORDS, *(f"▁w{n}" for n in range(max(size - 259 - len(WORDS), 0)))]
+    tokens = ["<unk>", "<s>", "</s>", *(f"<0x{b:02X}>" for b in range(256)), *words]
+    types = [2, 3, 3] + [6] * 256 + [1] * len(words)  # unknown, control, byte, normal
+    scores = [0.0] * 259 + [-float(i) for i in range(len(words))]
     return tokens, scores, types
 
 
-def write(path: str) -> None:
+def write(path: str, size: int = 0) -> None:
     writer = gguf.GGUFWriter(path, "llama")
     writer.add_name("tiny-random")
     writer.add_context_length(N_CTX)
@@ -36,7 +39,7 @@ def write(path: str) -> None:
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_rope_dimension_count(N_EMBD // N_HEAD)
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
-    tokens, scores, types = vocabulary()
+    tokens, scores, types = vocabulary(size)
     writer.add_tokenizer_model("llama")
     writer.add_token_list(tokens)
     writer.add_token_scores(scores)
@@ -74,4 +77,4 @@ def _tensors(writer: gguf.GGUFWriter, n_vocab: int) -> None:
 
 
 if __name__ == "__main__":
-    write(sys.argv[1])
+    write(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 0)

@@ -1,6 +1,8 @@
 """Opt-in end to end against a real inference server (``make test-real``): llama-cpp-python's
 OpenAI-compatible server on the CPU with a tiny GGUF the test writes itself, fronted by our
-server and driven by the official openai SDK over WebSocket.
+server and driven by the official openai SDK over WebSocket; and a token-in rollout through a
+``tokens`` route against llama.cpp's ``/completion`` shape on the same library
+(``llama_token_server.py``).
 
 Skipped unless ``ROLLOUT_REAL_PYTHON`` names an interpreter with ``llama-cpp-python[server]``
 and ``gguf`` installed (PyPI ships llama-cpp-python as source only: building it takes about
@@ -20,7 +22,9 @@ from typing import Any
 import aiohttp
 import pytest
 from openai import AsyncOpenAI
+from tokenizers import Tokenizer
 
+from clients.bench.tiny_model import make_tokenizer
 from engine.models.config import build_router, parse_config
 from tests.support.server import LiveServer
 from tests.support.tools import WEATHER
@@ -127,3 +131,74 @@ async def _terminal(conn: Any) -> Any:
             return event.response
         assert event.type not in ("error", "response.failed"), event
     raise AssertionError("connection closed")
+
+
+# ----------------------------------------------------------------------------- token-in (TOK-2)
+
+
+@pytest.fixture
+async def llama_tokens_url(tmp_path: Path) -> AsyncIterator[tuple[str, Path]]:
+    """llama.cpp's ``/completion`` over real llama.cpp inference (``llama_token_server.py``),
+    on a GGUF whose vocabulary has the size of a tokenizer the test trains: the engine renders
+    with that tokenizer, llama.cpp samples ids it decodes."""
+    tokenizer = make_tokenizer(tmp_path / "tokenizer")
+    size = Tokenizer.from_file(str(tokenizer / "tokenizer.json")).get_vocab_size()
+    model = tmp_path / "tiny.gguf"
+    await _run(REAL_PYTHON, str(HERE / "make_tiny_gguf.py"), str(model), str(size))
+    server = await asyncio.create_subprocess_exec(
+        REAL_PYTHON, str(HERE / "llama_token_server.py"), str(model),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        assert server.stdout is not None
+        line = await asyncio.wait_for(server.stdout.readline(), 120)
+        assert line.startswith(b"PORT "), line
+        yield f"http://127.0.0.1:{int(line.split()[1])}", tokenizer
+    finally:
+        server.terminate()
+        await server.wait()
+
+
+async def test_token_in_rollout_against_llama_cpp(
+    llama_tokens_url: tuple[str, Path], engine_for: StartEngine
+) -> None:
+    """A token-array prompt in, sampled ids and their logprobs out; the second turn's prompt is
+    the first prompt plus the ids llama.cpp sampled, exactly (TOK-4); usage is its count."""
+    url, tokenizer = llama_tokens_url
+    route = {
+        "backend": "tokens",
+        "api": "llamacpp",
+        "base_url": url,
+        "model": "tiny",
+        "tokenizer": str(tokenizer),
+        "read_timeout": 60,
+    }
+    router = build_router(parse_config({"default": "tiny", "models": {"tiny": route}}))
+    server = await engine_for(router, default_model="tiny")
+    client = AsyncOpenAI(base_url=server.base_url, api_key="unused")
+    include = ["rollout.token_ids"]
+    try:
+        async with client.responses.connect() as conn:
+            await conn.response.create(
+                model="tiny", input="hello", max_output_tokens=8, include=include
+            )
+            first = await _terminal(conn)
+            await conn.response.create(
+                model="tiny",
+                input="again",
+                previous_response_id=first.id,
+                max_output_tokens=8,
+                include=include,
+            )
+            second = await _terminal(conn)
+    finally:
+        await client.close()
+    async with aiohttp.ClientSession() as http, http.get(f"{url}/turns") as resp:
+        turns = await resp.json()
+    assert len(turns) == 2
+    head = turns[0]["prompt"] + turns[0]["answer"]
+    assert turns[1]["prompt"][: len(head)] == head
+    (step,) = first.model_extra["rollout_tokens"]["samples"]
+    assert step["token_ids"] == turns[0]["answer"]
+    assert all(isinstance(lp, float) and lp <= 0 for lp in step["logprobs"])
+    assert second.usage.input_tokens == len(turns[1]["prompt"])

@@ -1,0 +1,143 @@
+"""A rollout's token trajectory in the model's own tokenizer (SPEC: TOK-4, TOK-7, TOK-8).
+
+Every id the model has read or written, in order: rendered runs (given items, the generation
+prompt, template text between turns) and sampled runs (what the model produced, exactly). The
+next prompt is always this trajectory plus newly rendered text: the history is never rendered
+again, so the prompt of every turn extends the previous prompt and its sampled ids exactly.
+
+Alongside the ids it keeps their JSON text (``"1,2,3"``), grown by appending, so a request body
+costs a copy of the history's bytes but no per-id encoding.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from engine.conversation.tokens import TokenBuffer
+from engine.store.tokens import TokenSegment
+
+
+def header_digest(text: str) -> str:
+    return hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()
+
+
+class Trajectory:
+    __slots__ = (
+        "answer_from",
+        "answer_text",
+        "covered",
+        "header",
+        "ids",
+        "ids_json",
+        "logprobs",
+        "open",
+        "prompt",
+        "sampled",
+        "stored",
+        "tail",
+    )
+
+    def __init__(self, header: str = "") -> None:
+        self.ids = TokenBuffer()
+        self.ids_json = bytearray()
+        self.sampled: list[int] = []  # flattened [begin, end) pairs
+        self.logprobs: list[float | None] = []  # one per sampled id
+        self.covered = 0  # context items these ids stand for
+        self.tail = ""  # template text owed before the next rendered items
+        self.header = header  # digest of the instructions/tools the first render used
+        self.prompt = 0  # length of the last prompt sent
+        self.stored = (0, 0, 0)  # (ids, sampled spans, logprobs) already in the store
+        # A prompt was sent and its answer has not joined (the sample failed or was cut off):
+        # the next turn renders the conversation afresh rather than guess where it stands.
+        self.open = False
+        # The model's last answer: the index of its first item and its text as sampled (the
+        # generation prompt and the template's close included), for the drift check (TOK-4).
+        self.answer_from = -1
+        self.answer_text = ""
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def given(self, ids: list[int]) -> None:
+        self._extend(ids)
+
+    def sampled_ids(self, ids: list[int], logprobs: list[float | None]) -> None:
+        if not ids:
+            return
+        begin = len(self.ids)
+        self._extend(ids)
+        if self.sampled and self.sampled[-1] == begin:
+            self.sampled[-1] = len(self.ids)  # one run, streamed in pieces
+        else:
+            self.sampled.extend((begin, len(self.ids)))
+        self.logprobs.extend(logprobs)
+
+    def _extend(self, ids: list[int]) -> None:
+        if not ids:
+            return
+        text = ",".join(map(str, ids)).encode()
+        if self.ids_json:
+            self.ids_json += b","
+        self.ids_json += text
+        self.ids.extend(ids)
+
+    def all_ids(self) -> list[int]:
+        ids: list[int] = self.ids.view().tolist()
+        return ids
+
+    def mask(self) -> list[bool]:
+        """Per id: sampled by the model (True) or rendered from given input (False)."""
+        out = [False] * len(self.ids)
+        pairs = self.sampled
+        for n in range(0, len(pairs), 2):
+            out[pairs[n] : pairs[n + 1]] = [True] * (pairs[n + 1] - pairs[n])
+        return out
+
+    def fork(self) -> Trajectory:
+        clone = Trajectory(self.header)
+        clone.ids = self.ids.copy()
+        clone.ids_json = bytearray(self.ids_json)
+        clone.sampled = list(self.sampled)
+        clone.logprobs = list(self.logprobs)
+        clone.covered, clone.tail, clone.prompt = self.covered, self.tail, self.prompt
+        clone.stored, clone.open = self.stored, self.open
+        clone.answer_from, clone.answer_text = self.answer_from, self.answer_text
+        return clone
+
+    # ------------------------------------------------------------------ the store (TOK-8)
+    def segment(self, snapshot: bool) -> TokenSegment | None:
+        """What a stored record holds: everything (a snapshot) or what followed the parent;
+        None while a prompt is open (nothing consistent to store)."""
+        if self.open:
+            return None
+        ids_from, spans_from, lps_from = (0, 0, 0) if snapshot else self.stored
+        view = self.ids.view()
+        return TokenSegment(
+            start=ids_from,
+            ids=view[ids_from:].tolist(),
+            sampled=self.sampled[spans_from:],
+            logprobs=self.logprobs[lps_from:],
+            covered=self.covered,
+            tail=self.tail,
+            header=self.header,
+            prompt=self.prompt,
+        )
+
+    def mark_stored(self) -> None:
+        self.stored = (len(self.ids), len(self.sampled), len(self.logprobs))
+
+    @classmethod
+    def from_segments(cls, segments: list[TokenSegment]) -> Trajectory:
+        last = segments[-1]
+        traj = cls(last.header)
+        for part in segments:
+            traj._extend(part.ids)
+            pairs = part.sampled
+            if traj.sampled and pairs and traj.sampled[-1] == pairs[0]:
+                traj.sampled[-1] = pairs[1]  # a run split across two records
+                pairs = pairs[2:]
+            traj.sampled.extend(pairs)
+            traj.logprobs.extend(part.logprobs)
+        traj.covered, traj.tail, traj.prompt = last.covered, last.tail, last.prompt
+        traj.mark_stored()
+        return traj

@@ -1,0 +1,259 @@
+"""A token-in/token-out upstream for tests: vLLM's ``/inference/v1/generate``, SGLang's
+``/generate`` and llama.cpp's ``/completion``, each in the shape its source documents (see
+``engine/models/token_wire.py`` for the files), with a tokenizer the test trains and a
+Qwen-style chat template the test writes (nothing is downloaded).
+
+It checks what arrives: every prompt is recorded with the ids the peer sampled for it, and
+``extends`` says whether a prompt starts with an earlier prompt plus its answer, exactly.
+The answer policy reads the decoded prompt like the chat peer reads messages: after a user
+turn with tools declared it calls the first tool, after tool results it summarises them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+from tokenizers import Tokenizer
+
+from clients.bench.tiny_model import QWEN_TEMPLATE, make_tokenizer
+from engine.models.config import build_router, parse_config
+from engine.models.router import Router
+from engine.models.tokens_backend import TokensBackend
+from tests.support.server import LiveServer
+
+__all__ = ["QWEN_TEMPLATE", "TokenPeer", "TokenTurn", "make_tokenizer"]
+
+
+@dataclass
+class TokenTurn:
+    api: str
+    body: dict[str, Any]
+    prompt: list[int]
+    answer: list[int] = field(default_factory=list)
+
+
+class TokenPeer:
+    """One server for all three APIs (the path says which); records every turn."""
+
+    def __init__(self, tokenizer_dir: Path, *, eos_in_tokens: bool = True) -> None:
+        self.tokenizer = Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json"))
+        self.end_id = self.tokenizer.token_to_id("<|im_end|>")
+        self.turns: list[TokenTurn] = []
+        self.script: deque[str] = deque()  # texts to sample next, before the policy
+        self.eos_in_tokens = eos_in_tokens
+        self.runner: web.AppRunner | None = None
+        self.port = 0
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def start(self) -> None:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/inference/v1/generate", self._vllm)
+        app.router.add_post("/generate", self._sglang)
+        app.router.add_post("/completion", self._llamacpp)
+        self.runner = web.AppRunner(app, handle_signals=False, access_log=None)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        assert site._server is not None
+        self.port = site._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+
+    # ------------------------------------------------------------------ checks
+    def extends(self, index: int) -> int | None:
+        """The earlier turn whose prompt + answer turn ``index``'s prompt starts with exactly
+        (the latest such), or None (a conversation's first turn, or a re-render)."""
+        prompt = self.turns[index].prompt
+        for earlier in range(index - 1, -1, -1):
+            turn = self.turns[earlier]
+            head = turn.prompt + turn.answer
+            if len(prompt) > len(head) and prompt[: len(head)] == head:
+                return earlier
+        return None
+
+    def text(self, ids: list[int]) -> str:
+        decoded: str = self.tokenizer.decode(ids, skip_special_tokens=False)
+        return decoded
+
+    # ------------------------------------------------------------------ the answer
+    def _answer(self, api: str, body: dict[str, Any], prompt: list[int]) -> TokenTurn:
+        turn = TokenTurn(api, body, list(prompt))
+        self.turns.append(turn)
+        text = self.script.popleft() if self.script else self._policy(self.text(prompt))
+        turn.answer = [*self.tokenizer.encode(text, add_special_tokens=False).ids, self.end_id]
+        return turn
+
+    @staticmethod
+    def _policy(prompt: str) -> str:
+        turns = prompt.split("<|im_start|>")
+        last = turns[-2] if len(turns) >= 2 else ""
+        if "<tool_response>" in last:
+            results = re.findall(r"<tool_response>\n(.*?)\n</tool_response>", last, re.S)
+            return "Tool said: " + "; ".join(results)
+        tools = re.search(r"<tools>\n(.*?)\n</tools>", prompt, re.S)
+        if last.startswith("user") and tools:
+            name = json.loads(tools.group(1).splitlines()[0])["function"]["name"]
+            call = {"name": name, "arguments": {"city": "Paris"}}
+            return f"<tool_call>\n{json.dumps(call)}\n</tool_call>"
+        return "Echo: " + last.removeprefix("user\n").removesuffix("<|im_end|>\n")
+
+    def _pieces(self, ids: list[int]) -> list[list[int]]:
+        return [ids[n : n + 3] for n in range(0, len(ids), 3)]
+
+    @staticmethod
+    def _logprob(n: int) -> float:
+        return -0.01 * (n % 7 + 1)
+
+    async def _stream(self, request: web.Request, frames: list[Any]) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for frame in frames:
+            payload = frame if isinstance(frame, str) else json.dumps(frame)
+            await resp.write(f"data: {payload}\n\n".encode())
+            await asyncio.sleep(0)
+        await resp.write_eof()
+        return resp
+
+    # ------------------------------------------------------------------ vLLM
+    async def _vllm(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        turn = self._answer("vllm", body, body["token_ids"])
+        frames: list[Any] = []
+        done = 0
+        pieces = self._pieces(turn.answer)
+        for index, piece in enumerate(pieces):
+            content = [
+                {"token": f"token_id:{t}", "logprob": self._logprob(done + k), "top_logprobs": []}
+                for k, t in enumerate(piece)
+            ]
+            done += len(piece)
+            finish = "stop" if index == len(pieces) - 1 else None
+            choice = {
+                "index": 0,
+                "logprobs": {"content": content},
+                "finish_reason": finish,
+                "token_ids": piece,
+            }
+            frames.append({"request_id": "generate-tokens-1", "choices": [choice]})
+        usage = {
+            "prompt_tokens": len(turn.prompt),
+            "completion_tokens": len(turn.answer),
+            "total_tokens": len(turn.prompt) + len(turn.answer),
+        }
+        frames.append({"request_id": "generate-tokens-1", "choices": [], "usage": usage})
+        frames.append("[DONE]")
+        return await self._stream(request, frames)
+
+    # ------------------------------------------------------------------ SGLang
+    async def _sglang(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        turn = self._answer("sglang", body, body["input_ids"])
+        frames: list[Any] = []
+        sent: list[int] = []
+        pieces = self._pieces(turn.answer)
+        for index, piece in enumerate(pieces):
+            sent += piece
+            last = index == len(pieces) - 1
+            meta = {
+                "id": "rid-1",
+                "finish_reason": {"type": "stop", "matched": self.end_id} if last else None,
+                "prompt_tokens": len(turn.prompt),
+                "completion_tokens": len(sent),
+                "cached_tokens": 0,
+                "output_token_logprobs": [[self._logprob(n), t, None] for n, t in enumerate(sent)],
+            }
+            frames.append({"text": self.text(sent), "output_ids": list(sent), "meta_info": meta})
+        frames.append("[DONE]")
+        return await self._stream(request, frames)
+
+    # ------------------------------------------------------------------ llama.cpp
+    async def _llamacpp(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        turn = self._answer("llamacpp", body, body["prompt"])
+        streamed = turn.answer if self.eos_in_tokens else turn.answer[:-1]
+        if not self.eos_in_tokens:
+            turn.answer = streamed  # what the engine was sent is what it must keep
+        frames: list[Any] = []
+        done = 0
+        for piece in self._pieces(streamed):
+            probs = [
+                {
+                    "id": t,
+                    "token": self.text([t]),
+                    "bytes": [],
+                    "logprob": self._logprob(done + k),
+                    "top_logprobs": [],
+                }
+                for k, t in enumerate(piece)
+            ]
+            done += len(piece)
+            frames.append(
+                {
+                    "index": 0,
+                    "content": self.tokenizer.decode(piece),
+                    "tokens": piece,
+                    "stop": False,
+                    "id_slot": 0,
+                    "tokens_predicted": done,
+                    "tokens_evaluated": len(turn.prompt),
+                    "completion_probabilities": probs,
+                }
+            )
+        frames.append(
+            {
+                "index": 0,
+                "content": "",
+                "tokens": [],
+                "id_slot": 0,
+                "stop": True,
+                "model": "tiny",
+                "tokens_predicted": len(turn.answer),
+                "tokens_evaluated": len(turn.prompt),
+                "stop_type": "eos",
+                "stopping_word": "",
+                "tokens_cached": len(turn.prompt),
+                "timings": {"prompt_n": len(turn.prompt), "cache_n": 0},
+            }
+        )
+        return await self._stream(request, frames)
+
+
+# ------------------------------------------------------------------ shared by the tokens tests
+
+
+def tokens_router(peer: TokenPeer, tokenizer: Path, api: str, **extra: Any) -> Router:
+    route = {
+        "backend": "tokens",
+        "api": api,
+        "base_url": peer.base_url,
+        "model": "tiny",
+        "tokenizer": str(tokenizer),
+        **extra,
+    }
+    return build_router(parse_config({"default": "model-a", "models": {"model-a": route}}))
+
+
+def backend_of(server: LiveServer) -> TokensBackend:
+    backend = server.engine.router.backend_of("model-a")
+    assert isinstance(backend, TokensBackend)
+    return backend
+
+
+def assert_exact(peer: TokenPeer, firsts: int = 1) -> None:
+    """Every turn after each conversation's first extends the turn before it exactly."""
+    follow = [peer.extends(n) for n in range(len(peer.turns))]
+    assert follow.count(None) == firsts, follow
+    for n, earlier in enumerate(follow):
+        assert earlier is None or earlier == n - 1, follow

@@ -126,7 +126,16 @@ class Endings:
             return
         record = self.stored_record(turn)
         start = time.perf_counter()
-        await rollout.engine.store.put(record)
+        write = asyncio.ensure_future(rollout.engine.store.put(record))
+        try:
+            await asyncio.shield(write)
+        except asyncio.CancelledError:
+            # A cancel landing during the durable write (a client gone, a background cancel):
+            # the write is not abandoned half-way, so the response ends stored as completed,
+            # never neither stored nor cancelled (STORE-21). The store bounds the wait (STORE-8).
+            with contextlib.suppress(Exception):
+                await write
+            raise
         turn.log.add_time("store", time.perf_counter() - start)  # OBS-1
         rollout.ctx.stored = record.point
         if record.tokens is not None and rollout.ctx.model_tokens is not None:

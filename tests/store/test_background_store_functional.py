@@ -10,11 +10,13 @@ A scripted model with a gate holds the run until then.
 from __future__ import annotations
 
 import asyncio
+import signal
 from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
 import msgspec
+import psycopg
 import pytest
 import redis.asyncio as aioredis
 from openai import AsyncOpenAI
@@ -23,9 +25,13 @@ from engine.core import EngineConfig
 from engine.models.base import TextDelta
 from engine.models.router import Router
 from engine.models.scripted import ScriptedModel
+from engine.server.keys import BACKGROUND
+from engine.store import ResponseStore
+from engine.store.postgres import TABLE, PostgresStore
 from engine.store.redis import RedisStore
 from tests.store._procs import RedisServer
 from tests.support.server import LiveServer, start_server
+from tests.support.wait import wait_for
 
 
 @pytest.fixture
@@ -33,14 +39,16 @@ async def gate() -> asyncio.Event:
     return asyncio.Event()
 
 
+async def _serve(gate: asyncio.Event, store: ResponseStore) -> LiveServer:
+    model = ScriptedModel([[TextDelta("Hello"), gate, TextDelta(" world")]])
+    return await start_server(
+        EngineConfig(tokens_per_second=0), Router(routes={}, default=model), store=store
+    )
+
+
 @pytest.fixture
 async def live(redis_server: RedisServer, gate: asyncio.Event) -> AsyncIterator[LiveServer]:
-    model = ScriptedModel([[TextDelta("Hello"), gate, TextDelta(" world")]])
-    server = await start_server(
-        EngineConfig(tokens_per_second=0),
-        Router(routes={}, default=model),
-        store=RedisStore(redis_server.url),
-    )
+    server = await _serve(gate, RedisStore(redis_server.url))
     try:
         yield server
     finally:
@@ -101,3 +109,63 @@ async def test_a_failed_terminal_write_is_failed_everywhere(
         await _acl(admin, "+set")
         await admin.aclose()
         await client.close()
+
+
+async def test_a_cancel_during_the_terminal_write_leaves_it_stored(
+    live: LiveServer, redis_server: RedisServer, gate: asyncio.Event
+) -> None:
+    """STORE-21, BG-6: a cancel that lands while the terminal record is being written (Redis
+    stopped with SIGSTOP mid-write) does not abandon the write: once Redis runs again the
+    response is completed and stored, and the cancel answers what the store holds."""
+    client = AsyncOpenAI(base_url=live.base_url, api_key="x", max_retries=0)
+    try:
+        created = await client.responses.create(model="m", input="hi", background=True)
+        run = live.runner.app[BACKGROUND].live[created.id]
+        await wait_for(lambda: run.snapshot().status == "in_progress", "the first delta")
+        assert redis_server.proc is not None
+        redis_server.proc.send_signal(signal.SIGSTOP)
+        try:
+            gate.set()  # the model finishes; the terminal write now waits on a stopped Redis
+            assert run.turn is not None
+            await wait_for(lambda: run.turn.status == "completed", "the terminal write to begin")
+            cancel = asyncio.create_task(client.responses.cancel(created.id))
+            assert run.task is not None
+            await wait_for(lambda: run.task.cancelling() > 0, "the cancel to reach the run")
+        finally:
+            redis_server.proc.send_signal(signal.SIGCONT)
+        answered = await asyncio.wait_for(cancel, 30)
+        assert answered.status in ("completed", "cancelled")
+        record = await live.engine.store.get(created.id)
+        assert record is not None and record.response.status == answered.status
+        assert answered.status == "completed"  # the write it was in the middle of finished
+    finally:
+        await client.close()
+
+
+async def test_a_cancel_during_a_blocked_postgres_write_still_stores_it(
+    postgres_url: str, gate: asyncio.Event
+) -> None:
+    """STORE-21 on Postgres, where a cancelled caller would also cancel its statement on the
+    server: another transaction holds the table locked while the terminal upsert waits, the
+    cancel lands, then the lock is released. The upsert finishes: completed and stored."""
+    live = await _serve(gate, PostgresStore(postgres_url))
+    client = AsyncOpenAI(base_url=live.base_url, api_key="x", max_retries=0)
+    blocker = await psycopg.AsyncConnection.connect(postgres_url)
+    try:
+        created = await client.responses.create(model="m", input="hi", background=True)
+        run = live.runner.app[BACKGROUND].live[created.id]
+        await wait_for(lambda: run.snapshot().status == "in_progress", "the first delta")
+        await blocker.execute(f"LOCK TABLE {TABLE} IN EXCLUSIVE MODE")  # its transaction stays open
+        gate.set()
+        assert run.turn is not None and run.task is not None
+        await wait_for(lambda: run.turn.status == "completed", "the terminal write to begin")
+        cancel = asyncio.create_task(client.responses.cancel(created.id))
+        await wait_for(lambda: run.task.cancelling() > 0, "the cancel to reach the run")
+        await blocker.rollback()  # the lock goes; the upsert proceeds
+        answered = await asyncio.wait_for(cancel, 30)
+        record = await live.engine.store.get(created.id)
+        assert record is not None and record.response.status == answered.status == "completed"
+    finally:
+        await blocker.close()
+        await client.close()
+        await live.runner.cleanup()

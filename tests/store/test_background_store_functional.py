@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import sqlite3
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -29,6 +31,7 @@ from engine.server.keys import BACKGROUND
 from engine.store import ResponseStore
 from engine.store.postgres import TABLE, PostgresStore
 from engine.store.redis import RedisStore
+from engine.store.sqlite import SqliteStore
 from tests.store._procs import RedisServer
 from tests.support.server import LiveServer, start_server
 from tests.support.wait import wait_for
@@ -167,5 +170,44 @@ async def test_a_cancel_during_a_blocked_postgres_write_still_stores_it(
         assert record is not None and record.response.status == answered.status == "completed"
     finally:
         await blocker.close()
+        await client.close()
+        await live.runner.cleanup()
+
+
+async def test_fuzz_seed_1538568222_cancel_racing_an_incomplete_end_on_sqlite(
+    tmp_path: Path, gate: asyncio.Event
+) -> None:
+    """Regression (the HTTP fuzzer, seed 1538568222, race-dependent so not replayable): a cancel
+    answered ``incomplete`` while a poll read ``queued`` from the store. Here deterministically:
+    the response ends while another connection holds SQLite's write lock, so the terminal
+    write waits in the store's thread when the cancel lands. Cancel and poll must agree with the store (STORE-21, BG-6)."""
+    store = SqliteStore(tmp_path / "race.db")
+    live = await _serve(gate, store)
+    client = AsyncOpenAI(base_url=live.base_url, api_key="x", max_retries=0)
+    try:
+        created = await client.responses.create(
+            model="m", input="hi", background=True, max_output_tokens=1
+        )
+        run = live.runner.app[BACKGROUND].live[created.id]
+        await wait_for(lambda: run.snapshot().status == "in_progress", "the first delta")
+        holder = sqlite3.connect(store.path, isolation_level=None, check_same_thread=False)
+        holder.execute("BEGIN IMMEDIATE")
+        try:
+            gate.set()
+            assert run.turn is not None and run.task is not None
+            ended = ("completed", "incomplete")
+            await wait_for(lambda: run.turn.status in ended, "the terminal write to begin")
+            cancel = asyncio.create_task(client.responses.cancel(created.id))
+            await wait_for(lambda: run.task.cancelling() > 0, "the cancel to reach the run")
+        finally:
+            holder.execute("COMMIT")
+            holder.close()
+        answered = await asyncio.wait_for(cancel, 30)
+        polled = await client.responses.retrieve(created.id)
+        record = await live.engine.store.get(created.id)
+        assert record is not None
+        assert answered.status == polled.status == record.response.status
+        assert record.response.status in ("completed", "incomplete")  # the write it was in
+    finally:
         await client.close()
         await live.runner.cleanup()

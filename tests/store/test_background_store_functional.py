@@ -180,7 +180,8 @@ async def test_fuzz_seed_1538568222_cancel_racing_an_incomplete_end_on_sqlite(
     """Regression (the HTTP fuzzer, seed 1538568222, race-dependent so not replayable): a cancel
     answered ``incomplete`` while a poll read ``queued`` from the store. Here deterministically:
     the response ends while another connection holds SQLite's write lock, so the terminal
-    write waits in the store's thread when the cancel lands. Cancel and poll must agree with the store (STORE-21, BG-6)."""
+    write waits in the store's thread when the cancel lands. Cancel and poll must agree with
+    the store (STORE-21, BG-6)."""
     store = SqliteStore(tmp_path / "race.db")
     live = await _serve(gate, store)
     client = AsyncOpenAI(base_url=live.base_url, api_key="x", max_retries=0)

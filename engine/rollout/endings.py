@@ -131,8 +131,10 @@ class Endings:
             await asyncio.shield(write)
         except asyncio.CancelledError:
             # A cancel landing during the durable write (a client gone, a background cancel):
-            # the write is not abandoned half-way, so the response ends stored as completed,
-            # never neither stored nor cancelled (STORE-21). The store bounds the wait (STORE-8).
+            # it is billed at once (POST-5: billing never waits on the store), and the write is
+            # not abandoned half-way, so the response ends stored as completed, never neither
+            # stored nor cancelled (STORE-21). The store bounds the wait (STORE-8, STORE-18).
+            await self._bill_owed(waiting=False)
             with contextlib.suppress(Exception):
                 await write
             raise

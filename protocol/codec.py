@@ -203,7 +203,8 @@ def parse_input(raw: str | list[Any], param: str = "input") -> list[InputItem]:
         where = f"{param}[{index}]"
         if isinstance(entry, dict) and "type" not in entry and "role" in entry:
             entry = {**entry, "type": "message"}
-        if isinstance(entry, dict) and entry.get("type") in OPAQUE_ITEMS:
+        kind = entry.get("type") if isinstance(entry, dict) else None
+        if isinstance(kind, str) and kind in OPAQUE_ITEMS:  # a non-string type is a bad item
             items.append(_opaque(entry, where))
             continue
         try:

@@ -106,6 +106,11 @@ class Session:
                 await self.handle_append(event)
         except ProtocolError as err:
             await self.send_error(err, self._lane_of(event, err))
+        except Exception:
+            # A fault of ours must not cost the client its connection (ERR-3): the event gets
+            # a generic error, the details go to the log, never to the wire.
+            log.exception("client event %s failed", event.type)
+            await self.send_error(ServerError(), None)
 
     def _lane_of(self, event: ClientEvent, err: ProtocolError) -> str | None:
         """Which lane a request-scoped error is attributed to (EV-3)."""

@@ -16,6 +16,8 @@ import aiohttp
 import pytest
 
 from engine.core import EngineConfig
+from protocol.codec import parse_input
+from protocol.errors import InvalidRequest
 from protocol.response import Response
 from protocol.states import IllegalTransition, ResponseState
 from protocol.stream import ResponseStream
@@ -104,7 +106,16 @@ async def test_deeply_nested_http_body_is_a_400(server: LiveServer) -> None:
         assert response.status == 400, await response.text()  # was: 500
 
 
-@pytest.mark.parametrize("garbage", [[1, 2], [{"foo": 1}], [{"type": "bogus"}]])
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        [1, 2],
+        [{"foo": 1}],
+        [{"type": "bogus"}],
+        [{"type": ["message"]}],  # deep fuzz, seed 905289082: a list as the type
+        [{"type": {"t": 1}}],
+    ],
+)
 async def test_inject_failed_for_unknown_target_parses_with_sdk(
     server: LiveServer, garbage: list[Any]
 ) -> None:
@@ -117,6 +128,19 @@ async def test_inject_failed_for_unknown_target_parses_with_sdk(
         assert event["type"] == "response.inject.failed", event
         assert event["error"]["code"] == "response_not_found"
         sdk_parse(event)  # was: the echoed input was not a list of input items
+        # The socket is still usable: an unhashable ``type`` crashed the handler (ERR-3), and
+        # aiohttp's 500 on the upgraded socket reached the client as a frame with RSV bits.
+        await ws.send_json({"type": "response.create", "model": "sim", "input": "hi"})
+        assert (await read_until(ws, "response.completed"))[-1]["type"] == "response.completed"
+
+
+@pytest.mark.parametrize("bad", [["message"], {"t": 1}, 3])
+def test_an_item_type_that_is_no_string_is_a_request_error(bad: Any) -> None:
+    """CODEC-3 (deep fuzz, seed 905289082): ``parse_input`` looked a non-string ``type`` up in
+    a set and raised ``TypeError``; it is an ordinary 400 with the item's path."""
+    with pytest.raises(InvalidRequest) as err:
+        parse_input([{"type": "message", "role": "user", "content": "x"}, {"type": bad}])
+    assert err.value.param is not None and err.value.param.startswith("input[1]")
 
 
 @pytest.mark.parametrize("garbage", [[1, 2], [{"foo": 1}]])

@@ -109,7 +109,7 @@ class Session:
         except Exception:
             # A fault of ours must not cost the client its connection (ERR-3): the event gets
             # a generic error, the details go to the log, never to the wire.
-            log.exception("client event %s failed", event.type)
+            log.exception("client event %s failed", type(event).__name__)
             await self.send_error(ServerError(), None)
 
     def _lane_of(self, event: ClientEvent, err: ProtocolError) -> str | None:

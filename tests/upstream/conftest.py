@@ -8,6 +8,7 @@ shared upstream HTTP pool through ``Engine.stop``.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from engine.models.config import build_router, parse_config
 from engine.models.router import Router
 from tests.support.server import LiveServer, start_server
 from tests.upstream.peer import SECRET, ChatPeer, ResponsesPeer
+from tests.upstream.token_peer import TokenPeer, make_tokenizer
 
 KEY_ENV = "ROLLOUT_TEST_UPSTREAM_KEY"
 StartEngine = Callable[..., Awaitable[LiveServer]]
@@ -97,3 +99,19 @@ async def chat_server(chat_peer: ChatPeer, engine_for: StartEngine) -> LiveServe
 @pytest.fixture
 async def responses_server(responses_peer: ResponsesPeer, engine_for: StartEngine) -> LiveServer:
     return await engine_for(router_for("responses", responses_peer.base_url))
+
+
+# The tokens backend's peer (TOK-1..TOK-9): a tokenizer trained once per module, a peer per test.
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tokenizer(tmp_path_factory.mktemp("tok"))
+
+
+@pytest.fixture
+async def token_peer(tokenizer_dir: Path) -> AsyncIterator[TokenPeer]:
+    peer = TokenPeer(tokenizer_dir)
+    await peer.start()
+    try:
+        yield peer
+    finally:
+        await peer.stop()

@@ -4,7 +4,6 @@ prompt is the previous prompt plus what it sampled, exactly."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -21,21 +20,6 @@ from tests.upstream.token_peer import (
 )
 
 APIS = ["vllm", "sglang", "llamacpp"]
-
-
-@pytest.fixture(scope="module")
-def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_tokenizer(tmp_path_factory.mktemp("tok"))
-
-
-@pytest.fixture
-async def token_peer(tokenizer_dir: Path) -> AsyncIterator[TokenPeer]:
-    peer = TokenPeer(tokenizer_dir)
-    await peer.start()
-    try:
-        yield peer
-    finally:
-        await peer.stop()
 
 
 async def http_chain(client: AsyncOpenAI, turns: int, store: bool = True) -> list[str]:

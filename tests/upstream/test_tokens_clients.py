@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -25,26 +24,10 @@ from tests.upstream.token_peer import (
     TokenPeer,
     assert_exact,
     backend_of,
-    make_tokenizer,
     tokens_router,
 )
 
 agents.set_tracing_disabled(True)  # no exporter may try the network
-
-
-@pytest.fixture(scope="module")
-def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_tokenizer(tmp_path_factory.mktemp("tok"))
-
-
-@pytest.fixture
-async def token_peer(tokenizer_dir: Path) -> AsyncIterator[TokenPeer]:
-    peer = TokenPeer(tokenizer_dir)
-    await peer.start()
-    try:
-        yield peer
-    finally:
-        await peer.stop()
 
 
 @pytest.fixture

@@ -5,12 +5,10 @@ continuation after the restart still extends the last prompt exactly."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import pytest
 from aiohttp import web
 
 from engine.core import Engine, EngineConfig
@@ -20,27 +18,12 @@ from engine.server.config import ServerConfig
 from engine.store import open_store
 from tests.support.server import LiveServer
 from tests.support.tools import WEATHER
-from tests.upstream.token_peer import TokenPeer, make_tokenizer, tokens_router
+from tests.upstream.token_peer import TokenPeer, tokens_router
 
 KEYS = ServerConfig(api_keys=frozenset({"key-alice", "key-bob"}))
 ALICE = {"Authorization": "Bearer key-alice"}
 BOB = {"Authorization": "Bearer key-bob"}
 INCLUDE = ["rollout.token_ids"]
-
-
-@pytest.fixture(scope="module")
-def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_tokenizer(tmp_path_factory.mktemp("tok"))
-
-
-@pytest.fixture
-async def token_peer(tokenizer_dir: Path) -> AsyncIterator[TokenPeer]:
-    peer = TokenPeer(tokenizer_dir)
-    await peer.start()
-    try:
-        yield peer
-    finally:
-        await peer.stop()
 
 
 async def start(peer: TokenPeer, tokenizer: Path, db: Path, with_sim: bool = False) -> LiveServer:

@@ -49,7 +49,8 @@ types: $(STAMP)
 unit: $(STAMP)
 	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(BIN)/pytest
 
-test: sysdeps lint types unit
+# The real llama.cpp tests run last: the first run builds llama-cpp-python (~5 min on 2 cores).
+test: sysdeps lint types unit test-real
 
 # Benchmarks are not tests: they report figures, they assert nothing about time.
 bench: $(STAMP)
@@ -72,7 +73,8 @@ fuzz: $(STAMP)
 	echo "fuzz seed: $$seed (replay: make fuzz SEED=$$seed)"; \
 	HYPOTHESIS_PROFILE=deep $(BIN)/pytest tests/fuzz tests/protocol -q -p no:cacheprovider --timeout 0 --hypothesis-show-statistics --hypothesis-seed=$$seed
 
-# Opt-in end-to-end tests against real llama.cpp (builds llama-cpp-python: ~30 min): the chat
+# End-to-end tests against real llama.cpp (part of `make test`; the build of llama-cpp-python
+# into .venv-real takes ~5 min on 2 cores, once): the chat
 # upstream through its server, and a token-in rollout (TOK-2) through llama.cpp's /completion.
 $(REAL_VENV)/.installed:
 	$(PYTHON) -m venv $(REAL_VENV)

@@ -83,7 +83,7 @@ $(REAL_VENV)/.installed:
 	touch $@
 
 test-real: $(STAMP) $(REAL_VENV)/.installed
-	ROLLOUT_REAL_PYTHON=$(REAL_VENV)/bin/python $(BIN)/pytest tests/upstream/test_real_llama_cpp.py -q
+	ROLLOUT_REAL_PYTHON=$(REAL_VENV)/bin/python $(BIN)/pytest tests/upstream/test_real_llama_cpp.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

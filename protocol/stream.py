@@ -86,15 +86,16 @@ class _OpenCall:
         )
 
 
-class ResponseStream:
-    """Builds the event sequence of one response. One instance per response id."""
+class _NumberedEvents:
+    """One response's event numbering and state, and the notices that take a number without
+    being part of its items (inject, steering). ``ResponseStream`` adds the items and the
+    lifecycle on top."""
 
     def __init__(self, response: Response, stream_id: str | None = None) -> None:
         self.response = response
         self.stream_id = stream_id
         self.state = ResponseState.NEW
         self._seq = 0
-        self._open: _OpenMessage | _OpenCall | None = None
 
     # ------------------------------------------------------------------ bookkeeping
     @property
@@ -118,6 +119,54 @@ class ResponseStream:
     def _snapshot(self) -> Response:
         # Lifecycle events carry a copy, so later mutation never changes an emitted event.
         return msgspec.structs.replace(self.response, output=list(self.response.output))
+
+    # ------------------------------------------------------------------ notices
+    def inject_created(self) -> ev.InjectCreated:
+        seq = self._step(Step.NOTICE)
+        return ev.InjectCreated(sequence_number=seq, stream_id=self.stream_id, response_id=self.id)
+
+    # ------------------------------------------------------------------ steering notices
+    # Steering notices are not lifecycle steps: they take the response's next sequence number in
+    # any state after CREATE, also after its terminal event (``response.steer.pending`` follows
+    # ``response.completed``), and change nothing else (STEER-8).
+    def _notice_number(self) -> int:
+        if self.state is ResponseState.NEW:
+            raise _misuse("a steering notice before response.created")
+        seq = self._seq
+        self._seq += 1
+        return seq
+
+    def steer_accepted(self, steer_id: str) -> ev.SteerAccepted:
+        return ev.SteerAccepted(
+            sequence_number=self._notice_number(),
+            stream_id=self.stream_id,
+            steer=ev.SteerId(id=steer_id, previous_response_id=self.id),
+        )
+
+    def steer_pending(self, steer_id: str, calls: list[ToolCall]) -> ev.SteerPending:
+        return ev.SteerPending(
+            sequence_number=self._notice_number(),
+            stream_id=self.stream_id,
+            reason="waiting_for_required_input",
+            required_input=[ev.RequiredInput(call_id=c.call_id, name=c.name) for c in calls],
+            steer=ev.SteerId(id=steer_id, previous_response_id=self.id),
+        )
+
+    def steer_failed(self, steer: ev.SteerRef, code: str, message: str) -> ev.SteerFailed:
+        return ev.SteerFailed(
+            sequence_number=self._notice_number(),
+            stream_id=self.stream_id,
+            error=ev.SteerError(code=code, message=message),
+            steer=steer,
+        )
+
+
+class ResponseStream(_NumberedEvents):
+    """Builds the event sequence of one response. One instance per response id."""
+
+    def __init__(self, response: Response, stream_id: str | None = None) -> None:
+        super().__init__(response, stream_id)
+        self._open: _OpenMessage | _OpenCall | None = None
 
     # ------------------------------------------------------------------ lifecycle
     def created(self) -> ev.ResponseCreated:
@@ -182,46 +231,6 @@ class ResponseStream:
         self.response.status = status
         self.response.usage = usage
         self.response.completed_at = completed_at
-
-    # ------------------------------------------------------------------ notices
-    def inject_created(self) -> ev.InjectCreated:
-        seq = self._step(Step.NOTICE)
-        return ev.InjectCreated(sequence_number=seq, stream_id=self.stream_id, response_id=self.id)
-
-    # ------------------------------------------------------------------ steering notices
-    # Steering notices are not lifecycle steps: they take the response's next sequence number in
-    # any state after CREATE, also after its terminal event (``response.steer.pending`` follows
-    # ``response.completed``), and change nothing else (STEER-8).
-    def _notice_number(self) -> int:
-        if self.state is ResponseState.NEW:
-            raise _misuse("a steering notice before response.created")
-        seq = self._seq
-        self._seq += 1
-        return seq
-
-    def steer_accepted(self, steer_id: str) -> ev.SteerAccepted:
-        return ev.SteerAccepted(
-            sequence_number=self._notice_number(),
-            stream_id=self.stream_id,
-            steer=ev.SteerId(id=steer_id, previous_response_id=self.id),
-        )
-
-    def steer_pending(self, steer_id: str, calls: list[ToolCall]) -> ev.SteerPending:
-        return ev.SteerPending(
-            sequence_number=self._notice_number(),
-            stream_id=self.stream_id,
-            reason="waiting_for_required_input",
-            required_input=[ev.RequiredInput(call_id=c.call_id, name=c.name) for c in calls],
-            steer=ev.SteerId(id=steer_id, previous_response_id=self.id),
-        )
-
-    def steer_failed(self, steer: ev.SteerRef, code: str, message: str) -> ev.SteerFailed:
-        return ev.SteerFailed(
-            sequence_number=self._notice_number(),
-            stream_id=self.stream_id,
-            error=ev.SteerError(code=code, message=message),
-            steer=steer,
-        )
 
     # ------------------------------------------------------------------ message items
     def add_message(self) -> list[ev.ServerEvent]:

@@ -1,6 +1,6 @@
 """Client side of the ``sim-coding-agent`` scenario: a sandbox project and the tools that act on it.
 
-The server's scripted model (``engine/models/scenarios.py``) lists, reads, searches, edits and
+The server's scripted model (``engine/models/sim/scenarios.py``) lists, reads, searches, edits and
 tests this project; these tools do the real work on real files, so a finished rollout leaves the
 sandbox genuinely fixed. Everything is deterministic and in-process (``run_tests`` simulates a
 pytest run instead of spawning one), so the scenario doubles as a benchmark and a test.

@@ -355,3 +355,22 @@ def test_the_room_check_finds_a_big_one(tmp_path: Path) -> None:
     body = "\n".join(f"    x{n} = {n}" for n in range(MAX_FUNCTION_STATEMENTS + 1))
     (tmp_path / "engine" / "big.py").write_text(f"def f():\n{body}\n")
     assert oversized(tmp_path) == {"engine/big.py:f": MAX_FUNCTION_STATEMENTS + 1}
+
+
+# engine/models' rooms (ARCH-1): the simulator, the HTTP upstreams and the token-in path are
+# separate rooms over base.py; only the token path may lean on the upstreams (their endpoint,
+# pool and chat message mapping), never the reverse, and the simulator leans on neither.
+MODEL_ROOMS_MAY_NOT_IMPORT = {
+    "engine.models.sim": ("engine.models.upstreams", "engine.models.tokens"),
+    "engine.models.upstreams": ("engine.models.sim", "engine.models.tokens"),
+    "engine.models.tokens": ("engine.models.sim",),
+}
+
+
+def test_model_rooms_stay_apart() -> None:
+    found = []
+    for module, imported in import_graph().items():
+        for room, forbidden in MODEL_ROOMS_MAY_NOT_IMPORT.items():
+            if _is(module, room):
+                found += [f"{module} imports {name}" for name in imported if _is(name, *forbidden)]
+    assert sorted(found) == []

@@ -7,7 +7,7 @@ What makes a Codex CLI request heavy, reproduced deterministically:
 * tool outputs of 0.2-8 KB (file reads, build logs, diffs, search hits), generated here from
   a seeded schedule, so every mode receives byte-identical outputs;
 * up to 60 calls (the server's ``bench-codex/N`` model cycles its calls, see
-  ``engine/models/bench_models.py``), so the history grows past 100k tokens.
+  ``engine/models/sim/bench_models.py``), so the history grows past 100k tokens.
 
 Nothing is read from disk or the network: outputs are text built from fixed vocabularies.
 """

@@ -4,8 +4,8 @@ Per turn (all measured on the client, loopback):
 
 * ``ttft``: from the request leaving the client to the first model delta event arriving;
 * ``overhead = ttft - simulator TTFT``: the simulator paces token n at ``start + n/tps`` and
-  sleeps only when more than 0.5 ms ahead (``engine.models.sim._Pacer``), so its own time to
-  the first token is ``1/tps`` when that exceeds 0.5 ms and ~0 otherwise (4,000 tokens/s,
+  sleeps only when more than 0.5 ms ahead (``engine.models.sim.simulator._Pacer``), so its own
+  time to the first token is ``1/tps`` when that exceeds 0.5 ms and ~0 otherwise (4,000 tokens/s,
   unlimited). What is left is the server's own work: reading and decoding the request,
   pre-inference, routing, resuming the coroutine, building and writing the events;
 * ``first_item``: time to ``response.output_item.added``; for a tool-call turn the simulator

@@ -40,18 +40,18 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
 from engine.models.base import Backend
-from engine.models.chat import ChatBackend
-from engine.models.chat_wire import ChatOptions
-from engine.models.http_pool import HttpPool
-from engine.models.model_tokenizer import TokenizerError, load_tokenizer
-from engine.models.responses_upstream import ResponsesBackend
-from engine.models.responses_wire import ResponsesOptions
 from engine.models.router import Router
-from engine.models.scenarios import SCENARIOS
-from engine.models.sim import SimulatedModel
-from engine.models.tokens_backend import TokensBackend, TokensOptions
-from engine.models.tool_parsers import PARSERS
-from engine.models.upstream import Endpoint
+from engine.models.sim.scenarios import SCENARIOS
+from engine.models.sim.simulator import SimulatedModel
+from engine.models.tokens.backend import TokensBackend, TokensOptions
+from engine.models.tokens.tokenizer import TokenizerError, load_tokenizer
+from engine.models.tokens.tool_parsers import PARSERS
+from engine.models.upstreams.chat import ChatBackend
+from engine.models.upstreams.chat_wire import ChatOptions
+from engine.models.upstreams.endpoint import Endpoint
+from engine.models.upstreams.http_pool import HttpPool
+from engine.models.upstreams.responses import ResponsesBackend
+from engine.models.upstreams.responses_wire import ResponsesOptions
 
 BACKENDS = ("sim", "chat", "responses", "tokens")
 Kind = Literal["text", "image", "file"]

@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from engine.models.base import Backend
-from engine.models.sim import SimulatedModel
+from engine.models.sim.simulator import SimulatedModel
 
 
 @dataclass

@@ -157,7 +157,7 @@ def models(options: ServeOptions, tokens_per_second: float) -> tuple[Router | No
     if options.bench_models:
         if options.config is not None or options.upstream is not None:
             raise ValueError("--bench-models serves the simulator only: drop --config/--upstream")
-        from engine.models.bench_models import bench_router
+        from engine.models.sim.bench_models import bench_router
 
         return bench_router(tokens_per_second), None
     if options.config is not None and options.upstream is not None:

@@ -26,7 +26,7 @@ from clients.bench.scenario import (
 from clients.bench.wire import TurnReader
 from engine.conversation.context import Context
 from engine.models.base import Finish, SampleRequest, TextDelta
-from engine.models.bench_models import (
+from engine.models.sim.bench_models import (
     CODEX_STEPS,
     BenchModels,
     CodexAgent,
@@ -34,7 +34,7 @@ from engine.models.bench_models import (
     LoopingCodingAgent,
     bench_router,
 )
-from engine.models.scenarios import CODING_AGENT_STEPS
+from engine.models.sim.scenarios import CODING_AGENT_STEPS
 from protocol.codec import parse_input
 from protocol.tools import FunctionTool
 

@@ -9,7 +9,7 @@ import pytest
 
 from clients.coding import make_sandbox, remaining_bugs
 from clients.loop import RolloutResult
-from engine.models.scenarios import CODING_AGENT_STEPS
+from engine.models.sim.scenarios import CODING_AGENT_STEPS
 
 
 @pytest.fixture

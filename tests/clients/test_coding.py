@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from clients.coding import coding_tools, make_sandbox, remaining_bugs, sandbox_files
-from engine.models.scenarios import CODING_AGENT_STEPS, CODING_AGENT_TOOLS, MODULES, TESTS
+from engine.models.sim.scenarios import CODING_AGENT_STEPS, CODING_AGENT_TOOLS, MODULES, TESTS
 
 MARKER_LINE = re.compile(r"^    return a - b  # BUG-(\d\d)$", re.MULTILINE)
 

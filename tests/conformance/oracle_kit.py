@@ -11,7 +11,7 @@ from openai.resources.responses.responses import AsyncResponsesConnection
 
 from engine.models.base import ArgsDelta, BackendError, CallStart, Delta, SampleRequest, TextDelta
 from engine.models.router import Router
-from engine.models.sim import SimulatedModel
+from engine.models.sim.simulator import SimulatedModel
 from tests.support.server import LiveServer
 
 MODEL = "gpt-x"

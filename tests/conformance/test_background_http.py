@@ -18,8 +18,8 @@ from openai import AsyncOpenAI
 from engine.core import EngineConfig
 from engine.models.base import TextDelta
 from engine.models.router import Router
-from engine.models.scripted import ScriptedModel, Step
-from engine.models.upstream import UpstreamError
+from engine.models.sim.scripted import ScriptedModel, Step
+from engine.models.upstreams.endpoint import UpstreamError
 from engine.server.config import ServerConfig
 from engine.store import chain_record
 from protocol.response import Response

@@ -13,7 +13,7 @@ import msgspec
 from openai import AsyncOpenAI
 
 from engine.models.router import Router
-from engine.models.sim import SimulatedModel
+from engine.models.sim.simulator import SimulatedModel
 from protocol import events as protocol_events
 from tests.conformance.open_responses import (
     CHECKED_EVENT_TYPES,

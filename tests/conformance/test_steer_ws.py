@@ -24,7 +24,7 @@ from openai.types.responses import (
 from engine.core import EngineConfig
 from engine.models.base import CallEnd, CallStart, TextDelta
 from engine.models.router import Router
-from engine.models.scripted import ScriptedModel, Step
+from engine.models.sim.scripted import ScriptedModel, Step
 from protocol.items import Message, text_of
 from tests.conformance.sdk_ws import call_output, create, final, recv, until_done
 from tests.support.server import LiveServer

@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 
 from engine.conversation.render import render_item
-from engine.models.scenarios import CODING_AGENT_STEPS
+from engine.models.sim.scenarios import CODING_AGENT_STEPS
 from protocol.codec import parse_input
 from tests.support.server import LiveServer
 from tests.support.tools import WEATHER_LOOSE

@@ -12,7 +12,7 @@ import aiohttp
 from engine.core import EngineConfig
 from engine.models.base import CallEnd, CallStart, Finish, TextDelta
 from engine.models.router import Router
-from engine.models.scripted import ScriptedModel
+from engine.models.sim.scripted import ScriptedModel
 from tests.support.server import LiveServer
 from tests.support.wait import wait_for
 from tests.support.ws import read_until

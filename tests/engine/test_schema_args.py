@@ -15,7 +15,7 @@ import jsonschema
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine.models.schema_args import arguments_for
+from engine.models.sim.schema_args import arguments_for
 
 NAMES = ["cmd", "command", "path", "workdir", "timeout_ms", "max_tokens", "count", "city", "q"]
 

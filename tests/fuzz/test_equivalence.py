@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from engine.core import EngineConfig
-from engine.models.scenarios import CODING_AGENT_STEPS
+from engine.models.sim.scenarios import CODING_AGENT_STEPS
 from tests.fuzz._support import LiveEnv, WsConn, examples, timeout_for, validate_recorded
 from tests.fuzz.ws_machine.model import _recorded
 

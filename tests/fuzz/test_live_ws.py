@@ -30,7 +30,7 @@ from hypothesis.stateful import (
 
 from engine.core import EngineConfig
 from engine.models.router import Router, simulator_router
-from engine.models.sim import SimulatedModel
+from engine.models.sim.simulator import SimulatedModel
 from tests.fuzz._support import (
     LiveEnv,
     examples,

@@ -15,7 +15,7 @@ from openai import AsyncOpenAI
 from engine.core import EngineConfig
 from engine.models.base import TextDelta
 from engine.models.router import Router
-from engine.models.scripted import ScriptedModel
+from engine.models.sim.scripted import ScriptedModel
 from engine.server.config import ServerConfig, load_api_keys
 from engine.server.keys import SESSIONS
 from tests.support.server import LiveServer

@@ -26,7 +26,7 @@ from openai import AsyncOpenAI
 from engine.core import EngineConfig
 from engine.models.base import TextDelta
 from engine.models.router import Router
-from engine.models.scripted import ScriptedModel
+from engine.models.sim.scripted import ScriptedModel
 from engine.server.keys import BACKGROUND
 from engine.store import ResponseStore
 from engine.store.postgres import TABLE, PostgresStore

@@ -10,10 +10,10 @@ from collections.abc import AsyncGenerator, AsyncIterator
 import pytest
 
 from engine.models.base import Delta, Finish, TextDelta
-from engine.models.chat import ChatBackend
-from engine.models.chat_wire import ChatOptions
-from engine.models.http_pool import HttpPool
-from engine.models.upstream import Endpoint, UpstreamError
+from engine.models.upstreams.chat import ChatBackend
+from engine.models.upstreams.chat_wire import ChatOptions
+from engine.models.upstreams.endpoint import Endpoint, UpstreamError
+from engine.models.upstreams.http_pool import HttpPool
 from tests.upstream.conftest import KEY_ENV
 from tests.upstream.peer import SECRET, ChatPeer, Reply
 from tests.upstream.sampling import request

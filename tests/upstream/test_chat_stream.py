@@ -10,8 +10,8 @@ import pytest
 
 from engine.conversation.tokens import count
 from engine.models.base import ArgsDelta, CallEnd, CallStart, Delta, Finish, TextDelta
-from engine.models.chat_stream import Chunk, ChunkMapper
-from engine.models.upstream import UpstreamError
+from engine.models.upstreams.chat_stream import Chunk, ChunkMapper
+from engine.models.upstreams.endpoint import UpstreamError
 from tests.upstream.peer import Call, Reply, chat_frames
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.models.chat_wire import ChatOptions, build_body
+from engine.models.upstreams.chat_wire import ChatOptions, build_body
 from protocol.response import ToolChoiceFunction
 from tests.upstream.sampling import request
 

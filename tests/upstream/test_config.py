@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 
 from cli.main import main
-from engine.models.chat import ChatBackend
 from engine.models.config import (
     ConfigError,
     build_router,
@@ -16,8 +15,9 @@ from engine.models.config import (
     parse_config,
     shortcut_config,
 )
-from engine.models.responses_upstream import ResponsesBackend
-from engine.models.sim import SimulatedModel
+from engine.models.sim.simulator import SimulatedModel
+from engine.models.upstreams.chat import ChatBackend
+from engine.models.upstreams.responses import ResponsesBackend
 from engine.server import flags, run
 
 GOOD = """

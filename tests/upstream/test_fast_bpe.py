@@ -13,8 +13,8 @@ from tokenizers import Tokenizer
 
 from clients.bench.codex import TOOL_NAMES, generated_output, instructions
 from clients.bench.tiny_model import SPECIALS, make_tokenizer
-from engine.models.fast_bpe import fast_encoder
-from engine.models.model_tokenizer import load_tokenizer
+from engine.models.tokens.fast_bpe import fast_encoder
+from engine.models.tokens.tokenizer import load_tokenizer
 
 
 @pytest.fixture(scope="module", params=["tiny", "codex"])

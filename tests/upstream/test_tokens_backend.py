@@ -91,7 +91,7 @@ async def test_rerender_route_renders_the_whole_history_every_turn(
 def test_a_template_that_is_not_append_only_is_detected(tmp_path: Path) -> None:
     """TOK-4: the load-time probe tells an append-only template from one that rewrites what
     came before (here: the latest assistant turn is marked)."""
-    from engine.models.model_tokenizer import load_tokenizer
+    from engine.models.tokens.tokenizer import load_tokenizer
     from tests.upstream.token_peer import QWEN_TEMPLATE
 
     marked = QWEN_TEMPLATE.replace(

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from openai import AsyncOpenAI
 
 from engine.models.config import build_router, parse_config
-from engine.models.tokens_backend import TokensBackend
+from engine.models.tokens.backend import TokensBackend
 from tests.fuzz._support import LoopThread, examples, timeout_for
 from tests.support.server import LiveServer
 from tests.support.tools import WEATHER

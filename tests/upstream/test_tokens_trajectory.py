@@ -12,7 +12,7 @@ import aiohttp
 from aiohttp import web
 
 from engine.core import Engine, EngineConfig
-from engine.models.sim import SimulatedModel
+from engine.models.sim.simulator import SimulatedModel
 from engine.server.app import create_app
 from engine.server.config import ServerConfig
 from engine.store import open_store

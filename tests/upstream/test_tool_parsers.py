@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from engine.models.base import ArgsDelta, CallEnd, CallStart, Delta, TextDelta
-from engine.models.tool_parsers import HermesParser
+from engine.models.tokens.tool_parsers import HermesParser
 
 CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 

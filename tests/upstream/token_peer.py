@@ -1,6 +1,6 @@
 """A token-in/token-out upstream for tests: vLLM's ``/inference/v1/generate``, SGLang's
 ``/generate`` and llama.cpp's ``/completion``, each in the shape its source documents (see
-``engine/models/token_wire.py`` for the files), with a tokenizer the test trains and a
+``engine/models/tokens/wire.py`` for the files), with a tokenizer the test trains and a
 Qwen-style chat template the test writes (nothing is downloaded).
 
 It checks what arrives: every prompt is recorded with the ids the peer sampled for it, and
@@ -25,7 +25,7 @@ from tokenizers import Tokenizer
 from clients.bench.tiny_model import QWEN_TEMPLATE, make_tokenizer
 from engine.models.config import build_router, parse_config
 from engine.models.router import Router
-from engine.models.tokens_backend import TokensBackend
+from engine.models.tokens.backend import TokensBackend
 from tests.support.server import LiveServer
 
 __all__ = ["QWEN_TEMPLATE", "TokenPeer", "TokenTurn", "make_tokenizer"]

@@ -36,8 +36,8 @@ from engine.models.base import (
     SampleRequest,
     TextDelta,
 )
-from engine.models.scenarios import SCENARIOS
-from engine.models.schema_args import arguments_for, command_like
+from engine.models.sim.scenarios import SCENARIOS
+from engine.models.sim.schema_args import arguments_for, command_like
 from protocol.items import InputItem, Message, ToolOutput, text_of
 from protocol.tools import CallableTool, ToolChoice, ToolChoiceAllowed, forced_callable
 

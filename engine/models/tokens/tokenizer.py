@@ -25,7 +25,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 from tokenizers.decoders import DecodeStream
 
-from engine.models.fast_bpe import fast_encoder
+from engine.models.tokens.fast_bpe import fast_encoder
 
 Message = dict[str, Any]
 

@@ -27,7 +27,7 @@ from engine.models.base import (
     FinishReason,
     TextDelta,
 )
-from engine.models.upstream import UpstreamError
+from engine.models.upstreams.endpoint import UpstreamError
 
 
 class FunctionDelta(msgspec.Struct):

@@ -24,8 +24,8 @@ from functools import lru_cache
 
 from engine.models.base import Backend, Delta, Finish, SampleRequest, TextDelta
 from engine.models.router import Router, simulator_router
-from engine.models.scenarios import CODING_AGENT_FINAL, CODING_AGENT_STEPS
-from engine.models.sim import Plan, PlannedCall, SimulatedModel, _Pacer, token_pieces
+from engine.models.sim.scenarios import CODING_AGENT_FINAL, CODING_AGENT_STEPS
+from engine.models.sim.simulator import Plan, PlannedCall, SimulatedModel, _Pacer, token_pieces
 
 CODING_PREFIX = "bench-coding-agent/"
 TEXT_PREFIX = "bench-text/"

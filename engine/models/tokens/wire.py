@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from engine.models.upstream import UpstreamError, decode_json
+from engine.models.upstreams.endpoint import UpstreamError, decode_json
 
 Api = Literal["vllm", "sglang", "llamacpp"]
 PATHS: dict[str, str] = {

@@ -27,14 +27,20 @@ from engine.models.base import (
     StepTokens,
     TextDelta,
 )
-from engine.models.chat import _with_namespace
 from engine.models.compaction import Compacted, CompactRequest, summarise_with_model
-from engine.models.http_pool import HttpPool
-from engine.models.model_tokenizer import ModelTokenizer
-from engine.models.token_render import TurnRenderer
-from engine.models.token_wire import PATHS, ChunkReader, Sampling, Step, body
-from engine.models.tool_parsers import PARSERS
-from engine.models.upstream import Endpoint, UpstreamError, closed_early, relay, retry_before_first
+from engine.models.tokens.render import TurnRenderer
+from engine.models.tokens.tokenizer import ModelTokenizer
+from engine.models.tokens.tool_parsers import PARSERS
+from engine.models.tokens.wire import PATHS, ChunkReader, Sampling, Step, body
+from engine.models.upstreams.chat import _with_namespace
+from engine.models.upstreams.endpoint import (
+    Endpoint,
+    UpstreamError,
+    closed_early,
+    relay,
+    retry_before_first,
+)
+from engine.models.upstreams.http_pool import HttpPool
 from protocol.tools import Toolset
 
 log = logging.getLogger("rollout.upstream.tokens")

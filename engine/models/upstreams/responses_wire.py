@@ -28,7 +28,7 @@ from engine.conversation.context import Context
 from engine.conversation.tokens import count
 from engine.models.base import ArgsDelta, CallEnd, CallStart, Delta, Finish, TextDelta
 from engine.models.compaction import Compacted
-from engine.models.upstream import UpstreamError, safe_message
+from engine.models.upstreams.endpoint import UpstreamError, safe_message
 from protocol.codec import parse_input
 from protocol.errors import InvalidRequest
 from protocol.items import (

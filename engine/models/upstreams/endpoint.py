@@ -24,7 +24,7 @@ import msgspec
 from yarl import URL
 
 from engine.models.base import BackendError, Delta
-from engine.models.http_pool import HttpPool
+from engine.models.upstreams.http_pool import HttpPool
 from protocol.errors import ProtocolError
 from protocol.sse import SseDecoder, SseEvent, SseTooLarge
 

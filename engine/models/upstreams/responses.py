@@ -22,8 +22,17 @@ import msgspec
 from engine.conversation.context import Context
 from engine.models.base import HOSTED_TOOLS, Delta, SampleRequest
 from engine.models.compaction import Compacted, CompactRequest
-from engine.models.http_pool import HttpPool
-from engine.models.responses_wire import (
+from engine.models.upstreams.endpoint import (
+    Endpoint,
+    UpstreamError,
+    closed_early,
+    decode_json,
+    post_stream,
+    relay,
+    retry_before_first,
+)
+from engine.models.upstreams.http_pool import HttpPool
+from engine.models.upstreams.responses_wire import (
     RESERVED,
     CompactedBody,
     Event,
@@ -32,15 +41,6 @@ from engine.models.responses_wire import (
     compacted_from,
     input_items,
     tool_choice_for,
-)
-from engine.models.upstream import (
-    Endpoint,
-    UpstreamError,
-    closed_early,
-    decode_json,
-    post_stream,
-    relay,
-    retry_before_first,
 )
 
 MAX_COMPACTED_BYTES = 32 * 1024 * 1024  # an upstream's compacted window, read at most

@@ -16,11 +16,10 @@ from collections.abc import AsyncGenerator
 import msgspec
 
 from engine.models.base import CallStart, Delta, SampleRequest
-from engine.models.chat_stream import Chunk, ChunkMapper
-from engine.models.chat_wire import ChatOptions, build_body
 from engine.models.compaction import Compacted, CompactRequest, summarise_with_model
-from engine.models.http_pool import HttpPool
-from engine.models.upstream import (
+from engine.models.upstreams.chat_stream import Chunk, ChunkMapper
+from engine.models.upstreams.chat_wire import ChatOptions, build_body
+from engine.models.upstreams.endpoint import (
     Endpoint,
     UpstreamError,
     closed_early,
@@ -29,6 +28,7 @@ from engine.models.upstream import (
     retry_before_first,
     safe_message,
 )
+from engine.models.upstreams.http_pool import HttpPool
 from protocol.tools import Toolset
 
 log = logging.getLogger("rollout.upstream.chat")

@@ -23,8 +23,8 @@ from typing import Any
 
 from engine.conversation.context import Context
 from engine.conversation.trajectory import Trajectory, header_digest
-from engine.models.chat_wire import ChatOptions, functions_for, messages_for
-from engine.models.model_tokenizer import Message, ModelTokenizer
+from engine.models.tokens.tokenizer import Message, ModelTokenizer
+from engine.models.upstreams.chat_wire import ChatOptions, functions_for, messages_for
 from protocol.items import InputItem
 from protocol.tools import Toolset
 

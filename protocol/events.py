@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from protocol.items import FunctionCall, Message, OutputItem, OutputText
+from protocol.items import FunctionCall, Message, OutputItem, OutputText, ReasoningText
 from protocol.response import CreateParams, Response
 
 # --------------------------------------------------------------------------- client events
@@ -99,14 +99,14 @@ class ContentPartAdded(_Event, tag="response.content_part.added"):
     item_id: str
     output_index: int
     content_index: int
-    part: OutputText
+    part: OutputText | ReasoningText
 
 
 class ContentPartDone(_Event, tag="response.content_part.done"):
     item_id: str
     output_index: int
     content_index: int
-    part: OutputText
+    part: OutputText | ReasoningText
 
 
 class OutputTextDelta(_Event, tag="response.output_text.delta"):
@@ -123,6 +123,22 @@ class OutputTextDone(_Event, tag="response.output_text.done"):
     content_index: int
     text: str
     logprobs: list[Any]
+
+
+class ReasoningTextDelta(_Event, tag="response.reasoning_text.delta"):
+    """A piece of a reasoning item's text (REASON-2)."""
+
+    item_id: str
+    output_index: int
+    content_index: int
+    delta: str
+
+
+class ReasoningTextDone(_Event, tag="response.reasoning_text.done"):
+    item_id: str
+    output_index: int
+    content_index: int
+    text: str
 
 
 class FunctionCallArgumentsDelta(_Event, tag="response.function_call_arguments.delta"):
@@ -259,6 +275,8 @@ ServerEvent = (
     | ContentPartDone
     | OutputTextDelta
     | OutputTextDone
+    | ReasoningTextDelta
+    | ReasoningTextDone
     | FunctionCallArgumentsDelta
     | FunctionCallArgumentsDone
     | CustomToolCallInputDelta

@@ -133,10 +133,13 @@ class ReasoningText(msgspec.Struct, tag="reasoning_text", tag_field="type"):
 class Reasoning(
     msgspec.Struct, tag="reasoning", tag_field="type", omit_defaults=True, kw_only=True
 ):
-    """Passed through untouched (ITEM-5): we never generate reasoning, but clients replay it."""
+    """Replayed reasoning passes through untouched (ITEM-5); a ``tokens`` route with a
+    reasoning parser produces it, its text as one ``reasoning_text`` part (REASON-1).
+    ``summary`` is None when the client left it out, so an echo stays as sent; an output item
+    always carries it (the SDK requires it)."""
 
     id: str
-    summary: list[SummaryText] = msgspec.field(default_factory=list)
+    summary: list[SummaryText] | None = None
     content: list[ReasoningText] | None = None
     encrypted_content: str | None = None
     status: ItemStatus | None = None
@@ -205,7 +208,7 @@ TypedItem = (
 InputItem = TypedItem | OpaqueItem
 ToolCall = FunctionCall | CustomToolCall
 ToolOutput = FunctionCallOutput | CustomToolCallOutput
-OutputItem = Message | FunctionCall | CustomToolCall | Compaction
+OutputItem = Message | FunctionCall | CustomToolCall | Compaction | Reasoning
 
 
 def part_text(part: ContentPart) -> str | None:
@@ -248,10 +251,17 @@ def item_texts(item: InputItem) -> list[str]:
     if isinstance(item, FunctionCallOutput | CustomToolCallOutput):
         return [text_of(item.output)]
     if isinstance(item, Reasoning):
-        return [s.text for s in item.summary]
+        return [reasoning_text(item)]
     if isinstance(item, OpaqueItem):
         return [opaque_text(item)]
     return []
+
+
+def reasoning_text(item: Reasoning) -> str:
+    """What a model reads of a reasoning item: its reasoning text, else its summary (REASON-4)."""
+    if item.content:
+        return "\n".join(part.text for part in item.content)
+    return "\n".join(part.text for part in item.summary or ())
 
 
 def opaque_text(item: OpaqueItem) -> str:

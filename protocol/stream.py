@@ -21,6 +21,8 @@ from protocol.items import (
     Message,
     OutputItem,
     OutputText,
+    Reasoning,
+    ReasoningText,
     ToolCall,
 )
 from protocol.response import IncompleteDetails, Response, ResponseErrorInfo, Usage
@@ -41,6 +43,19 @@ class _OpenMessage:
         self.output_index = output_index
         self.content_index = 0
         self.pieces: list[str] = []
+
+
+class _OpenReasoning:
+    __slots__ = ("item_id", "output_index", "pieces")
+
+    def __init__(self, item_id: str, output_index: int) -> None:
+        self.item_id = item_id
+        self.output_index = output_index
+        self.pieces: list[str] = []
+
+    def item(self, status: Any) -> Reasoning:
+        text = ReasoningText(text="".join(self.pieces))
+        return Reasoning(id=self.item_id, summary=[], content=[text], status=status)
 
 
 class _OpenCall:
@@ -161,12 +176,100 @@ class _NumberedEvents:
         )
 
 
-class ResponseStream(_NumberedEvents):
-    """Builds the event sequence of one response. One instance per response id."""
+class _ReasoningItems(_NumberedEvents):
+    """The open item, and reasoning items (REASON-2): ``output_item.added`` (a ``reasoning``
+    item, empty ``summary`` and ``content``), ``content_part.added`` (``reasoning_text``),
+    ``reasoning_text.delta`` …, ``reasoning_text.done``, ``content_part.done``,
+    ``output_item.done`` with the whole text as the item's one ``reasoning_text`` part."""
 
     def __init__(self, response: Response, stream_id: str | None = None) -> None:
         super().__init__(response, stream_id)
-        self._open: _OpenMessage | _OpenCall | None = None
+        self._open: _OpenMessage | _OpenCall | _OpenReasoning | None = None
+
+    @property
+    def has_open_item(self) -> bool:
+        return self._open is not None
+
+    @property
+    def reasoning_open(self) -> bool:
+        return isinstance(self._open, _OpenReasoning)
+
+    def _require_closed(self) -> None:
+        if self._open is not None:
+            raise _misuse("an output item is still open")
+
+    def add_reasoning(self) -> list[ev.ServerEvent]:
+        self._require_closed()
+        first = self._step(Step.OUTPUT)  # checked before any state changes (STATE-2)
+        index = len(self.response.output)
+        item_id = new_id("rs")
+        self._open = _OpenReasoning(item_id, index)
+        added = Reasoning(id=item_id, summary=[], content=[], status="in_progress")
+        return [
+            ev.OutputItemAdded(
+                sequence_number=first, stream_id=self.stream_id, output_index=index, item=added
+            ),
+            ev.ContentPartAdded(
+                sequence_number=self._step(Step.OUTPUT),
+                stream_id=self.stream_id,
+                item_id=item_id,
+                output_index=index,
+                content_index=0,
+                part=ReasoningText(text=""),
+            ),
+        ]
+
+    def reasoning_delta(self, delta: str) -> ev.ReasoningTextDelta:
+        item = self._open
+        if not isinstance(item, _OpenReasoning):
+            raise _misuse("reasoning_delta without an open reasoning item")
+        item.pieces.append(delta)
+        return ev.ReasoningTextDelta(
+            sequence_number=self._step(Step.OUTPUT),
+            stream_id=self.stream_id,
+            item_id=item.item_id,
+            output_index=item.output_index,
+            content_index=0,
+            delta=delta,
+        )
+
+    def finish_reasoning(self, status: Any = "completed") -> list[ev.ServerEvent]:
+        item = self._open
+        if not isinstance(item, _OpenReasoning):
+            raise _misuse("finish_reasoning without an open reasoning item")
+        self._open = None
+        done = item.item(status)
+        self.response.output.append(done)
+        part = ReasoningText(text="".join(item.pieces))
+        item_id, index = item.item_id, item.output_index
+        return [
+            ev.ReasoningTextDone(
+                sequence_number=self._step(Step.OUTPUT),
+                stream_id=self.stream_id,
+                item_id=item_id,
+                output_index=index,
+                content_index=0,
+                text=part.text,
+            ),
+            ev.ContentPartDone(
+                sequence_number=self._step(Step.OUTPUT),
+                stream_id=self.stream_id,
+                item_id=item_id,
+                output_index=index,
+                content_index=0,
+                part=part,
+            ),
+            ev.OutputItemDone(
+                sequence_number=self._step(Step.OUTPUT),
+                stream_id=self.stream_id,
+                output_index=item.output_index,
+                item=done,
+            ),
+        ]
+
+
+class ResponseStream(_ReasoningItems):
+    """Builds the event sequence of one response. One instance per response id."""
 
     # ------------------------------------------------------------------ lifecycle
     def created(self) -> ev.ResponseCreated:
@@ -406,14 +509,6 @@ class ResponseStream(_NumberedEvents):
         ]
 
     # ------------------------------------------------------------------ helpers
-    @property
-    def has_open_item(self) -> bool:
-        return self._open is not None
-
-    def _require_closed(self) -> None:
-        if self._open is not None:
-            raise _misuse("an output item is still open")
-
     def _abandon_open_item(self) -> None:
         """On failure, keep what was produced so far as an ``incomplete`` item (ORD-8)."""
         item, self._open = self._open, None
@@ -422,7 +517,7 @@ class ResponseStream(_NumberedEvents):
             self.response.output.append(
                 Message(id=item.item_id, role="assistant", status="incomplete", content=[part])
             )
-        elif isinstance(item, _OpenCall):
+        elif isinstance(item, _OpenCall | _OpenReasoning):
             self.response.output.append(item.item("incomplete"))
 
 

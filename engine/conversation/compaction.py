@@ -134,7 +134,7 @@ def _digest_line(item: InputItem) -> str:
     if isinstance(item, FunctionCallOutput):
         return f"- tool result: {_words(text_of(item.output))}"
     if isinstance(item, Reasoning):
-        return f"- reasoning: {_words(' '.join(s.text for s in item.summary))}"
+        return f"- reasoning: {_words(' '.join(s.text for s in item.summary or ()))}"
     if isinstance(item, Compaction):
         return f"- earlier summary: {_words(summary_text(item))}"
     return f"- {_kind(item)}: {_words(' '.join(item_texts(item)))}"

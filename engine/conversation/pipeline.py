@@ -113,8 +113,13 @@ def redact_item(item: InputItem) -> InputItem:
     if isinstance(item, CustomToolCall):
         return msgspec.structs.replace(item, input=redact(item.input))
     if isinstance(item, Reasoning):
-        summary = [msgspec.structs.replace(s, text=redact(s.text)) for s in item.summary]
-        return msgspec.structs.replace(item, summary=summary)
+        summary = [msgspec.structs.replace(s, text=redact(s.text)) for s in item.summary or ()]
+        content = [msgspec.structs.replace(c, text=redact(c.text)) for c in item.content or ()]
+        return msgspec.structs.replace(
+            item,
+            summary=summary if item.summary is not None else None,
+            content=content if item.content is not None else None,
+        )
     if isinstance(item, OpaqueItem):  # every string the model reads of it (ITEM-7)
         return OpaqueItem(
             {k: v if k in ("type", "id") else _redact_json(v) for k, v in item.data.items()}

@@ -59,7 +59,7 @@ def item_text(item: InputItem) -> str:
         body = text_of(item.output, _placeholder)
         return f"<|im_start|>tool {item.call_id}\n{body}<|im_end|>\n"
     if isinstance(item, Reasoning):
-        summary = "\n".join(s.text for s in item.summary)
+        summary = "\n".join(s.text for s in item.summary or ())
         return f"<|im_start|>reasoning\n{summary}<|im_end|>\n"
     if isinstance(item, Compaction):
         return f"<|im_start|>compaction\n{summary_text(item)}<|im_end|>\n"

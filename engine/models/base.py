@@ -25,6 +25,14 @@ class TextDelta:
 
 
 @dataclass(frozen=True, slots=True)
+class ReasoningDelta:
+    """Reasoning text (REASON-2): consecutive pieces form one ``reasoning`` item, which any
+    other delta closes."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
 class CallStart:
     """Opens a tool call: a function call, or (``custom``) a custom tool call whose ``ArgsDelta``
     text is its free-form input. ``namespace`` names the namespace tool it belongs to."""
@@ -61,6 +69,7 @@ class Finish:
     cached_tokens: int | None = None
     usage_estimated: bool = False
     tokens: StepTokens | None = None  # the ``tokens`` backend's ids of this step (TOK-9)
+    reasoning_tokens: int = 0  # of ``output_tokens``, those sampled as reasoning (REASON-3)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +83,7 @@ class StepTokens:
     logprobs: list[float | None]
 
 
-Delta = TextDelta | CallStart | ArgsDelta | CallEnd | Finish
+Delta = TextDelta | ReasoningDelta | CallStart | ArgsDelta | CallEnd | Finish
 
 
 @dataclass(frozen=True, slots=True)

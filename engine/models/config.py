@@ -21,7 +21,14 @@ key (``models.qwen.base_url: field required``). Example::
                                             # tokenizer_config.json
     chat_template = "/models/qwen3/chat_template.jinja"   # optional
     tool_parser = "hermes"
+    reasoning_parser = "think"              # optional: <think> reasoning items (REASON-1)
     history = "exact"                       # exact | rerender (TOK-4)
+
+    [models.gpt-oss]
+    backend = "tokens"
+    api = "vllm"
+    base_url = "http://127.0.0.1:8002"
+    template = "harmony"                    # gpt-oss: no tokenizer file (HARMONY-1)
 
     [models.sim]
     backend = "sim"
@@ -44,6 +51,7 @@ from engine.models.router import Router
 from engine.models.sim.scenarios import SCENARIOS
 from engine.models.sim.simulator import SimulatedModel
 from engine.models.tokens.backend import TokensBackend, TokensOptions
+from engine.models.tokens.harmony import HarmonySetupError
 from engine.models.tokens.tokenizer import TokenizerError, load_tokenizer
 from engine.models.tokens.tool_parsers import PARSERS
 from engine.models.upstreams.chat import ChatBackend
@@ -131,10 +139,26 @@ class ResponsesRoute(_UpstreamRoute):
 class TokensRoute(_UpstreamRoute):
     backend: Literal["tokens"]
     api: Literal["vllm", "sglang", "llamacpp"]
-    tokenizer: str
+    tokenizer: str | None = None  # required unless ``template = "harmony"``
     chat_template: str | None = None
+    template: Literal["jinja", "harmony"] = "jinja"  # HARMONY-1
     tool_parser: str = "hermes"
+    reasoning_parser: Literal["think", "harmony"] | None = None  # REASON-1
     history: Literal["exact", "rerender"] = "exact"
+
+    @pydantic.model_validator(mode="after")
+    def _template_fits(self) -> TokensRoute:
+        if self.template == "harmony":
+            if self.reasoning_parser not in (None, "harmony"):
+                raise ValueError("reasoning_parser: harmony reads its own channels; omit it")
+            if self.tokenizer is not None or self.chat_template is not None:
+                raise ValueError("tokenizer: harmony brings its own encoding; omit it")
+        else:
+            if self.tokenizer is None:
+                raise ValueError("tokenizer: required key is missing")
+            if self.reasoning_parser == "harmony":
+                raise ValueError('reasoning_parser: "harmony" needs template = "harmony"')
+        return self
 
     @pydantic.field_validator("tool_parser")
     @classmethod
@@ -244,6 +268,9 @@ def build_router(config: RoutingConfig, environ: Mapping[str, str] | None = None
         except TokenizerError as exc:
             problems.append(f"models.{name}.tokenizer: {exc}")
             continue
+        except HarmonySetupError as exc:
+            problems.append(f"models.{name}.template: {exc}")
+            continue
         for key in (name, *route.aliases):
             routes[key] = backend
     if problems:
@@ -262,9 +289,12 @@ def _backend(route: AnyRoute, pool: HttpPool) -> Backend:
             model=route.model,
             tool_parser=route.tool_parser,
             rerender=route.history == "rerender",
+            reasoning_parser=route.reasoning_parser,
             params=dict(route.params),
         )
-        tokenizer = load_tokenizer(route.tokenizer, route.chat_template)
+        tokenizer = None  # harmony: its own encoding, loaded by the backend
+        if route.tokenizer is not None:
+            tokenizer = load_tokenizer(route.tokenizer, route.chat_template)
         return TokensBackend(route.endpoint(), pool, tokenizer, options, supports)
     if isinstance(route, ChatRoute):
         chat = ChatOptions(

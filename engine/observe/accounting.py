@@ -11,7 +11,13 @@ from engine.conversation.pipeline import TurnLog
 from engine.conversation.safety import Finding
 from engine.models.base import Finish
 from engine.observe.postinference import UsageRecord
-from protocol.response import InputTokensDetails, SafetyFinding, SafetyReport, Usage
+from protocol.response import (
+    InputTokensDetails,
+    OutputTokensDetails,
+    SafetyFinding,
+    SafetyReport,
+    Usage,
+)
 
 
 @dataclass
@@ -24,6 +30,7 @@ class UsageTally:
     input_tokens: int = 0
     cached_tokens: int = 0
     output_tokens: int = 0
+    reasoning_tokens: int = 0  # of output_tokens (REASON-3)
     samples: int = 0
     tool_calls: int = 0
     estimated: bool = False  # some output was counted with our tokenizer (USE-3)
@@ -38,6 +45,7 @@ class UsageTally:
         """Add a sampling step's counts; the backend's own prompt and cache counts, when it
         reports them, replace our render's estimate (UP-7)."""
         self.output_tokens += finish.output_tokens
+        self.reasoning_tokens += finish.reasoning_tokens
         if finish.input_tokens is not None:
             self.input_tokens += finish.input_tokens - prompt
         if finish.cached_tokens is not None:
@@ -50,6 +58,7 @@ class UsageTally:
             output_tokens=self.output_tokens,
             total_tokens=self.input_tokens + self.output_tokens,
             input_tokens_details=InputTokensDetails(cached_tokens=self.cached_tokens),
+            output_tokens_details=OutputTokensDetails(reasoning_tokens=self.reasoning_tokens),
             estimated=True if self.estimated else msgspec.UNSET,
         )
 

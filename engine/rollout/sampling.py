@@ -26,6 +26,7 @@ from engine.models.base import (
     CallStart,
     Delta,
     Finish,
+    ReasoningDelta,
     SampleRequest,
     StepTokens,
     TextDelta,
@@ -116,6 +117,7 @@ async def sample(rollout: Rollout, turn: Turn, step: Step, model_timeout: float)
         await rollout.open_turn(turn)
     if step.reason not in ("length", "steered"):  # a cut-short item ends incomplete (ORD-8)
         await _close_message(turn, "completed")
+        await _close_reasoning(turn, "completed")
     # The model's own output joins the context (rendered once, never re-encoded).
     output: list[InputItem] = list(turn.stream.output[step.first_new :])
     rollout.pipeline.apply(rollout.ctx, output, path=OUTPUT, supports=frozenset({"text"}))
@@ -142,15 +144,24 @@ async def _emit(rollout: Rollout, turn: Turn, step: Step, delta: Delta) -> None:
     stream, send = turn.stream, turn.sink.send
     if isinstance(delta, TextDelta):
         step.produced += 1
+        await _close_reasoning(turn, "completed")
         if not stream.has_open_item:
             for event in stream.add_message():
                 await send(event)
         await send(stream.text_delta(delta.text))
+    elif isinstance(delta, ReasoningDelta):
+        step.produced += 1
+        if not stream.reasoning_open:
+            await _close_message(turn, "completed")
+            for event in stream.add_reasoning():
+                await send(event)
+        await send(stream.reasoning_delta(delta.text))
     elif isinstance(delta, ArgsDelta):
         step.produced += 1
         await send(stream.arguments_delta(delta.text))
     elif isinstance(delta, CallStart):
         await _close_message(turn, "completed")
+        await _close_reasoning(turn, "completed")
         await send(
             stream.add_function_call(delta.name, delta.call_id, delta.namespace, delta.custom)
         )
@@ -165,8 +176,14 @@ async def _emit(rollout: Rollout, turn: Turn, step: Step, delta: Delta) -> None:
 
 
 async def _close_message(turn: Turn, status: str) -> None:
-    if turn.stream.has_open_item:
+    if turn.stream.has_open_item and not turn.stream.reasoning_open:
         for event in turn.stream.finish_message(status):
+            await turn.sink.send(event)
+
+
+async def _close_reasoning(turn: Turn, status: str) -> None:
+    if turn.stream.reasoning_open:
+        for event in turn.stream.finish_reasoning(status):
             await turn.sink.send(event)
 
 

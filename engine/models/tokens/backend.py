@@ -3,8 +3,9 @@ server (vLLM, SGLang, llama.cpp) samples (SPEC: TOK-1..TOK-9).
 
 Per sampling step: the new items are rendered once and appended to the rollout's trajectory
 (``token_render``), the whole id array goes to the server's token endpoint (``token_wire``),
-the sampled ids stream back, are decoded incrementally into text and read by the tool parser
-into message text and function calls, and join the trajectory exactly as sampled.
+the sampled ids stream back, are read into reasoning, message text and function calls (the
+reasoning and tool parsers, ``reasoning.py``; gpt-oss harmony, ``harmony.py``), and join the
+trajectory exactly as sampled.
 """
 
 from __future__ import annotations
@@ -23,12 +24,15 @@ from engine.models.base import (
     Delta,
     Finish,
     FinishReason,
+    ReasoningDelta,
     SampleRequest,
     StepTokens,
     TextDelta,
 )
 from engine.models.compaction import Compacted, CompactRequest, summarise_with_model
-from engine.models.tokens.render import TurnRenderer
+from engine.models.tokens.harmony import HarmonyReader, HarmonyRenderer, harmony_encoding
+from engine.models.tokens.reasoning import AnswerReader, TextReader, ThinkParser, think_starts_open
+from engine.models.tokens.render import SampledAnswer, TurnRenderer
 from engine.models.tokens.tokenizer import ModelTokenizer
 from engine.models.tokens.tool_parsers import PARSERS
 from engine.models.tokens.wire import PATHS, ChunkReader, Sampling, Step, body
@@ -52,6 +56,7 @@ class TokensOptions:
     model: str | None = None  # None: the client's model name
     tool_parser: str = "hermes"
     rerender: bool = False  # ``history = "rerender"`` (TOK-4)
+    reasoning_parser: str | None = None  # "think" (REASON-1); harmony reads its own channels
     params: dict[str, Any] = field(default_factory=dict)
 
 
@@ -63,7 +68,7 @@ class TokensBackend:
         self,
         endpoint: Endpoint,
         pool: HttpPool,
-        tokenizer: ModelTokenizer,
+        tokenizer: ModelTokenizer | None,
         options: TokensOptions,
         supports: frozenset[str] = frozenset({"text"}),
     ) -> None:
@@ -72,10 +77,26 @@ class TokensBackend:
         self.tokenizer = tokenizer
         self.options = options
         self.supports = supports
-        self.renderer = TurnRenderer(tokenizer, options.rerender)
+        self.renderer: TurnRenderer | HarmonyRenderer
+        if tokenizer is None:  # ``template = "harmony"``: harmony's own encoding (HARMONY-1)
+            self.renderer = HarmonyRenderer(harmony_encoding(), options.rerender)
+        else:
+            self.renderer = TurnRenderer(tokenizer, options.rerender)
+            if not tokenizer.shape.append_only:
+                log.warning("the chat template is not append-only: exact tokens are kept (TOK-4)")
         self.stats: Counter[str] = self.renderer.stats  # renders, drift, requests …
-        if not tokenizer.shape.append_only:
-            log.warning("the chat template is not append-only: exact tokens are kept (TOK-4)")
+
+    def reader(self) -> AnswerReader:
+        """What reads one generation's sampled ids (REASON-1, HARMONY-3)."""
+        renderer = self.renderer
+        if isinstance(renderer, HarmonyRenderer):
+            return HarmonyReader(renderer.encoding, self.stats)
+        tokenizer = renderer.tokenizer
+        parser = PARSERS[self.options.tool_parser]()
+        if self.options.reasoning_parser == "think":
+            opened = think_starts_open(tokenizer.shape.generation_prompt)
+            return TextReader(tokenizer.decoder(), ThinkParser(parser, opened, self.stats))
+        return TextReader(tokenizer.decoder(), parser)
 
     def stream(self, request: SampleRequest) -> AsyncGenerator[Delta, None]:
         """Renders once; a retried attempt resends the same ids."""
@@ -124,15 +145,14 @@ class _TokenAnswer:
         self._trajectory = trajectory
         self._tools = tools
         self._reader = ChunkReader(backend.options.api)
-        self._decoder = backend.tokenizer.decoder()
-        self._parser = PARSERS[backend.options.tool_parser]()
+        self._parsing = backend.reader()
         self._first_item = len(ctx.items)
         self.ids: list[int] = []
         self.logprobs: list[float | None] = []
         self.finish: str | None = None
         self.usage = Step()
         self.items = 0  # output items the rollout builds from our deltas
-        self._in_message = False
+        self._open: type[Delta] | None = None  # the kind of text item our deltas keep open
         self.ended = False
 
     def feed(self, data: str) -> list[Delta]:
@@ -144,8 +164,7 @@ class _TokenAnswer:
             return []
         self.ids.extend(step.ids)
         self.logprobs.extend(step.logprobs)
-        text = "".join(self._decoder.step(token) for token in step.ids)
-        return self._counted(self._parser.feed(text)) if text else []
+        return self._counted(self._parsing.feed(step.ids))
 
     def _note(self, step: Step) -> None:
         if step.finish is not None:
@@ -160,21 +179,22 @@ class _TokenAnswer:
         """Count the items the rollout opens: a message per run of text, one per call."""
         out: list[Delta] = []
         for delta in deltas:
-            if isinstance(delta, TextDelta) and not self._in_message:
-                self.items += 1
-                self._in_message = True
+            if isinstance(delta, TextDelta | ReasoningDelta):
+                if self._open is not type(delta):
+                    self.items += 1
+                    self._open = type(delta)
             elif isinstance(delta, CallStart):
                 self.items += 1
-                self._in_message = False
-            elif not isinstance(delta, TextDelta | ArgsDelta):
-                self._in_message = False
+                self._open = None
+            elif not isinstance(delta, ArgsDelta):
+                self._open = None
             out.append(_with_namespace(delta, self._tools))
         return out
 
     def close(self) -> list[Delta]:
         if not self.ended and self.finish is None:
             raise closed_early()
-        deltas = self._counted(self._parser.finish())
+        deltas = self._counted(self._parsing.finish())
         prompt = self._trajectory.prompt
         view = self._trajectory.ids.view()
         step = StepTokens(
@@ -188,7 +208,7 @@ class _TokenAnswer:
         reason: FinishReason = "stop"
         if self.finish == "length":
             reason = "length"
-        elif self._parser.calls:
+        elif self._parsing.calls:
             reason = "tool_calls"
         deltas.append(
             Finish(
@@ -202,26 +222,18 @@ class _TokenAnswer:
                 if usage.cached_tokens is not None
                 else prompt - self._fresh,
                 tokens=step,
+                reasoning_tokens=self._parsing.reasoning_tokens,
             )
         )
         return deltas
 
     def _join(self) -> None:
-        """The sampled ids join the trajectory exactly; the template's close is owed."""
-        trajectory, tokenizer = self._trajectory, self._backend.tokenizer
-        trajectory.sampled_ids(self.ids, self.logprobs)
-        close = tokenizer.shape.close
-        tail = close
-        if self.ids and self.ids[-1] in tokenizer.end_ids:
-            last = tokenizer.decode(self.ids[-1:])
-            at = close.find(last)
-            tail = close[at + len(last) :] if at >= 0 else ""
-        trajectory.tail = tail
-        trajectory.covered = self._first_item + self.items
-        trajectory.answer_from = self._first_item
-        sampled = tokenizer.decode(self.ids)
-        trajectory.answer_text = tokenizer.shape.generation_prompt + sampled + tail
-        trajectory.open = False
+        """The sampled ids join the trajectory exactly (the renderer knows what is owed)."""
+        covered = self._first_item + self.items
+        answer = SampledAnswer(
+            self.ids, self.logprobs, self._first_item, covered, self._parsing.ended_in_call
+        )
+        self._backend.renderer.join(self._trajectory, answer)
         self._backend.stats["sampled_ids"] += len(self.ids)
 
     def failed(self, exc: UpstreamError) -> None:

@@ -28,7 +28,7 @@ from engine.models.upstreams.chat_wire import ChatOptions, functions_for, messag
 from protocol.items import InputItem
 from protocol.tools import Toolset
 
-_OPTIONS = ChatOptions()
+_OPTIONS = ChatOptions(reasoning_field="reasoning_content")  # what templates read (REASON-4)
 _LOOK_BACK = 8  # items read to rebuild the message before a delta (a call group fits)
 
 
@@ -49,6 +49,29 @@ def template_messages(items: list[InputItem], instructions: str | None) -> list[
             with contextlib.suppress(TypeError, ValueError):  # not JSON: the string stays
                 function["arguments"] = json.loads(function["arguments"])
     return messages
+
+
+@dataclass
+class SampledAnswer:
+    """What one generation leaves for the trajectory: its ids exactly, and where it stands in
+    the context (its first item, and the items up to its last)."""
+
+    ids: list[int]
+    logprobs: list[float | None]
+    answer_from: int  # the context index of the answer's first item
+    covered: int  # context items the trajectory stands for once the answer joined
+    ended_in_call: bool = False
+
+
+def needs_full_render(trajectory: Trajectory | None, digest: str, items: int) -> bool:
+    """No trajectory to continue: none yet, its last prompt's answer never joined, the
+    instructions or tools changed, or the context was replaced (compaction) (TOK-4)."""
+    return (
+        trajectory is None
+        or trajectory.open
+        or trajectory.header != digest
+        or trajectory.covered > items
+    )
 
 
 class TurnRenderer:
@@ -74,13 +97,7 @@ class TurnRenderer:
         instructions = ctx.header_key[0] if ctx.header_key is not None else None
         defs, digest = self._header(instructions, tools)
         items = ctx.items
-        stale = (
-            trajectory is None
-            or trajectory.open
-            or trajectory.header != digest
-            or trajectory.covered > len(items)
-        )
-        if self.rerender or stale:
+        if self.rerender or needs_full_render(trajectory, digest, len(items)):
             if trajectory is not None and not self.rerender:
                 self.stats["rerender.stale"] += 1  # instructions/tools changed, or compaction
             return self._full(items, instructions, defs, digest)
@@ -129,6 +146,23 @@ class TurnRenderer:
         self.stats["drift.render"] += 1
         same = next((n for n, (a, b) in enumerate(zip(before, after, strict=False)) if a != b), 0)
         return after[same:]
+
+    def join(self, trajectory: Trajectory, answer: SampledAnswer) -> None:
+        """The sampled ids join the trajectory exactly; the template's close is owed."""
+        tokenizer = self.tokenizer
+        trajectory.sampled_ids(answer.ids, answer.logprobs)
+        close = tokenizer.shape.close
+        tail = close
+        if answer.ids and answer.ids[-1] in tokenizer.end_ids:
+            last = tokenizer.decode(answer.ids[-1:])
+            at = close.find(last)
+            tail = close[at + len(last) :] if at >= 0 else ""
+        trajectory.tail = tail
+        trajectory.covered = answer.covered
+        trajectory.answer_from = answer.answer_from
+        sampled = tokenizer.decode(answer.ids)
+        trajectory.answer_text = tokenizer.shape.generation_prompt + sampled + tail
+        trajectory.open = False
 
     def check_answer(self, items: list[InputItem], start: int, sampled_text: str) -> bool:
         """Whether the template renders the model's answer (``items[start:]``) as the model

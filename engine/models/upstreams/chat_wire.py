@@ -10,7 +10,11 @@ Mapping, per item:
                                              follows (several calls share one message)
 * ``function_call_output``                -> ``tool`` message with ``tool_call_id``
 * ``custom_tool_call`` / its output       -> like a function call (``arguments`` = the input)
-* ``reasoning``, ``compaction``, opaque     -> dropped (chat has no place for them), counted
+* ``reasoning``, opaque                    -> dropped (chat has no place for them), counted;
+                                             with ``reasoning_field`` (the ``tokens`` route's
+                                             templates, REASON-4) reasoning text rides on the
+                                             assistant message that follows it
+* ``compaction``                            -> a ``user`` message with the summary
 * tools: functions (those inside namespaces too); custom and hosted tools are dropped and
   counted (``tool.<type>``): chat servers cannot call them (TOOL-4)
 Things the chat format cannot carry are dropped and counted in ``ChatPayload.dropped`` (images
@@ -37,6 +41,7 @@ from protocol.items import (
     OpaqueItem,
     Reasoning,
     ToolOutput,
+    reasoning_text,
     text_of,
 )
 from protocol.tools import CallableTool, FunctionTool, ToolChoice, ToolChoiceFunction, Toolset
@@ -55,6 +60,9 @@ class ChatOptions:
     max_tokens_field: MaxTokensField = "max_tokens"
     system_role: Literal["system", "developer"] = "system"
     params: dict[str, Any] = field(default_factory=dict)
+    # The key under which reasoning items' text joins the next assistant message (None: they
+    # are dropped). Chat templates read it as ``reasoning_content`` (REASON-4).
+    reasoning_field: str | None = None
 
 
 @dataclass
@@ -99,7 +107,11 @@ def messages_for(
     out: list[ChatMessage] = []
     if instructions:
         out.append({"role": options.system_role, "content": instructions})
+    thinking: list[str] = []  # reasoning waiting for the assistant message it precedes
     for item in items:
+        if isinstance(item, Reasoning) and options.reasoning_field is not None:
+            thinking.append(reasoning_text(item))
+            continue
         if isinstance(item, Message):
             out.append(_message(item, options, dropped))
         elif isinstance(item, FunctionCall | CustomToolCall):
@@ -114,7 +126,23 @@ def messages_for(
         elif isinstance(item, OpaqueItem):
             dropped[item.type] += 1
         # item_reference never reaches a backend: the pipeline resolves it first.
+        if thinking:
+            _attach_reasoning(out, item, thinking, options.reasoning_field)
     return out
+
+
+def _attach_reasoning(
+    out: list[ChatMessage], item: InputItem, thinking: list[str], key: str | None
+) -> None:
+    """Reasoning belongs to the assistant message made from the item right after it; before
+    anything else (a user turn, a tool result) it has nothing to attach to and is dropped."""
+    answers = isinstance(item, FunctionCall | CustomToolCall) or (
+        isinstance(item, Message) and item.role == "assistant"
+    )
+    if key is not None and answers and out and out[-1]["role"] == "assistant":
+        before = out[-1].get(key)
+        out[-1][key] = "\n".join([before, *thinking] if before else thinking)
+    thinking.clear()
 
 
 def _message(item: Message, options: ChatOptions, dropped: Counter[str]) -> ChatMessage:

@@ -1,0 +1,398 @@
+"""gpt-oss's harmony format through the ``openai-harmony`` package (SPEC: HARMONY-1..HARMONY-6).
+
+``template = "harmony"`` needs no tokenizer file: harmony renders the conversation with its own
+encoding (o200k_base plus harmony's special tokens) and parses what the model samples, token by
+token, with its ``StreamableParser``.
+
+* ``harmony_encoding`` loads the encoding once per process, offline: openai-harmony reads
+  ``o200k_base.tiktoken`` from the directory named by ``TIKTOKEN_ENCODINGS_BASE``; when that is
+  not set, the copy bpe-openai bundles (gzipped) is unpacked once into a cache directory and
+  the variable is set to it. Nothing is downloaded (HARMONY-1).
+* ``HarmonyRenderer`` renders the first prompt with ``render_conversation_for_completion``
+  (system message, developer message with the instructions and function tools, the items) and
+  every later one as the previous prompt + the sampled ids + ``render`` of each new item + the
+  generation prompt ``<|start|>assistant`` (HARMONY-2). harmony itself drops earlier
+  ``analysis`` messages when it renders a whole conversation: that is ``history = "rerender"``;
+  ``exact`` keeps what was sampled.
+* ``HarmonyReader`` maps the sampled messages to items (HARMONY-3): ``analysis`` -> reasoning,
+  ``commentary`` with ``to=functions.NAME`` -> a function call (its arguments checked as a JSON
+  object when the message ends), ``final`` and ``commentary`` without a recipient -> message
+  text. Anything harmony's parser rejects, or a call that is not a JSON object, stays text and
+  is counted (HARMONY-4).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import json
+import os
+import secrets
+import tempfile
+from collections import Counter
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from openai_harmony import (
+    Author,
+    Conversation,
+    DeveloperContent,
+    HarmonyEncoding,
+    HarmonyEncodingName,
+    HarmonyError,
+    Role,
+    StreamableParser,
+    SystemContent,
+    ToolDescription,
+    load_harmony_encoding,
+)
+from openai_harmony import Message as HarmonyMessage
+
+from engine.conversation.compaction import summary_text
+from engine.conversation.context import Context
+from engine.conversation.trajectory import Trajectory, header_digest
+from engine.models.base import ArgsDelta, CallEnd, CallStart, Delta, ReasoningDelta, TextDelta
+from engine.models.tokens.render import Rendered, SampledAnswer, needs_full_render
+from engine.models.upstreams.chat_wire import functions_for
+from protocol.items import (
+    Compaction,
+    CustomToolCall,
+    FunctionCall,
+    InputItem,
+    Message,
+    Reasoning,
+    ToolOutput,
+    reasoning_text,
+    text_of,
+)
+from protocol.tools import Toolset
+
+ENCODINGS_ENV = "TIKTOKEN_ENCODINGS_BASE"
+_VOCAB = "o200k_base.tiktoken"
+_FUNCTIONS = "functions."
+_CALL_CONTENT_TYPE = "<|constrain|>json"  # what gpt-oss samples for a JSON call
+
+
+class HarmonySetupError(ValueError):
+    """The o200k_base vocabulary cannot be found or unpacked (a config problem)."""
+
+
+def _bundled_vocabulary() -> Path:
+    import bpe_openai  # the package that bundles o200k_base (a dependency, TOK-12)
+
+    return Path(bpe_openai.__file__).parent / "data" / f"{_VOCAB}.gz"
+
+
+def _vocabulary_dir() -> Path:
+    """A directory holding ``o200k_base.tiktoken``: the one the environment names, else the
+    bundled copy unpacked once (atomically, so concurrent processes never read half a file)."""
+    named = os.environ.get(ENCODINGS_ENV)
+    if named:
+        return Path(named)
+    target = Path(tempfile.gettempdir()) / f"rollout-tiktoken-{os.getuid()}"
+    file = target / _VOCAB
+    if not file.is_file():
+        try:
+            data = gzip.decompress(_bundled_vocabulary().read_bytes())
+            target.mkdir(mode=0o700, exist_ok=True)
+            partial = target / f"{_VOCAB}.{os.getpid()}.part"
+            partial.write_bytes(data)
+            partial.replace(file)
+        except OSError as exc:
+            raise HarmonySetupError(f"cannot unpack {_VOCAB}: {exc.strerror}") from None
+    os.environ[ENCODINGS_ENV] = str(target)
+    return target
+
+
+@cache
+def harmony_encoding() -> HarmonyEncoding:
+    """gpt-oss's encoding, loaded once per process, offline (HARMONY-1)."""
+    _vocabulary_dir()
+    try:
+        return load_harmony_encoding(HarmonyEncodingName.HARMONY_GPT_OSS)
+    except HarmonyError as exc:
+        raise HarmonySetupError(f"cannot load the harmony encoding: {exc}") from None
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def _call_names(items: list[InputItem], start: int) -> dict[str, str]:
+    """call_id -> function name for the tool outputs in ``items[start:]``, read backwards from
+    there until every one is found (a tool message is authored by ``functions.NAME``)."""
+    wanted = {item.call_id for item in items[start:] if isinstance(item, ToolOutput)}
+    names: dict[str, str] = {}
+    for item in reversed(items):
+        if not wanted:
+            break
+        if isinstance(item, FunctionCall | CustomToolCall) and item.call_id in wanted:
+            names[item.call_id] = item.name
+            wanted.discard(item.call_id)
+    return names
+
+
+def harmony_messages(
+    items: list[InputItem], names: dict[str, str], dropped: Counter[str]
+) -> list[HarmonyMessage]:
+    """Items -> harmony messages (HARMONY-2)."""
+    out: list[HarmonyMessage] = []
+    for item in items:
+        if isinstance(item, Message):
+            text = text_of(item.content)
+            if item.role == "user":
+                out.append(HarmonyMessage.from_role_and_content(Role.USER, text))
+            elif item.role == "assistant":
+                out.append(_assistant(text, "final"))
+            else:
+                out.append(HarmonyMessage.from_role_and_content(Role.DEVELOPER, text))
+        elif isinstance(item, Reasoning):
+            out.append(_assistant(reasoning_text(item), "analysis"))
+        elif isinstance(item, FunctionCall | CustomToolCall):
+            body = item.arguments if isinstance(item, FunctionCall) else item.input
+            call = _assistant(body, "commentary").with_recipient(_FUNCTIONS + item.name)
+            out.append(call.with_content_type(_CALL_CONTENT_TYPE))
+        elif isinstance(item, ToolOutput):
+            author = Author.new(Role.TOOL, _FUNCTIONS + names.get(item.call_id, "unknown"))
+            result = HarmonyMessage.from_author_and_content(author, text_of(item.output))
+            out.append(result.with_recipient("assistant").with_channel("commentary"))
+        elif isinstance(item, Compaction):
+            summary = f"Summary of the earlier conversation:\n{summary_text(item)}"
+            out.append(HarmonyMessage.from_role_and_content(Role.USER, summary))
+        else:  # opaque items: harmony has no place for them
+            dropped[f"dropped.{getattr(item, 'type', 'item')}"] += 1
+    return out
+
+
+def _assistant(text: str, channel: str) -> HarmonyMessage:
+    return HarmonyMessage.from_role_and_content(Role.ASSISTANT, text).with_channel(channel)
+
+
+class HarmonyRenderer:
+    """Items -> harmony prompt ids, rendered once and appended (HARMONY-2, TOK-4)."""
+
+    def __init__(self, encoding: HarmonyEncoding, rerender: bool = False) -> None:
+        self.encoding = encoding
+        self.rerender = rerender
+        self.stats: Counter[str] = Counter()
+        empty = Conversation.from_messages([])
+        self.generation_prompt = encoding.render_conversation_for_completion(empty, Role.ASSISTANT)
+        self.stop_ids = frozenset(encoding.stop_tokens_for_assistant_actions())
+        self._end = encoding.encode("<|end|>", allowed_special="all")
+        self._call_end = encoding.encode("<|call|>", allowed_special="all")
+        self._header_cache: tuple[Toolset, str | None, list[ToolDescription], str] | None = None
+
+    def _header(
+        self, instructions: str | None, tools: Toolset
+    ) -> tuple[list[ToolDescription], str]:
+        cached = self._header_cache
+        if cached is not None and cached[0] == tools and cached[1] == instructions:
+            return cached[2], cached[3]
+        defs = functions_for(tools, Counter())
+        described = [
+            ToolDescription.new(
+                d["function"]["name"],
+                d["function"].get("description", ""),
+                d["function"].get("parameters"),
+            )
+            for d in defs
+        ]
+        digest = header_digest(f"harmony\x00{instructions or ''}\x00{json.dumps(defs)}")
+        self._header_cache = (tools, instructions, described, digest)
+        return described, digest
+
+    def prompt(self, ctx: Context, tools: Toolset, trajectory: Trajectory | None) -> Rendered:
+        instructions = ctx.header_key[0] if ctx.header_key is not None else None
+        described, digest = self._header(instructions, tools)
+        items = ctx.items
+        if self.rerender or needs_full_render(trajectory, digest, len(items)):
+            if trajectory is not None and not self.rerender:
+                self.stats["rerender.stale"] += 1
+            return self._full(items, instructions, described, digest)
+        assert trajectory is not None
+        messages = harmony_messages(
+            items[trajectory.covered :], _call_names(items, trajectory.covered), self.stats
+        )
+        ids = self.encoding.encode(trajectory.tail, allowed_special="all")
+        for message in messages:
+            ids += self.encoding.render(message)
+        ids += self.generation_prompt
+        trajectory.given(ids)
+        trajectory.tail = ""
+        trajectory.covered = len(items)
+        trajectory.prompt = len(trajectory)
+        trajectory.open = True
+        self.stats["render.incremental"] += 1
+        return Rendered(trajectory, len(ids), full=False)
+
+    def _full(
+        self,
+        items: list[InputItem],
+        instructions: str | None,
+        described: list[ToolDescription],
+        digest: str,
+    ) -> Rendered:
+        head = [HarmonyMessage.from_role_and_content(Role.SYSTEM, SystemContent.new())]
+        if instructions or described:
+            developer = DeveloperContent.new()
+            if instructions:
+                developer = developer.with_instructions(instructions)
+            if described:
+                developer = developer.with_function_tools(described)
+            head.append(HarmonyMessage.from_role_and_content(Role.DEVELOPER, developer))
+        messages = head + harmony_messages(items, _call_names(items, 0), self.stats)
+        conversation = Conversation.from_messages(messages)
+        ids = self.encoding.render_conversation_for_completion(conversation, Role.ASSISTANT)
+        trajectory = Trajectory(digest)
+        trajectory.given(ids)
+        trajectory.covered = len(items)
+        trajectory.prompt = len(trajectory)
+        trajectory.open = True
+        self.stats["render.full"] += 1
+        return Rendered(trajectory, len(trajectory), full=True)
+
+    def join(self, trajectory: Trajectory, answer: SampledAnswer) -> None:
+        """The sampled ids join the trajectory exactly. A generation cut off before its stop
+        token owes the message's close: ``<|call|>`` after a call, ``<|end|>`` otherwise."""
+        trajectory.sampled_ids(answer.ids, answer.logprobs)
+        tail = ""
+        if not answer.ids or answer.ids[-1] not in self.stop_ids:
+            tail = "<|call|>" if answer.ended_in_call else "<|end|>"
+        trajectory.tail = tail
+        trajectory.covered = answer.covered
+        trajectory.answer_from = -1  # harmony's own re-render differs by design (HARMONY-2)
+        trajectory.open = False
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+class HarmonyReader:
+    """Sampled ids -> reasoning, text and calls, one id at a time (HARMONY-3, HARMONY-4)."""
+
+    def __init__(self, encoding: HarmonyEncoding, stats: Counter[str]) -> None:
+        self._encoding = encoding
+        self._parser = StreamableParser(encoding, Role.ASSISTANT)
+        self._stats = stats
+        self.calls = 0
+        self.reasoning_tokens = 0
+        self.ended_in_call = False
+        self._done = 0  # messages the parser has completed
+        self._kind: str | None = None  # the current message: reasoning | text | call
+        self._name = ""
+        self._args: list[str] = []
+        self._header: list[int] = []  # ids of the current message before its content
+        self._broken: list[int] | None = None  # ids after harmony's parser gave up
+        self._ends = frozenset(encoding.encode("<|end|><|call|><|return|>", allowed_special="all"))
+
+    def feed(self, ids: list[int]) -> list[Delta]:
+        out: list[Delta] = []
+        parser = self._parser
+        for token in ids:
+            if self._broken is not None:
+                self._broken.append(token)
+                continue
+            inside = parser.current_channel == "analysis"
+            try:
+                parser.process(token)
+            except HarmonyError:
+                out.extend(self._give_up(token))
+                continue
+            if inside or parser.current_channel == "analysis":
+                self.reasoning_tokens += 1
+            delta = parser.last_content_delta
+            if delta:
+                out.extend(self._content(delta))
+            elif self._kind is None:
+                self._header.append(token)
+            if len(parser.messages) > self._done:
+                self._done = len(parser.messages)
+                out.extend(self._message_end(parser.messages[-1]))
+        return out
+
+    def _content(self, delta: str) -> list[Delta]:
+        if self._kind is None:
+            self._kind = self._classify()
+        if self._kind == "reasoning":
+            return [ReasoningDelta(delta)]
+        if self._kind == "call":
+            self._args.append(delta)
+            return []
+        return [TextDelta(delta)]
+
+    def _classify(self) -> str:
+        parser = self._parser
+        recipient, channel = parser.current_recipient, parser.current_channel
+        self.ended_in_call = False
+        if recipient is not None:
+            name = recipient.removeprefix(_FUNCTIONS)
+            if recipient.startswith(_FUNCTIONS) and name:
+                self._name = name
+                return "call"
+            self._stats["harmony.unknown_recipient"] += 1
+            return "text"
+        if channel == "analysis":
+            return "reasoning"
+        if channel not in ("final", "commentary", None):
+            self._stats["harmony.unknown_channel"] += 1
+        return "text"
+
+    def _message_end(self, message: HarmonyMessage) -> list[Delta]:
+        kind, self._kind = self._kind, None
+        self._header = []
+        if kind is None:  # no content: only a call without arguments is still something
+            recipient = message.recipient or ""
+            if recipient.startswith(_FUNCTIONS) and len(recipient) > len(_FUNCTIONS):
+                kind, self._name = "call", recipient[len(_FUNCTIONS) :]
+        if kind != "call":
+            return []
+        body, self._args = "".join(self._args), []
+        return self._call(body or "{}")
+
+    def _call(self, body: str) -> list[Delta]:
+        try:
+            value: Any = json.loads(body)
+        except ValueError:
+            value = None
+        if not isinstance(value, dict):  # not a call the client could run: it stays text
+            self._stats["harmony.malformed_call"] += 1
+            return [TextDelta(body)]
+        self.calls += 1
+        self.ended_in_call = True
+        call_id = "call_" + secrets.token_hex(12)
+        return [CallStart(call_id, self._name), ArgsDelta(body), CallEnd()]
+
+    def _give_up(self, token: int) -> list[Delta]:
+        """harmony's parser rejected ``token``: the message so far and the rest are text."""
+        self._stats["harmony.malformed"] += 1
+        self._broken = [*self._header, token]
+        self._header = []
+        kind, self._kind = self._kind, None
+        if kind == "call":
+            body, self._args = "".join(self._args), []
+            return [TextDelta(body)] if body else []
+        return []
+
+    def finish(self) -> list[Delta]:
+        out: list[Delta] = []
+        if self._broken is None and self._kind is not None:
+            # Cut off inside a message (no stop id): harmony closes it at the end of stream.
+            with contextlib.suppress(HarmonyError):
+                self._parser.process_eos()
+            if len(self._parser.messages) > self._done:
+                self._done = len(self._parser.messages)
+                out.extend(self._message_end(self._parser.messages[-1]))
+        elif self._broken is None and self._header:
+            header, self._header = self._header, []
+            if any(token in self._ends for token in header):
+                # The model ended a "message" that never had a ``<|message|>``: plain text.
+                self._stats["harmony.malformed"] += 1
+                self._broken = header
+            else:  # cut off while writing a header: nothing was said yet
+                self._stats["harmony.unfinished_header"] += 1
+        if self._broken:
+            text = self._encoding.decode(self._broken)
+            self._broken = []
+            if text:
+                out.append(TextDelta(text))
+        return out

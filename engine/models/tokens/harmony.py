@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import importlib.util
 import json
 import os
 import secrets
@@ -79,9 +80,12 @@ class HarmonySetupError(ValueError):
 
 
 def _bundled_vocabulary() -> Path:
-    import bpe_openai  # the package that bundles o200k_base (a dependency, TOK-12)
-
-    return Path(bpe_openai.__file__).parent / "data" / f"{_VOCAB}.gz"
+    """bpe-openai's bundled copy (a dependency, TOK-12), found without importing the package
+    (its import builds cl100k)."""
+    spec = importlib.util.find_spec("bpe_openai")
+    if spec is None or spec.origin is None:
+        raise HarmonySetupError(f"{_VOCAB}: bpe-openai is not installed; set {ENCODINGS_ENV}")
+    return Path(spec.origin).parent / "data" / f"{_VOCAB}.gz"
 
 
 def _vocabulary_dir() -> Path:

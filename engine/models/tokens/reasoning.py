@@ -74,7 +74,7 @@ class ThinkParser:
         while data:
             if self._state == _START:
                 stripped = data.lstrip()
-                if not stripped or self.OPEN.startswith(stripped):
+                if len(stripped) < len(self.OPEN) and self.OPEN.startswith(stripped):
                     self._held = data  # whitespace, or the start of ``<think>``: wait
                     return out
                 if stripped.startswith(self.OPEN):

@@ -294,6 +294,10 @@ NON_DOCUMENT_EVENTS: dict[str, Table] = {
     "response.custom_tool_call_input.done": _t({**_ITEM, "input": (STR,)}),
     # The SDK's compaction progress event (COMPACT-7), which the document does not define.
     "response.compaction.compacting": _t(_ITEM),
+    # The SDK's (and api.openai.com's) names for reasoning text events (REASON-2); the document
+    # calls them response.reasoning.delta/.done with the same fields.
+    "response.reasoning_text.delta": _t({**_CONTENT, "delta": (STR,)}, _OBFUSCATION),
+    "response.reasoning_text.done": _t({**_CONTENT, "text": (STR,)}),
 }
 
 # ----------------------------------------------------------------------------- the checker

@@ -23,7 +23,6 @@ token, with its ``StreamableParser``.
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import importlib.util
 import json
@@ -281,13 +280,14 @@ class HarmonyReader:
         self.calls = 0
         self.reasoning_tokens = 0
         self.ended_in_call = False
-        self._done = 0  # messages the parser has completed
+        self._in_content = False  # between a message's ``<|message|>`` and its end
         self._kind: str | None = None  # the current message: reasoning | text | call
         self._name = ""
         self._args: list[str] = []
         self._header: list[int] = []  # ids of the current message before its content
         self._broken: list[int] | None = None  # ids after harmony's parser gave up
         self._ends = frozenset(encoding.encode("<|end|><|call|><|return|>", allowed_special="all"))
+        (self._message_token,) = encoding.encode("<|message|>", allowed_special="all")
 
     def feed(self, ids: list[int]) -> list[Delta]:
         out: list[Delta] = []
@@ -296,22 +296,26 @@ class HarmonyReader:
             if self._broken is not None:
                 self._broken.append(token)
                 continue
-            inside = parser.current_channel == "analysis"
+            channel = parser.current_channel
+            closing = self._in_content and token in self._ends
+            recipient = parser.current_recipient if closing else None
             try:
                 parser.process(token)
             except HarmonyError:
                 out.extend(self._give_up(token))
                 continue
-            if inside or parser.current_channel == "analysis":
+            if channel == "analysis" or parser.current_channel == "analysis":
                 self.reasoning_tokens += 1
             delta = parser.last_content_delta
             if delta:
                 out.extend(self._content(delta))
             elif self._kind is None:
                 self._header.append(token)
-            if len(parser.messages) > self._done:
-                self._done = len(parser.messages)
-                out.extend(self._message_end(parser.messages[-1]))
+            if closing:  # the message is complete (known here, not from the parser's list)
+                self._in_content = False
+                out.extend(self._message_end(recipient))
+            elif token == self._message_token:
+                self._in_content = True
         return out
 
     def _content(self, delta: str) -> list[Delta]:
@@ -341,11 +345,11 @@ class HarmonyReader:
             self._stats["harmony.unknown_channel"] += 1
         return "text"
 
-    def _message_end(self, message: HarmonyMessage) -> list[Delta]:
+    def _message_end(self, recipient: str | None) -> list[Delta]:
         kind, self._kind = self._kind, None
         self._header = []
         if kind is None:  # no content: only a call without arguments is still something
-            recipient = message.recipient or ""
+            recipient = recipient or ""
             if recipient.startswith(_FUNCTIONS) and len(recipient) > len(_FUNCTIONS):
                 kind, self._name = "call", recipient[len(_FUNCTIONS) :]
         if kind != "call":
@@ -379,13 +383,10 @@ class HarmonyReader:
 
     def finish(self) -> list[Delta]:
         out: list[Delta] = []
-        if self._broken is None and self._kind is not None:
-            # Cut off inside a message (no stop id): harmony closes it at the end of stream.
-            with contextlib.suppress(HarmonyError):
-                self._parser.process_eos()
-            if len(self._parser.messages) > self._done:
-                self._done = len(self._parser.messages)
-                out.extend(self._message_end(self._parser.messages[-1]))
+        if self._broken is None and self._in_content:
+            # Cut off inside a message (no stop id): it ends with what it has.
+            self._in_content = False
+            out.extend(self._message_end(self._parser.current_recipient))
         elif self._broken is None and self._header:
             header, self._header = self._header, []
             if any(token in self._ends for token in header):

@@ -18,6 +18,7 @@ import pytest
 from openai import AsyncOpenAI
 
 from clients.bench.tiny_model import make_tokenizer
+from engine.models.config import ConfigError, parse_config
 from tests.support.server import LiveServer
 from tests.support.tools import WEATHER
 from tests.upstream.conftest import StartEngine
@@ -296,3 +297,53 @@ async def test_harmony_chain_over_http(
         assert harmony_peer.extends(2) is None
         assert "The tool said sunny." not in last_prompt
         assert "It is sunny in Paris.<|end|><|start|>user<|message|>Thanks" in last_prompt
+
+
+async def test_harmony_replayed_reasoning_is_an_analysis_message(
+    engine_for: StartEngine, harmony_peer: HarmonyPeer
+) -> None:
+    """REASON-4, HARMONY-2: a stateless create with the SDK's round-tripped items renders the
+    reasoning as ``analysis`` and the call as a ``commentary`` call, before the tool result."""
+    server = await engine_for(harmony_router(harmony_peer))
+    harmony_peer.script.extend(HARMONY_SCRIPT[:2])
+    client = AsyncOpenAI(base_url=server.base_url, api_key="x", max_retries=0)
+    try:
+        first = await client.responses.create(model="model-a", input="Weather?", tools=[WEATHER])
+        call = first.output[-1]
+        history = [
+            {"role": "user", "content": "Weather?"},
+            *[item.model_dump(exclude_none=True) for item in first.output],
+            {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"},
+        ]
+        second = await client.responses.create(model="model-a", input=history, tools=[WEATHER])
+    finally:
+        await client.close()
+    assert second.output_text == "It is sunny in Paris."
+    prompt = harmony_peer.text(harmony_peer.turns[1].prompt)
+    assert prompt.endswith(
+        "<|start|>user<|message|>Weather?<|end|>"
+        "<|start|>assistant<|channel|>analysis<|message|>The user wants the weather.<|end|>"
+        "<|start|>assistant to=functions.get_weather<|channel|>commentary <|constrain|>json"
+        '<|message|>{"city": "Paris"}<|call|>'
+        "<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>sunny<|end|>"
+        "<|start|>assistant"
+    )
+    assert backend_of(server).stats["render.full"] == 2
+
+
+@pytest.mark.parametrize(
+    ("extra", "problem"),
+    [
+        ({"template": "harmony", "tokenizer": "/x"}, "harmony brings its own encoding"),
+        ({"template": "harmony", "reasoning_parser": "think"}, "harmony reads its own channels"),
+        ({"reasoning_parser": "harmony", "tokenizer": "/x"}, 'needs template = "harmony"'),
+        ({}, "tokenizer: required key is missing"),
+        ({"tokenizer": "/x", "reasoning_parser": "deepthink"}, "reasoning_parser"),
+    ],
+)
+def test_route_keys_are_checked(extra: dict[str, Any], problem: str) -> None:
+    route = {"backend": "tokens", "api": "vllm", "base_url": "http://127.0.0.1:9", **extra}
+    with pytest.raises(ConfigError) as caught:
+        parse_config({"models": {"m": route}})
+    assert problem in str(caught.value)
+    assert str(caught.value).startswith("config: models.m")

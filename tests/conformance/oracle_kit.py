@@ -9,7 +9,16 @@ from typing import Any
 import aiohttp
 from openai.resources.responses.responses import AsyncResponsesConnection
 
-from engine.models.base import ArgsDelta, BackendError, CallStart, Delta, SampleRequest, TextDelta
+from engine.models.base import (
+    ArgsDelta,
+    BackendError,
+    CallStart,
+    Delta,
+    Finish,
+    ReasoningDelta,
+    SampleRequest,
+    TextDelta,
+)
 from engine.models.router import Router
 from engine.models.sim.simulator import SimulatedModel
 from tests.support.server import LiveServer
@@ -56,12 +65,28 @@ class BrokenModel:
         raise BackendError("upstream exploded: secret-internal-detail")
 
 
+class ThinkingModel:
+    """Reasoning, then an answer (REASON-2), as a ``tokens`` route with a reasoning parser
+    streams it."""
+
+    name = "thinking"
+    supports = frozenset({"text"})
+
+    async def stream(self, request: SampleRequest) -> AsyncIterator[Delta]:
+        yield ReasoningDelta("Let me ")
+        yield ReasoningDelta("think.")
+        yield TextDelta("Done.")
+        yield Finish("stop", 4, reasoning_tokens=3)
+
+
 def broken_router() -> Router:
-    """The simulator for every model name, plus ``broken-*`` models whose backend raises."""
+    """The simulator for every model name, plus ``broken-*`` models whose backend raises and
+    ``thinking``, which reasons before it answers."""
     routes: dict[str, Any] = {
         "broken-early": BrokenModel("early"),
         "broken-message": BrokenModel("message"),
         "broken-call": BrokenModel("call"),
+        "thinking": ThinkingModel(),
     }
     return Router(routes=routes, default=SimulatedModel(tokens_per_second=0))
 

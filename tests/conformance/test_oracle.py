@@ -513,6 +513,7 @@ async def test_oracle_every_server_event_type_is_exercised_and_parses(
             conn, input=[{"role": "user", "content": "Hi"}, {"type": "compaction_trigger"}]
         )
         await ws_turn(conn, model="broken-message", input="x")
+        await ws_turn(conn, model="thinking", input="x")
         await ws_turn(conn, previous_response_id="resp_missing", input="x")
         _, response_id, pending = await start_append(conn, "Weather in Quito?")
         output = {"type": "function_call_output", "call_id": pending["call_id"], "output": "ok"}

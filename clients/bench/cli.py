@@ -74,8 +74,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--upstream-kind",
         default=None,
-        help="chat,tokens: the codex scenario through a chat and a tokens route against one "
-        "loopback upstream, side by side (BENCH-9); --turns sets the turns (default 60)",
+        help="chat,tokens,harmony: the codex scenario through a chat, a tokens and a gpt-oss "
+        "harmony route against one loopback upstream, side by side (BENCH-9); --turns sets the "
+        "turns (default 60)",
     )
     p.add_argument("--load", action="store_true", help="load test: WS agents + HTTP (LOAD-1)")
     p.add_argument("--load-connections", type=int, default=200)

@@ -1,6 +1,7 @@
-"""``rollout bench --upstream-kind chat,tokens`` (BENCH-9): the codex-shaped scenario through a
-``chat`` route and a ``tokens`` route, side by side in one run, against one loopback upstream
-(``upstream_peer``) serving the same tiny model both ways.
+"""``rollout bench --upstream-kind chat,tokens,harmony`` (BENCH-9): the codex-shaped scenario
+through a ``chat`` route, a ``tokens`` route and (``harmony``) a gpt-oss harmony ``tokens``
+route, side by side in one run, against one loopback upstream (``upstream_peer``) serving the
+same tiny model both ways (and harmony's o200k ids for the harmony route).
 
 Per turn (one ``response.create`` in WebSocket standard mode, ``store: false``, the codex
 instructions, tools and tool outputs of ``clients/bench/codex.py``):
@@ -32,7 +33,7 @@ from clients.bench.scenario import Call
 from clients.bench.tiny_model import make_tokenizer
 from clients.bench.upstream_peer import BenchUpstream
 
-KINDS = ("chat", "tokens")
+KINDS = ("chat", "tokens", "harmony")
 
 
 def _tokenizer(directory: Path) -> Path:
@@ -45,6 +46,11 @@ def _tokenizer(directory: Path) -> Path:
 def _route(kind: str, upstream: BenchUpstream) -> str:
     if kind == "chat":
         return f'backend = "chat"\nbase_url = "{upstream.base_url}/v1"\nmodel = "tiny"\n'
+    if kind == "harmony":  # gpt-oss's format: the engine renders with openai-harmony
+        return (
+            f'backend = "tokens"\napi = "vllm"\nbase_url = "{upstream.base_url}"\n'
+            'model = "harmony"\ntemplate = "harmony"\n'
+        )
     return (
         f'backend = "tokens"\napi = "vllm"\nbase_url = "{upstream.base_url}"\nmodel = "tiny"\n'
         f'tokenizer = "{upstream.tokenizer_dir}"\n'
@@ -135,9 +141,12 @@ def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
             }
         row["prompt_tokens_last"] = turns[-1]["upstream_prompt_tokens"]
         out[kind] = row
-    if "chat" in out and "tokens" in out:
-        chat, tokens = out["chat"]["engine_cpu_ms"], out["tokens"]["engine_cpu_ms"]
-        out["tokens_vs_chat_engine_cpu"] = tokens["median"] / max(chat["median"], 1e-9)
+    if "chat" in out:
+        chat = out["chat"]["engine_cpu_ms"]["median"]
+        for kind in ("tokens", "harmony"):
+            if kind in out:
+                ratio = out[kind]["engine_cpu_ms"]["median"] / max(chat, 1e-9)
+                out[f"{kind}_vs_chat_engine_cpu"] = ratio
     return out
 
 
@@ -152,7 +161,8 @@ def render(doc: dict[str, Any]) -> str:
             if isinstance(v, dict)
         ]
         lines.append(f"  {kind:7s} " + "  ".join(cells))
-    ratio = doc["summary"].get("tokens_vs_chat_engine_cpu")
-    if ratio is not None:
-        lines.append(f"  engine CPU per turn, tokens / chat: {ratio:.2f}x")
+    for kind in ("tokens", "harmony"):
+        ratio = doc["summary"].get(f"{kind}_vs_chat_engine_cpu")
+        if ratio is not None:
+            lines.append(f"  engine CPU per turn, {kind} / chat: {ratio:.2f}x")
     return "\n".join(lines)

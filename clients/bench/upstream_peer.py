@@ -5,7 +5,9 @@ the work each kind of request makes it do.
 * ``POST /v1/chat/completions`` does what a chat server does every turn: applies the chat
   template to the whole message list and tokenizes the result (``chars_tokenized`` grows with
   the history);
-* ``POST /inference/v1/generate`` reads the ids as they are (``chars_tokenized`` 0).
+* ``POST /inference/v1/generate`` reads the ids as they are (``chars_tokenized`` 0); a request
+  for the model ``harmony`` is gpt-oss's harmony route and is answered in o200k harmony ids
+  (reasoning, then the call).
 
 Both answer with the same scripted tool call (the client decides when the rollout ends), so the
 only difference between the two routes is the work on either side of the wire.
@@ -14,13 +16,17 @@ only difference between the two routes is the work on either side of the wire.
 from __future__ import annotations
 
 import asyncio
+import gzip
+import importlib.util
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
 from aiohttp import web
 from jinja2.sandbox import ImmutableSandboxedEnvironment
+from openai_harmony import HarmonyEncoding, HarmonyEncodingName, load_harmony_encoding
 from tokenizers import Tokenizer
 
 from clients.bench.codex import TOOL_NAMES
@@ -40,6 +46,7 @@ class BenchUpstream:
     turns: list[UpstreamTurn] = field(default_factory=list)
     port: int = 0
     _runner: web.AppRunner | None = None
+    _harmony: HarmonyEncoding | None = None
 
     def __post_init__(self) -> None:
         # What a model server does with its tokenizer files: Hugging Face's tokenizer, the
@@ -76,6 +83,20 @@ class BenchUpstream:
         if self._runner is not None:
             await self._runner.cleanup()
 
+    def harmony(self) -> HarmonyEncoding:
+        """gpt-oss's encoding for the harmony route's answers, with the o200k_base vocabulary
+        bpe-openai bundles unpacked next to the tokenizer (nothing is downloaded)."""
+        if self._harmony is None:
+            if not os.environ.get("TIKTOKEN_ENCODINGS_BASE"):
+                spec = importlib.util.find_spec("bpe_openai")
+                assert spec is not None and spec.origin is not None
+                bundled = Path(spec.origin).parent / "data" / "o200k_base.tiktoken.gz"
+                target = self.tokenizer_dir / "o200k_base.tiktoken"
+                target.write_bytes(gzip.decompress(bundled.read_bytes()))
+                os.environ["TIKTOKEN_ENCODINGS_BASE"] = str(self.tokenizer_dir)
+            self._harmony = load_harmony_encoding(HarmonyEncodingName.HARMONY_GPT_OSS)
+        return self._harmony
+
     def _call(self) -> dict[str, Any]:
         name = TOOL_NAMES[len(self.turns) % len(TOOL_NAMES)]
         return {"name": name, "arguments": {"path": "src/dispatch.py"}}
@@ -111,9 +132,19 @@ class BenchUpstream:
         raw = await request.read()
         body = json.loads(raw)
         prompt = body["token_ids"]
-        self.turns.append(UpstreamTurn("tokens", len(raw), 0, len(prompt)))
-        text = f"<tool_call>\n{json.dumps(self._call())}\n</tool_call>"
-        ids = [*self.encode(text), self.end_id]
+        kind = "harmony" if body.get("model") == "harmony" else "tokens"
+        self.turns.append(UpstreamTurn(kind, len(raw), 0, len(prompt)))
+        call = self._call()
+        if kind == "harmony":
+            text = (
+                "<|channel|>analysis<|message|>I should read the file first.<|end|>"
+                f"<|start|>assistant<|channel|>commentary to=functions.{call['name']} "
+                f"<|constrain|>json<|message|>{json.dumps(call['arguments'])}<|call|>"
+            )
+            ids = self.harmony().encode(text, allowed_special="all")
+        else:
+            text = f"<tool_call>\n{json.dumps(call)}\n</tool_call>"
+            ids = [*self.encode(text), cast(int, self.end_id)]
         content = [{"token": f"token_id:{t}", "logprob": -0.1} for t in ids]
         choice = {"index": 0, "token_ids": ids, "logprobs": {"content": content}}
         frames: list[Any] = [{"choices": [{**choice, "finish_reason": "stop"}]}]

@@ -270,6 +270,14 @@ class HarmonyRenderer:
 # --------------------------------------------------------------------------- parsing
 
 
+@cache
+def _markers(encoding: HarmonyEncoding) -> tuple[frozenset[int], int]:
+    """The ids that end a message, and ``<|message|>``'s (encoded once, not per generation)."""
+    ends = frozenset(encoding.encode("<|end|><|call|><|return|>", allowed_special="all"))
+    (message,) = encoding.encode("<|message|>", allowed_special="all")
+    return ends, message
+
+
 class HarmonyReader:
     """Sampled ids -> reasoning, text and calls, one id at a time (HARMONY-3, HARMONY-4)."""
 
@@ -286,8 +294,7 @@ class HarmonyReader:
         self._args: list[str] = []
         self._header: list[int] = []  # ids of the current message before its content
         self._broken: list[int] | None = None  # ids after harmony's parser gave up
-        self._ends = frozenset(encoding.encode("<|end|><|call|><|return|>", allowed_special="all"))
-        (self._message_token,) = encoding.encode("<|message|>", allowed_special="all")
+        self._ends, self._message_token = _markers(encoding)
 
     def feed(self, ids: list[int]) -> list[Delta]:
         out: list[Delta] = []

@@ -9,6 +9,7 @@ into message text and function calls, and join the trajectory exactly as sampled
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import Counter
 from collections.abc import AsyncGenerator
@@ -94,16 +95,37 @@ class TokensBackend:
         self.stats["prompt_ids_sent"] += len(trajectory)
         self.stats["prompt_ids_rendered"] += rendered.fresh
 
+        answers: list[_TokenAnswer] = []  # the latest attempt's: what a cut answer keeps
+
         def attempt(_number: int) -> AsyncGenerator[Delta, None]:
             answer = _TokenAnswer(self, ctx, trajectory, request.tools, rendered.fresh)
+            answers[:] = [answer]
             return relay(self.pool, self.endpoint, PATHS[self.options.api], payload, answer)
 
-        return retry_before_first(attempt, self.endpoint)
+        return _kept(answers, retry_before_first(attempt, self.endpoint))
 
     async def compact(self, request: CompactRequest) -> Compacted:
         """COMPACT-5: the model writes the summary (a scratch context, rendered afresh)."""
         self.stats["compactions"] += 1
         return await summarise_with_model(self, request)
+
+
+async def _kept(
+    answers: list[_TokenAnswer], deltas: AsyncGenerator[Delta, None]
+) -> AsyncGenerator[Delta, None]:
+    """An answer that ends before its end keeps what was sampled in the trajectory (TOK-43):
+    ``error`` when the model server failed, ``cancelled`` when the engine stopped it."""
+    reason = "cancelled"
+    try:
+        async with contextlib.aclosing(deltas):
+            async for delta in deltas:
+                yield delta
+    except Exception:
+        reason = "error"
+        raise
+    finally:
+        if answers:
+            answers[-1].cut(reason)
 
 
 class _TokenAnswer:
@@ -134,6 +156,7 @@ class _TokenAnswer:
         self.items = 0  # output items the rollout builds from our deltas
         self._in_message = False
         self.ended = False
+        self._joined = False
 
     def feed(self, data: str) -> list[Delta]:
         step = self._reader.read(data)
@@ -209,7 +232,9 @@ class _TokenAnswer:
     def _join(self) -> None:
         """The sampled ids join the trajectory exactly; the template's close is owed."""
         trajectory, tokenizer = self._trajectory, self._backend.tokenizer
-        trajectory.sampled_ids(self.ids, self.logprobs)
+        self._joined = True
+        finish = "length" if self.finish == "length" else "tool" if self._parser.calls else "stop"
+        trajectory.sampled_ids(self.ids, self.logprobs, finish)
         close = tokenizer.shape.close
         tail = close
         if self.ids and self.ids[-1] in tokenizer.end_ids:
@@ -217,8 +242,11 @@ class _TokenAnswer:
             at = close.find(last)
             tail = close[at + len(last) :] if at >= 0 else ""
         trajectory.tail = tail
-        trajectory.covered = self._first_item + self.items
-        trajectory.answer_from = self._first_item
+        # A message cut by the output limit stays out of the context (ORD-8 keeps it only in
+        # the response), so the trajectory stands for the items before it (TOK-43).
+        cut_message = int(self.finish == "length" and self._in_message)
+        trajectory.covered = self._first_item + self.items - cut_message
+        trajectory.answer_from = -1 if cut_message else self._first_item
         sampled = tokenizer.decode(self.ids)
         trajectory.answer_text = tokenizer.shape.generation_prompt + sampled + tail
         trajectory.open = False
@@ -226,3 +254,9 @@ class _TokenAnswer:
 
     def failed(self, exc: UpstreamError) -> None:
         """The trajectory stays open: the next turn renders the conversation afresh."""
+
+    def cut(self, reason: str) -> None:
+        """Ended before its end: the ids sampled so far join as ``reason`` (TOK-43)."""
+        if not self._joined:
+            self._joined = True
+            self._trajectory.cut_short(self.ids, self.logprobs, reason)

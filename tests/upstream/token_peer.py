@@ -18,6 +18,7 @@ turn with tools declared it calls the first tool, after tool results it summaris
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 from collections import deque
@@ -64,6 +65,12 @@ class TokenPeer:
         self.turns: list[TokenTurn] = []
         self.script: deque[str] = deque()  # texts to sample next, before the policy
         self.eos_in_tokens = eos_in_tokens
+        # After an answer's first chunk: wait for ``resume`` (set: no wait) and say so in
+        # ``paused``; then, with ``fail_midway``, end with an error chunk (TOK-43's endings).
+        self.resume = asyncio.Event()
+        self.resume.set()
+        self.paused = asyncio.Event()
+        self.fail_midway = False
         self.runner: web.AppRunner | None = None
         self.port = 0
 
@@ -155,12 +162,22 @@ class TokenPeer:
     async def _stream(self, request: web.Request, frames: list[Any]) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
-        for frame in frames:
+        with contextlib.suppress(ConnectionResetError):  # the engine stopped reading (a cancel)
+            await self._frames(resp, frames)
+        return resp
+
+    async def _frames(self, resp: web.StreamResponse, frames: list[Any]) -> None:
+        for n, frame in enumerate(frames):
             payload = frame if isinstance(frame, str) else json.dumps(frame)
             await resp.write(f"data: {payload}\n\n".encode())
             await asyncio.sleep(0)
+            if n == 0 and not self.resume.is_set():
+                self.paused.set()
+                await self.resume.wait()
+            if n == 0 and self.fail_midway:
+                await resp.write(b'data: {"error": {"message": "the model crashed"}}\n\n')
+                break
         await resp.write_eof()
-        return resp
 
     # ------------------------------------------------------------------ vLLM
     async def _vllm(self, request: web.Request) -> web.StreamResponse:

@@ -12,7 +12,6 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
 from openai import AsyncOpenAI
 
 from engine.core import Engine, EngineConfig
@@ -89,9 +88,9 @@ async def test_a_truncated_turn_is_kept_across_nodes_and_a_restart(
             assert len(first.answer) == 5 and first.cut
             stored = await tokens(http, node_b, cut["id"])  # served by the other node
             assert stored["token_ids"] == first.prompt + first.answer
-            assert stored["samples"] == [
-                {"start": len(first.prompt), "end": len(stored["token_ids"]), "finish_reason": "length"}
-            ]  # fmt: skip
+            end = len(stored["token_ids"])
+            run = {"start": len(first.prompt), "end": end, "finish_reason": "length"}
+            assert stored["samples"] == [run]
             called = await create(http, node_b, input="go on", previous_response_id=cut["id"])
             assert extends(token_peer, 1, 0)  # continued on node B from the store, exactly
             assert node_b.engine.counters["create.store_hydrate"] == 1
@@ -135,7 +134,7 @@ async def test_cancelled_and_failed_answers_keep_what_was_sampled(
 
             async def stored() -> dict[str, Any] | None:
                 async with http.get(f"{server.base_url}/responses/{running.id}/tokens") as resp:
-                    return await resp.json() if resp.status == 200 else None  # type: ignore[no-any-return]
+                    return await resp.json() if resp.status == 200 else None
 
             kept: Any = await wait_for(stored, "the cancelled response's record")
             assert reasons(kept) == ["cancelled"]
@@ -153,9 +152,7 @@ async def test_cancelled_and_failed_answers_keep_what_was_sampled(
             assert broken["token_ids"] == second.prompt + second.answer[:3]
 
             token_peer.fail_midway = False
-            after = await create(
-                http, server, input="Once more?", previous_response_id=failed.id
-            )
+            after = await create(http, server, input="Once more?", previous_response_id=failed.id)
             assert after["status"] == "completed"
             assert not extends(token_peer, 2, 1)  # a cut answer: rendered afresh (TOK-4)
             fresh = await tokens(http, server, after["id"])

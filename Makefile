@@ -84,7 +84,7 @@ LLAMA_SERVER ?= $(LLAMA_DIR)/build/bin/llama-server
 LLAMA_SDIST := $(LLAMA_DIR)/llama_cpp_python-$(LLAMA_CPP_PYTHON).tar.gz
 LLAMA_JOBS ?= 2
 
-$(LLAMA_DIR)/build/bin/llama-server: $(STAMP)
+$(LLAMA_DIR)/build/bin/llama-server: | $(STAMP)
 	mkdir -p $(LLAMA_DIR)
 	[ -f $(LLAMA_SDIST) ] || $(BIN)/python -m pip download --quiet --no-binary :all: --no-deps \
 	  --dest $(LLAMA_DIR) llama-cpp-python==$(LLAMA_CPP_PYTHON)

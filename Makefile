@@ -5,9 +5,8 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 STAMP  := $(VENV)/.installed
-REAL_VENV ?= .venv-real
 
-.PHONY: run test lint types unit install sysdeps clean agent bench bench-all fuzz load test-real cluster
+.PHONY: run test lint types unit install sysdeps clean agent bench bench-all fuzz load test-real llama-server cluster
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,7 +48,7 @@ types: $(STAMP)
 unit: $(STAMP)
 	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(BIN)/pytest
 
-# The real llama.cpp tests run last: the first run builds llama-cpp-python (~5 min on 2 cores).
+# The real llama.cpp tests run last: the first run builds llama-server (see test-real).
 test: sysdeps lint types unit test-real
 
 # Benchmarks are not tests: they report figures, they assert nothing about time.
@@ -73,17 +72,36 @@ fuzz: $(STAMP)
 	echo "fuzz seed: $$seed (replay: make fuzz SEED=$$seed)"; \
 	HYPOTHESIS_PROFILE=deep $(BIN)/pytest tests/fuzz tests/protocol -q -p no:cacheprovider --timeout 0 --hypothesis-show-statistics --hypothesis-seed=$$seed
 
-# End-to-end tests against real llama.cpp (part of `make test`; the build of llama-cpp-python
-# into .venv-real takes ~5 min on 2 cores, once): the chat
-# upstream through its server, and a token-in rollout (TOK-2) through llama.cpp's /completion.
-$(REAL_VENV)/.installed:
-	$(PYTHON) -m venv $(REAL_VENV)
-	CMAKE_BUILD_PARALLEL_LEVEL=2 CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF" \
-	  $(REAL_VENV)/bin/pip install --quiet 'llama-cpp-python[server]==0.3.36' gguf numpy
-	touch $@
+# End-to-end tests against the real llama.cpp server (part of `make test`, TOK-40): `llama-server`
+# is built once from the llama.cpp source that the llama-cpp-python sdist vendors
+# (vendor/llama.cpp, tools/server), into $(LLAMA_DIR) (ignored by git). The sdist comes from PyPI
+# through pip and is checked against its pinned sha256. LLAMA_SERVER=/path/to/llama-server uses a
+# binary built elsewhere instead (the same source, e.g. a shared build cache).
+LLAMA_CPP_PYTHON ?= 0.3.36
+LLAMA_SDIST_SHA256 ?= 832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
+LLAMA_DIR ?= .llama-server
+LLAMA_SERVER ?= $(LLAMA_DIR)/build/bin/llama-server
+LLAMA_SDIST := $(LLAMA_DIR)/llama_cpp_python-$(LLAMA_CPP_PYTHON).tar.gz
+LLAMA_JOBS ?= 2
 
-test-real: $(STAMP) $(REAL_VENV)/.installed
-	ROLLOUT_REAL_PYTHON=$(REAL_VENV)/bin/python $(BIN)/pytest tests/upstream/test_real_llama_cpp.py
+$(LLAMA_DIR)/build/bin/llama-server: | $(STAMP)
+	mkdir -p $(LLAMA_DIR)
+	[ -f $(LLAMA_SDIST) ] || $(BIN)/python -m pip download --quiet --no-binary :all: --no-deps \
+	  --dest $(LLAMA_DIR) llama-cpp-python==$(LLAMA_CPP_PYTHON)
+	echo "$(LLAMA_SDIST_SHA256)  $(LLAMA_SDIST)" | sha256sum --check --quiet -
+	rm -rf $(LLAMA_DIR)/src && mkdir -p $(LLAMA_DIR)/src
+	tar -xzf $(LLAMA_SDIST) -C $(LLAMA_DIR)/src --strip-components=1
+	cmake -S $(LLAMA_DIR)/src/vendor/llama.cpp -B $(LLAMA_DIR)/build -DCMAKE_BUILD_TYPE=Release \
+	  -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_UI=OFF \
+	  -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+	  -DGGML_NATIVE=OFF > $(LLAMA_DIR)/cmake.log
+	cmake --build $(LLAMA_DIR)/build --target llama-server -j$(LLAMA_JOBS) >> $(LLAMA_DIR)/cmake.log
+	test -x $@
+
+llama-server: $(LLAMA_SERVER)
+
+test-real: $(STAMP) $(LLAMA_SERVER)
+	ROLLOUT_LLAMA_SERVER=$(abspath $(LLAMA_SERVER)) $(BIN)/pytest tests/upstream/test_real_llama_cpp.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -5,6 +5,11 @@ prompt, template text between turns) and sampled runs (what the model produced, 
 next prompt is always this trajectory plus newly rendered text: the history is never rendered
 again, so the prompt of every turn extends the previous prompt and its sampled ids exactly.
 
+Each sampled run keeps why it ended (TOK-43): ``stop`` (an end of turn), ``tool`` (it called
+tools), ``length`` (the output limit), ``cancelled`` (the engine stopped it: a cancel, the
+client gone, the model timeout) or ``error`` (the model server failed mid-answer). A cut answer
+(the last two) joins as sampled and is stored, but the next turn renders afresh (TOK-4).
+
 Alongside the ids it keeps their JSON text (``"1,2,3"``), grown by appending, so a request body
 costs a copy of the history's bytes but no per-id encoding.
 """
@@ -26,6 +31,8 @@ class Trajectory:
         "answer_from",
         "answer_text",
         "covered",
+        "cut",
+        "finishes",
         "header",
         "ids",
         "ids_json",
@@ -42,6 +49,7 @@ class Trajectory:
         self.ids_json = bytearray()
         self.sampled: list[int] = []  # flattened [begin, end) pairs
         self.logprobs: list[float | None] = []  # one per sampled id
+        self.finishes: list[str] = []  # one per sampled run: why it ended (TOK-43)
         self.covered = 0  # context items these ids stand for
         self.tail = ""  # template text owed before the next rendered items
         self.header = header  # digest of the instructions/tools the first render used
@@ -50,6 +58,9 @@ class Trajectory:
         # A prompt was sent and its answer has not joined (the sample failed or was cut off):
         # the next turn renders the conversation afresh rather than guess where it stands.
         self.open = False
+        # The open prompt's answer was cut short (cancelled, failed): its ids are kept and
+        # stored, and the trajectory stays ``open`` so the next turn renders afresh.
+        self.cut = False
         # The model's last answer: the index of its first item and its text as sampled (the
         # generation prompt and the template's close included), for the drift check (TOK-4).
         self.answer_from = -1
@@ -61,16 +72,38 @@ class Trajectory:
     def given(self, ids: list[int]) -> None:
         self._extend(ids)
 
-    def sampled_ids(self, ids: list[int], logprobs: list[float | None]) -> None:
+    def sampled_ids(
+        self, ids: list[int], logprobs: list[float | None], finish: str = "stop"
+    ) -> None:
         if not ids:
             return
         begin = len(self.ids)
         self._extend(ids)
         if self.sampled and self.sampled[-1] == begin:
             self.sampled[-1] = len(self.ids)  # one run, streamed in pieces
+            self.finishes[-1:] = [finish]
         else:
             self.sampled.extend((begin, len(self.ids)))
+            self.finishes.append(finish)
         self.logprobs.extend(logprobs)
+
+    def cut_short(self, ids: list[int], logprobs: list[float | None], reason: str) -> None:
+        """The open prompt's answer ended before its end (``cancelled`` or ``error``): what
+        was sampled is kept and stored (TOK-43); the prompt stays open (the next turn renders
+        afresh, TOK-4)."""
+        if not self.open or self.cut or not ids:
+            return
+        self.sampled_ids(ids, logprobs, reason)
+        self.cut = True
+
+    def samples(self) -> list[tuple[int, int, str]]:
+        """Each sampled run: ``[start, end)`` in the ids and why it ended (turn boundaries)."""
+        pairs, finishes = self.sampled, self.finishes
+        runs = len(pairs) // 2
+        reasons = (
+            finishes if len(finishes) == runs else ["stop"] * (runs - len(finishes)) + finishes
+        )
+        return [(pairs[2 * n], pairs[2 * n + 1], reasons[n]) for n in range(runs)]
 
     def _extend(self, ids: list[int]) -> None:
         if not ids:
@@ -99,6 +132,7 @@ class Trajectory:
         clone.ids_json = bytearray(self.ids_json)
         clone.sampled = list(self.sampled)
         clone.logprobs = list(self.logprobs)
+        clone.finishes, clone.cut = list(self.finishes), self.cut
         clone.covered, clone.tail, clone.prompt = self.covered, self.tail, self.prompt
         clone.stored, clone.open = self.stored, self.open
         clone.answer_from, clone.answer_text = self.answer_from, self.answer_text
@@ -107,8 +141,9 @@ class Trajectory:
     # ------------------------------------------------------------------ the store (TOK-8)
     def segment(self, snapshot: bool) -> TokenSegment | None:
         """What a stored record holds: everything (a snapshot) or what followed the parent;
-        None while a prompt is open (nothing consistent to store)."""
-        if self.open:
+        None while a prompt is open with no answer (nothing consistent to store). A trajectory
+        rendered afresh (nothing of it stored yet) is stored whole, from 0."""
+        if self.open and not self.cut:
             return None
         ids_from, spans_from, lps_from = (0, 0, 0) if snapshot else self.stored
         view = self.ids.view()
@@ -117,6 +152,8 @@ class Trajectory:
             ids=view[ids_from:].tolist(),
             sampled=self.sampled[spans_from:],
             logprobs=self.logprobs[lps_from:],
+            finishes=self.finishes[spans_from // 2 :],
+            cut=self.cut,
             covered=self.covered,
             tail=self.tail,
             header=self.header,
@@ -138,6 +175,8 @@ class Trajectory:
                 pairs = pairs[2:]
             traj.sampled.extend(pairs)
             traj.logprobs.extend(part.logprobs)
+            traj.finishes[len(traj.sampled) // 2 - len(part.finishes) :] = part.finishes
         traj.covered, traj.tail, traj.prompt = last.covered, last.tail, last.prompt
+        traj.open = traj.cut = last.cut  # a cut answer: the next turn renders afresh (TOK-4)
         traj.mark_stored()
         return traj

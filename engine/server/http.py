@@ -247,6 +247,11 @@ async def response_tokens(request: web.Request) -> web.Response:
             "token_ids": trajectory.all_ids(),
             "sampled": sampled,
             "logprobs": logprobs,
+            # Turn boundaries: each sampled run and why it ended (TOK-43).
+            "samples": [
+                {"start": start, "end": end, "finish_reason": finish}
+                for start, end, finish in trajectory.samples()
+            ],
         }
     )
 

@@ -2,8 +2,10 @@
 
 Stored like the context items (STORE-4, STORE-5): a record holds only the tokens its response
 added since its stored parent (``start`` = the trajectory's length before them), a snapshot
-record all of them (``start`` 0). Hydrating concatenates the chain's segments; a chain with a
-missing or non-contiguous segment has no trajectory (the backend then renders the history).
+record all of them (``start`` 0). Hydrating concatenates the chain's segments; a segment that
+starts at 0 begins a trajectory afresh (it was rendered anew: the ones before it are history);
+a chain with a missing or non-contiguous segment has no trajectory (the backend then renders
+the history).
 """
 
 from __future__ import annotations
@@ -18,6 +20,10 @@ class TokenSegment(msgspec.Struct, kw_only=True):
     # sampled (the rest was rendered from given items); flattened pairs.
     sampled: list[int] = []
     logprobs: list[float | None] = []  # one per sampled id of this segment, in order
+    # Why each sampled run of this segment ended (TOK-43): stop, tool, length, cancelled,
+    # error; a run split across two records has its reason in the later one.
+    finishes: list[str] = []
+    cut: bool = False  # the last answer was cut short: the next turn renders afresh
     covered: int = 0  # context items the trajectory stands for after this segment
     tail: str = ""  # template text owed after the last sampled ids (its turn close)
     header: str = ""  # digest of the instructions and tools it was rendered with
@@ -25,12 +31,16 @@ class TokenSegment(msgspec.Struct, kw_only=True):
 
 
 def joined(segments: list[TokenSegment | None]) -> list[TokenSegment] | None:
-    """The chain's segments when they tile one trajectory from 0, else None."""
+    """The segments of the chain's last trajectory when they tile it from 0, else None. A
+    segment at 0 starts a trajectory afresh, so a gap before it does not matter."""
     length = 0
-    out: list[TokenSegment] = []
+    out: list[TokenSegment] | None = []
     for segment in segments:
-        if segment is None or segment.start != length:
-            return None
+        if segment is not None and segment.start == 0:
+            length, out = 0, []  # rendered anew: what came before is history
+        if out is None or segment is None or segment.start != length:
+            out = None  # a gap: nothing continues until a fresh start
+            continue
         length += len(segment.ids)
         out.append(segment)
     return out or None

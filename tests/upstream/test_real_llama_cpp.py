@@ -1,42 +1,56 @@
-"""Opt-in end to end against a real inference server (``make test-real``): llama-cpp-python's
-OpenAI-compatible server on the CPU with a tiny GGUF the test writes itself, fronted by our
-server and driven by the official openai SDK over WebSocket; and a token-in rollout through a
-``tokens`` route against llama.cpp's ``/completion`` shape on the same library
-(``llama_token_server.py``).
+"""End to end against the real llama.cpp server (``make test-real``, part of ``make test``;
+TOK-40, TOK-41): ``llama-server`` built from the llama.cpp source that the llama-cpp-python
+sdist vendors, on a tiny random-weight GGUF whose vocabulary *is* the tokenizer the test trains
+(``tests/support/tiny_gguf.py``), so the server and the engine share ids. Driven by the openai
+SDK over WebSocket and HTTP:
 
-Skipped unless ``ROLLOUT_REAL_PYTHON`` names an interpreter with ``llama-cpp-python[server]``
-and ``gguf`` installed (PyPI ships llama-cpp-python as source only: building it takes about
-27 minutes on 2 cores, which is why this is not part of ``make test``).
+* a ``chat`` route through its ``/v1/chat/completions`` (``--jinja``: the GGUF's template);
+* a ``tokens`` route through its ``/completion`` (token-array ``prompt``, ``return_tokens``,
+  ``n_probs``). A recording pass-through between the engine and llama-server keeps every prompt
+  sent and every id llama.cpp streamed back: each continuation's prompt is the previous prompt
+  plus the ids llama.cpp sampled, exactly, including after a turn cut off by
+  ``max_output_tokens``.
+
+Skipped unless ``ROLLOUT_LLAMA_SERVER`` names the binary (``make test-real`` sets it).
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import socket
-from collections.abc import AsyncIterator
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
 from openai import AsyncOpenAI
-from tokenizers import Tokenizer
 
 from clients.bench.tiny_model import make_tokenizer
 from engine.models.config import build_router, parse_config
-from tests.support.server import LiveServer
-from tests.support.tools import WEATHER
+from tests.support.server import LiveServer, serve_app
+from tests.support.tiny_gguf import write as write_gguf
 from tests.support.wait import wait_for
 from tests.upstream.conftest import StartEngine
 
-REAL_PYTHON = os.environ.get("ROLLOUT_REAL_PYTHON", "")
+LLAMA_SERVER = os.environ.get("ROLLOUT_LLAMA_SERVER", "")
 pytestmark = [
-    pytest.mark.skipif(not REAL_PYTHON, reason="set ROLLOUT_REAL_PYTHON (see make test-real)"),
+    pytest.mark.skipif(not LLAMA_SERVER, reason="set ROLLOUT_LLAMA_SERVER (see make test-real)"),
     pytest.mark.timeout(300),
 ]
-HERE = Path(__file__).parent
+INCLUDE = ["rollout.token_ids"]
+
+
+@dataclass
+class Llama:
+    url: str  # the server root
+    tokenizer: Path
 
 
 def _free_port() -> int:
@@ -46,83 +60,108 @@ def _free_port() -> int:
         return port
 
 
-async def _run(*args: str) -> None:
-    proc = await asyncio.create_subprocess_exec(*args)
-    assert await proc.wait() == 0, args
-
-
-async def _ready(url: str, deadline_s: float = 120) -> None:
+async def _healthy(url: str) -> None:
     async with aiohttp.ClientSession() as http:
 
         async def answers() -> bool:
             try:
-                async with http.get(url) as resp:
+                async with http.get(f"{url}/health") as resp:
                     return resp.status == 200
             except aiohttp.ClientError:
                 return False
 
-        await wait_for(answers, f"llama.cpp server ready at {url}", limit=deadline_s)
+        await wait_for(answers, f"llama-server ready at {url}", limit=120)
 
 
-@pytest.fixture
-async def llama_url(tmp_path: Path) -> AsyncIterator[str]:
-    model = tmp_path / "tiny.gguf"
-    await _run(REAL_PYTHON, str(HERE / "make_tiny_gguf.py"), str(model))
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Llama]:
+    """One llama-server for the module: one slot (its prompt cache follows one chain at a
+    time), greedy, the GGUF's own chat template (``--jinja``)."""
+    root = tmp_path_factory.mktemp("llama")
+    tokenizer = make_tokenizer(root / "tokenizer")
+    model = write_gguf(root / "tiny.gguf", tokenizer)
     port = _free_port()
-    server = await asyncio.create_subprocess_exec(
-        REAL_PYTHON, "-m", "llama_cpp.server", "--model", str(model),
-        "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048",
-        "--chat_format", "chatml-function-calling",
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
-    )  # fmt: skip
+    log = (root / "llama-server.log").open("wb")
+    args = [LLAMA_SERVER, "-m", str(model), "--host", "127.0.0.1", "--port", str(port)]
+    args += ["--jinja", "-c", "4096", "-np", "1", "-t", "2", "--temp", "0", "--seed", "0"]
+    server = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
     try:
-        await _ready(f"http://127.0.0.1:{port}/v1/models")
-        yield f"http://127.0.0.1:{port}/v1"
+        asyncio.run(_healthy(url))
+        yield Llama(url, tokenizer)
     finally:
         server.terminate()
-        await server.wait()
+        server.wait(timeout=30)
+        log.close()
+
+
+# ----------------------------------------------------------------------------- the recorder
+
+
+@dataclass
+class Turn:
+    prompt: list[int]
+    answer: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    last: dict[str, Any] = field(default_factory=dict)  # llama.cpp's `stop: true` chunk
+
+
+class Recorder:
+    """Passes ``POST /completion`` through to llama-server unchanged, keeping the prompt and
+    the ids (and logprobs) of every streamed chunk: what llama.cpp itself read and sampled."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream
+        self.turns: list[Turn] = []
+        self.runner: web.AppRunner | None = None
+        self.url = ""
+
+    async def start(self, http: aiohttp.ClientSession) -> None:
+        self._http = http
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/completion", self._completion)
+        self.runner, port = await serve_app(app)
+        self.url = f"http://127.0.0.1:{port}"
+
+    async def _completion(self, request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
+        turn = Turn(prompt=list(json.loads(raw)["prompt"]))
+        self.turns.append(turn)
+        headers = {"Content-Type": "application/json"}
+        async with self._http.post(f"{self.upstream}/completion", data=raw, headers=headers) as up:
+            resp = web.StreamResponse(status=up.status, headers={"Content-Type": up.content_type})
+            await resp.prepare(request)
+            async for line in up.content:
+                self._note(turn, line)
+                await resp.write(line)
+            await resp.write_eof()
+            return resp
+
+    @staticmethod
+    def _note(turn: Turn, line: bytes) -> None:
+        if not line.startswith(b"data: "):
+            return
+        chunk = json.loads(line[len(b"data: ") :])
+        turn.answer += chunk.get("tokens", [])
+        turn.logprobs += [p["logprob"] for p in chunk.get("completion_probabilities", [])]
+        if chunk.get("stop"):
+            turn.last = chunk
 
 
 @pytest.fixture
-async def real_server(llama_url: str, engine_for: StartEngine) -> LiveServer:
-    route = {"backend": "chat", "base_url": llama_url, "model": "tiny", "read_timeout": 60}
-    router = build_router(parse_config({"default": "tiny", "models": {"tiny": route}}))
-    return await engine_for(router, default_model="tiny")
+async def recorder(llama: Llama) -> AsyncIterator[Recorder]:
+    async with aiohttp.ClientSession() as http:
+        recorder = Recorder(llama.url)
+        await recorder.start(http)
+        try:
+            yield recorder
+        finally:
+            assert recorder.runner is not None
+            await recorder.runner.cleanup()
 
 
-async def test_text_and_forced_tool_call_round_trip(real_server: LiveServer) -> None:
-    client = AsyncOpenAI(base_url=real_server.base_url, api_key="unused")
-    try:
-        async with client.responses.connect() as conn:
-            await conn.response.create(model="tiny", input="hello", max_output_tokens=8)
-            text = await _terminal(conn)
-            assert text.status in ("completed", "incomplete")
-            assert text.usage.input_tokens > 0 and 0 < text.usage.output_tokens <= 8
-            await conn.response.create(
-                model="tiny",
-                input="Weather in Paris?",
-                tools=[WEATHER],
-                tool_choice={"type": "function", "name": "get_weather"},
-                max_output_tokens=64,
-            )
-            called = await _terminal(conn)
-            call = called.output[-1]
-            assert call.type == "function_call" and call.name == "get_weather"
-            # random weights may put control characters inside the string: parse leniently
-            assert isinstance(json.loads(call.arguments, strict=False)["city"], str)
-            await conn.response.create(
-                model="tiny",
-                previous_response_id=called.id,
-                input=[{"type": "function_call_output", "call_id": call.call_id, "output": "ok"}],
-                tools=[WEATHER],
-                tool_choice="none",
-                max_output_tokens=8,
-            )
-            answer = await _terminal(conn)
-            assert answer.status in ("completed", "incomplete")
-    finally:
-        await client.close()
-    assert real_server.engine.counters["create.fast_path"] == 1
+def _router(**route: Any) -> Any:
+    return build_router(parse_config({"default": "tiny", "models": {"tiny": route}}))
 
 
 async def _terminal(conn: Any) -> Any:
@@ -133,72 +172,116 @@ async def _terminal(conn: Any) -> Any:
     raise AssertionError("connection closed")
 
 
-# ----------------------------------------------------------------------------- token-in (TOK-2)
+# ----------------------------------------------------------------------------- tokens route
 
 
-@pytest.fixture
-async def llama_tokens_url(tmp_path: Path) -> AsyncIterator[tuple[str, Path]]:
-    """llama.cpp's ``/completion`` over real llama.cpp inference (``llama_token_server.py``),
-    on a GGUF whose vocabulary has the size of a tokenizer the test trains: the engine renders
-    with that tokenizer, llama.cpp samples ids it decodes."""
-    tokenizer = make_tokenizer(tmp_path / "tokenizer")
-    size = Tokenizer.from_file(str(tokenizer / "tokenizer.json")).get_vocab_size()
-    model = tmp_path / "tiny.gguf"
-    await _run(REAL_PYTHON, str(HERE / "make_tiny_gguf.py"), str(model), str(size))
-    server = await asyncio.create_subprocess_exec(
-        REAL_PYTHON, str(HERE / "llama_token_server.py"), str(model),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        assert server.stdout is not None
-        line = await asyncio.wait_for(server.stdout.readline(), 120)
-        assert line.startswith(b"PORT "), line
-        yield f"http://127.0.0.1:{int(line.split()[1])}", tokenizer
-    finally:
-        server.terminate()
-        await server.wait()
+def assert_chain_exact(turns: list[Turn], responses: list[Any]) -> None:
+    """Each prompt llama.cpp read is the previous prompt plus the ids llama.cpp sampled, then
+    new ids (TOK-4); what the engine reports is what llama.cpp streamed (TOK-9)."""
+    assert len(turns) == len(responses) >= 2
+    for before, after in itertools.pairwise(turns):
+        head = before.prompt + before.answer
+        assert len(after.prompt) > len(head)
+        assert after.prompt[: len(head)] == head
+    for turn, response in zip(turns, responses, strict=True):
+        (sample,) = response.model_extra["rollout_tokens"]["samples"]
+        assert sample["token_ids"] == turn.answer and turn.answer
+        assert sample["logprobs"] == pytest.approx(turn.logprobs)
+        assert all(lp <= 0 for lp in turn.logprobs)
+        assert response.usage.input_tokens == len(turn.prompt) == turn.last["tokens_evaluated"]
+        assert response.usage.output_tokens == turn.last["tokens_predicted"]
 
 
-async def test_token_in_rollout_against_llama_cpp(
-    llama_tokens_url: tuple[str, Path], engine_for: StartEngine
+async def test_tokens_route_continuations_exact_ws_and_http(
+    llama: Llama, recorder: Recorder, engine_for: StartEngine
 ) -> None:
-    """A token-array prompt in, sampled ids and their logprobs out; the second turn's prompt is
-    the first prompt plus the ids llama.cpp sampled, exactly (TOK-4); usage is its count."""
-    url, tokenizer = llama_tokens_url
-    route = {
-        "backend": "tokens",
-        "api": "llamacpp",
-        "base_url": url,
-        "model": "tiny",
-        "tokenizer": str(tokenizer),
-        "read_timeout": 60,
-    }
-    router = build_router(parse_config({"default": "tiny", "models": {"tiny": route}}))
-    server = await engine_for(router, default_model="tiny")
-    client = AsyncOpenAI(base_url=server.base_url, api_key="unused")
-    include = ["rollout.token_ids"]
+    """Three turns over WebSocket (each cut off by ``max_output_tokens``: a truncated turn's
+    ids are kept and continued exactly), then two over HTTP through the store, and the
+    stored trajectory equals what llama.cpp read and sampled."""
+    route = {"backend": "tokens", "api": "llamacpp", "base_url": recorder.url, "model": "tiny"}
+    router = _router(**route, tokenizer=str(llama.tokenizer), read_timeout=60)
+    server = await engine_for(router, default_model="tiny", park_seconds=0, hydration_cache_bytes=0)
+    client = AsyncOpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
+    ws: list[Any] = []
     try:
         async with client.responses.connect() as conn:
-            await conn.response.create(
-                model="tiny", input="hello", max_output_tokens=8, include=include
-            )
-            first = await _terminal(conn)
-            await conn.response.create(
-                model="tiny",
-                input="again",
-                previous_response_id=first.id,
-                max_output_tokens=8,
-                include=include,
-            )
-            second = await _terminal(conn)
+            for text in ("hello", "again", "and once more"):
+                previous = {"previous_response_id": ws[-1].id} if ws else {}
+                await conn.response.create(
+                    model="tiny", input=text, max_output_tokens=6, include=INCLUDE, **previous
+                )
+                ws.append(await _terminal(conn))
+        assert_chain_exact(recorder.turns, ws)
+        assert {r.status for r in ws} <= {"completed", "incomplete"}
+        assert server.engine.counters["create.cache_hit"] == 2
+        # llama.cpp's own prompt cache agreed: the prefix it had was reused, not re-read
+        assert recorder.turns[2].last["timings"]["cache_n"] >= len(recorder.turns[1].prompt)
+        start = len(recorder.turns)
+        first = await client.responses.create(
+            model="tiny", input="weather?", max_output_tokens=6, include=INCLUDE
+        )
+        second = await client.responses.create(
+            model="tiny",
+            input="thanks",
+            previous_response_id=first.id,
+            max_output_tokens=6,
+            include=INCLUDE,
+        )
+        assert_chain_exact(recorder.turns[start:], [first, second])
+        stored = await _stored_tokens(server, second.id)
     finally:
         await client.close()
-    async with aiohttp.ClientSession() as http, http.get(f"{url}/turns") as resp:
-        turns = await resp.json()
-    assert len(turns) == 2
-    head = turns[0]["prompt"] + turns[0]["answer"]
-    assert turns[1]["prompt"][: len(head)] == head
-    (step,) = first.model_extra["rollout_tokens"]["samples"]
-    assert step["token_ids"] == turns[0]["answer"]
-    assert all(isinstance(lp, float) and lp <= 0 for lp in step["logprobs"])
-    assert second.usage.input_tokens == len(turns[1]["prompt"])
+    last = recorder.turns[-1]
+    assert stored["token_ids"] == last.prompt + last.answer
+    assert stored["sampled"].count(True) == len(recorder.turns[start].answer) + len(last.answer)
+
+
+async def _stored_tokens(server: LiveServer, response_id: str) -> dict[str, Any]:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(f"{server.base_url}/responses/{response_id}/tokens") as resp,
+    ):
+        assert resp.status == 200, await resp.text()
+        body: dict[str, Any] = await resp.json()
+        return body
+
+
+# ----------------------------------------------------------------------------- chat route
+
+
+async def test_chat_route_ws_and_http_and_the_same_prompt(
+    llama: Llama, recorder: Recorder, engine_for: StartEngine
+) -> None:
+    """The ``chat`` route through llama-server's ``/v1/chat/completions`` with its ``--jinja``
+    template: a text turn and its continuation over WebSocket (the connection cache), a
+    continuation over HTTP; and llama.cpp's prompt for a first turn has exactly the
+    length the engine's ``tokens`` renderer gives the same input (one template, one vocabulary).
+    """
+    chat = {"backend": "chat", "base_url": f"{llama.url}/v1", "model": "tiny", "read_timeout": 60}
+    tokens = {"backend": "tokens", "api": "llamacpp", "base_url": recorder.url, "model": "tiny"}
+    raw = {"tiny": chat, "tiny-tokens": {**tokens, "tokenizer": str(llama.tokenizer)}}
+    server = await engine_for(build_router(parse_config({"default": "tiny", "models": raw})))
+    client = AsyncOpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
+    try:
+        async with client.responses.connect() as conn:
+            await conn.response.create(model="tiny", input="hello", max_output_tokens=8)
+            text = await _terminal(conn)
+            assert text.usage.input_tokens > 0 and 0 < text.usage.output_tokens <= 8
+            await conn.response.create(
+                model="tiny", input="more", previous_response_id=text.id, max_output_tokens=8
+            )
+            more = await _terminal(conn)
+            assert more.status in ("completed", "incomplete") and more.usage.output_tokens > 0
+            # the history went to llama.cpp whole and it rendered it with the GGUF's template
+            assert more.usage.input_tokens > text.usage.input_tokens + text.usage.output_tokens
+        assert server.engine.counters["create.cache_hit"] == 1
+        follow = await client.responses.create(
+            model="tiny", input="and now?", previous_response_id=text.id, max_output_tokens=4
+        )
+        assert follow.status in ("completed", "incomplete") and follow.usage.output_tokens > 0
+        same = await client.responses.create(
+            model="tiny-tokens", input="hello", max_output_tokens=1
+        )
+    finally:
+        await client.close()
+    assert recorder.turns[-1].prompt and same.usage.input_tokens == text.usage.input_tokens

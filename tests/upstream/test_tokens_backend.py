@@ -86,6 +86,16 @@ async def test_rerender_route_renders_the_whole_history_every_turn(
     second = token_peer.text(token_peer.turns[1].prompt)
     assert second.endswith("</tool_response><|im_end|>\n<|im_start|>assistant\n")
     assert second.startswith(backend.tokenizer.decode(token_peer.turns[0].prompt))
+    # The peer sampled its call one character at a time (TOK-42): the re-render encodes the
+    # same text canonically, so the prefix check catches it, though the template is
+    # append-only and the text is the same. The check can fail; an exact route passes it.
+    first = token_peer.turns[0]
+    assert token_peer.text(token_peer.turns[1].prompt).startswith(
+        token_peer.text(first.prompt + first.answer)
+    )
+    assert token_peer.extends(1) is None
+    with pytest.raises(AssertionError):
+        assert_exact(token_peer)
 
 
 def test_a_template_that_is_not_append_only_is_detected(tmp_path: Path) -> None:

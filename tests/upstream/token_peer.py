@@ -4,7 +4,13 @@
 Qwen-style chat template the test writes (nothing is downloaded).
 
 It checks what arrives: every prompt is recorded with the ids the peer sampled for it, and
-``extends`` says whether a prompt starts with an earlier prompt plus its answer, exactly.
+``extends`` says whether a prompt starts with an earlier prompt plus its answer, exactly. It
+samples as a model may, not as a tokenizer encodes (TOK-42): ordinary text one character at a
+time (``sample_ids``), a tokenization ``encode`` never produces, so an engine that re-encoded
+the history would send different ids and fail the prefix check, even where the template is
+append-only. It honours the step's output limit (vLLM ``max_tokens``, SGLang
+``max_new_tokens``, llama.cpp ``n_predict``): a cut answer has no end id and finishes
+``length``.
 The answer policy reads the decoded prompt like the chat peer reads messages: after a user
 turn with tools declared it calls the first tool, after tool results it summarises them.
 """
@@ -12,6 +18,7 @@ turn with tools declared it calls the first tool, after tool results it summaris
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 from collections import deque
@@ -29,6 +36,15 @@ from engine.models.tokens.backend import TokensBackend
 from tests.support.server import LiveServer
 
 __all__ = ["QWEN_TEMPLATE", "TokenPeer", "TokenTurn", "make_tokenizer"]
+_SPECIAL = re.compile(r"(<\|[a-z_]+\|>)")
+_LIMIT_KEYS = {"vllm": "max_tokens", "sglang": "max_new_tokens", "llamacpp": "n_predict"}
+
+
+def _limit(api: str, body: dict[str, Any]) -> int | None:
+    """The request's output limit in its API's field (llama.cpp: a negative is none)."""
+    knobs = body if api == "llamacpp" else body.get("sampling_params", {})
+    limit = knobs.get(_LIMIT_KEYS[api])
+    return limit if isinstance(limit, int) and limit >= 0 else None
 
 
 @dataclass
@@ -37,6 +53,7 @@ class TokenTurn:
     body: dict[str, Any]
     prompt: list[int]
     answer: list[int] = field(default_factory=list)
+    cut: bool = False  # the answer hit the request's output limit (finish ``length``)
 
 
 class TokenPeer:
@@ -44,10 +61,16 @@ class TokenPeer:
 
     def __init__(self, tokenizer_dir: Path, *, eos_in_tokens: bool = True) -> None:
         self.tokenizer = Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json"))
-        self.end_id = self.tokenizer.token_to_id("<|im_end|>")
+        self.end_id = self._special("<|im_end|>")
         self.turns: list[TokenTurn] = []
         self.script: deque[str] = deque()  # texts to sample next, before the policy
         self.eos_in_tokens = eos_in_tokens
+        # After an answer's first chunk: wait for ``resume`` (set: no wait) and say so in
+        # ``paused``; then, with ``fail_midway``, end with an error chunk (TOK-43's endings).
+        self.resume = asyncio.Event()
+        self.resume.set()
+        self.paused = asyncio.Event()
+        self.fail_midway = False
         self.runner: web.AppRunner | None = None
         self.port = 0
 
@@ -92,8 +115,28 @@ class TokenPeer:
         turn = TokenTurn(api, body, list(prompt))
         self.turns.append(turn)
         text = self.script.popleft() if self.script else self._policy(self.text(prompt))
-        turn.answer = [*self.tokenizer.encode(text, add_special_tokens=False).ids, self.end_id]
+        answer = [*self.sample_ids(text), self.end_id]
+        limit = _limit(api, body)
+        turn.cut = limit is not None and len(answer) > limit
+        turn.answer = answer[:limit] if turn.cut else answer
         return turn
+
+    def _special(self, text: str) -> int:
+        token_id = self.tokenizer.token_to_id(text)
+        assert token_id is not None, text
+        return token_id
+
+    def sample_ids(self, text: str) -> list[int]:
+        """``text`` as sampled ids: special-token text as its one id, every other character
+        encoded alone (``"ab"`` -> ids of ``"a"`` + ids of ``"b"``, never the merge)."""
+        ids: list[int] = []
+        for n, part in enumerate(_SPECIAL.split(text)):
+            if n % 2:
+                ids.append(self._special(part))
+                continue
+            for char in part:
+                ids += self.tokenizer.encode(char, add_special_tokens=False).ids
+        return ids
 
     @staticmethod
     def _policy(prompt: str) -> str:
@@ -119,12 +162,22 @@ class TokenPeer:
     async def _stream(self, request: web.Request, frames: list[Any]) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
-        for frame in frames:
+        with contextlib.suppress(ConnectionResetError):  # the engine stopped reading (a cancel)
+            await self._frames(resp, frames)
+        return resp
+
+    async def _frames(self, resp: web.StreamResponse, frames: list[Any]) -> None:
+        for n, frame in enumerate(frames):
             payload = frame if isinstance(frame, str) else json.dumps(frame)
             await resp.write(f"data: {payload}\n\n".encode())
             await asyncio.sleep(0)
+            if n == 0 and not self.resume.is_set():
+                self.paused.set()
+                await self.resume.wait()
+            if n == 0 and self.fail_midway:
+                await resp.write(b'data: {"error": {"message": "the model crashed"}}\n\n')
+                break
         await resp.write_eof()
-        return resp
 
     # ------------------------------------------------------------------ vLLM
     async def _vllm(self, request: web.Request) -> web.StreamResponse:
@@ -139,7 +192,7 @@ class TokenPeer:
                 for k, t in enumerate(piece)
             ]
             done += len(piece)
-            finish = "stop" if index == len(pieces) - 1 else None
+            finish = ("length" if turn.cut else "stop") if index == len(pieces) - 1 else None
             choice = {
                 "index": 0,
                 "logprobs": {"content": content},
@@ -168,7 +221,7 @@ class TokenPeer:
             last = index == len(pieces) - 1
             meta = {
                 "id": "rid-1",
-                "finish_reason": {"type": "stop", "matched": self.end_id} if last else None,
+                "finish_reason": _sglang_finish(turn, self.end_id) if last else None,
                 "prompt_tokens": len(turn.prompt),
                 "completion_tokens": len(sent),
                 "cached_tokens": 0,
@@ -182,8 +235,9 @@ class TokenPeer:
     async def _llamacpp(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         turn = self._answer("llamacpp", body, body["prompt"])
-        streamed = turn.answer if self.eos_in_tokens else turn.answer[:-1]
-        if not self.eos_in_tokens:
+        ends = bool(turn.answer) and not turn.cut
+        streamed = turn.answer if self.eos_in_tokens or not ends else turn.answer[:-1]
+        if streamed is not turn.answer:
             turn.answer = streamed  # what the engine was sent is what it must keep
         frames: list[Any] = []
         done = 0
@@ -221,13 +275,19 @@ class TokenPeer:
                 "model": "tiny",
                 "tokens_predicted": len(turn.answer),
                 "tokens_evaluated": len(turn.prompt),
-                "stop_type": "eos",
+                "stop_type": "limit" if turn.cut else "eos",
                 "stopping_word": "",
                 "tokens_cached": len(turn.prompt),
                 "timings": {"prompt_n": len(turn.prompt), "cache_n": 0},
             }
         )
         return await self._stream(request, frames)
+
+
+def _sglang_finish(turn: TokenTurn, end_id: int) -> dict[str, Any]:
+    if turn.cut:
+        return {"type": "length", "length": len(turn.answer)}
+    return {"type": "stop", "matched": end_id}
 
 
 # ------------------------------------------------------------------ shared by the tokens tests

@@ -10,6 +10,7 @@ trajectory exactly as sampled.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import Counter
 from collections.abc import AsyncGenerator
@@ -115,16 +116,37 @@ class TokensBackend:
         self.stats["prompt_ids_sent"] += len(trajectory)
         self.stats["prompt_ids_rendered"] += rendered.fresh
 
+        answers: list[_TokenAnswer] = []  # the latest attempt's: what a cut answer keeps
+
         def attempt(_number: int) -> AsyncGenerator[Delta, None]:
             answer = _TokenAnswer(self, ctx, trajectory, request.tools, rendered.fresh)
+            answers[:] = [answer]
             return relay(self.pool, self.endpoint, PATHS[self.options.api], payload, answer)
 
-        return retry_before_first(attempt, self.endpoint)
+        return _kept(answers, retry_before_first(attempt, self.endpoint))
 
     async def compact(self, request: CompactRequest) -> Compacted:
         """COMPACT-5: the model writes the summary (a scratch context, rendered afresh)."""
         self.stats["compactions"] += 1
         return await summarise_with_model(self, request)
+
+
+async def _kept(
+    answers: list[_TokenAnswer], deltas: AsyncGenerator[Delta, None]
+) -> AsyncGenerator[Delta, None]:
+    """An answer that ends before its end keeps what was sampled in the trajectory (TOK-43):
+    ``error`` when the model server failed, ``cancelled`` when the engine stopped it."""
+    reason = "cancelled"
+    try:
+        async with contextlib.aclosing(deltas):
+            async for delta in deltas:
+                yield delta
+    except Exception:
+        reason = "error"
+        raise
+    finally:
+        if answers:
+            answers[-1].cut(reason)
 
 
 class _TokenAnswer:
@@ -154,6 +176,7 @@ class _TokenAnswer:
         self.items = 0  # output items the rollout builds from our deltas
         self._open: type[Delta] | None = None  # the kind of text item our deltas keep open
         self.ended = False
+        self._joined = False
 
     def feed(self, data: str) -> list[Delta]:
         step = self._reader.read(data)
@@ -229,12 +252,25 @@ class _TokenAnswer:
 
     def _join(self) -> None:
         """The sampled ids join the trajectory exactly (the renderer knows what is owed)."""
-        covered = self._first_item + self.items
+        self._joined = True
+        calls = self._parsing.calls
+        finish = "length" if self.finish == "length" else "tool" if calls else "stop"
+        # An item cut by the output limit stays out of the context (ORD-8 keeps it only in the
+        # response), so the trajectory stands for the items before it (TOK-43).
+        cut_item = int(self.finish == "length" and self._open is not None)
+        covered = self._first_item + self.items - cut_item
+        answer_from = -1 if cut_item else self._first_item
         answer = SampledAnswer(
-            self.ids, self.logprobs, self._first_item, covered, self._parsing.ended_in_call
+            self.ids, self.logprobs, answer_from, covered, self._parsing.ended_in_call, finish
         )
         self._backend.renderer.join(self._trajectory, answer)
         self._backend.stats["sampled_ids"] += len(self.ids)
 
     def failed(self, exc: UpstreamError) -> None:
         """The trajectory stays open: the next turn renders the conversation afresh."""
+
+    def cut(self, reason: str) -> None:
+        """Ended before its end: the ids sampled so far join as ``reason`` (TOK-43)."""
+        if not self._joined:
+            self._joined = True
+            self._trajectory.cut_short(self.ids, self.logprobs, reason)

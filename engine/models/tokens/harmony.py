@@ -257,7 +257,7 @@ class HarmonyRenderer:
     def join(self, trajectory: Trajectory, answer: SampledAnswer) -> None:
         """The sampled ids join the trajectory exactly. A generation cut off before its stop
         token owes the message's close: ``<|call|>`` after a call, ``<|end|>`` otherwise."""
-        trajectory.sampled_ids(answer.ids, answer.logprobs)
+        trajectory.sampled_ids(answer.ids, answer.logprobs, answer.finish)
         tail = ""
         if not answer.ids or answer.ids[-1] not in self.stop_ids:
             tail = "<|call|>" if answer.ended_in_call else "<|end|>"

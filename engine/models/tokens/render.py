@@ -61,6 +61,7 @@ class SampledAnswer:
     answer_from: int  # the context index of the answer's first item
     covered: int  # context items the trajectory stands for once the answer joined
     ended_in_call: bool = False
+    finish: str = "stop"  # why the sample ended (TOK-43): stop, tool or length
 
 
 def needs_full_render(trajectory: Trajectory | None, digest: str, items: int) -> bool:
@@ -150,7 +151,7 @@ class TurnRenderer:
     def join(self, trajectory: Trajectory, answer: SampledAnswer) -> None:
         """The sampled ids join the trajectory exactly; the template's close is owed."""
         tokenizer = self.tokenizer
-        trajectory.sampled_ids(answer.ids, answer.logprobs)
+        trajectory.sampled_ids(answer.ids, answer.logprobs, answer.finish)
         close = tokenizer.shape.close
         tail = close
         if answer.ids and answer.ids[-1] in tokenizer.end_ids:

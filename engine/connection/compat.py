@@ -27,6 +27,7 @@ from engine.core import Engine
 from engine.models.base import Backend
 from engine.rollout.coroutine import Rollout
 from engine.rollout.turn import Mode, Settings, Sink, Turn
+from engine.shared.ratelimit import Quota
 from engine.store import ResponseStore
 from protocol.errors import store_unavailable
 from protocol.items import InputItem
@@ -46,6 +47,7 @@ class Connection(Protocol):
     default_mode: Mode
     on_admitted: Callable[[Turn, list[InputItem]], Awaitable[None]] | None  # background (BG-2)
     owner: str | None  # the API-key identity of the requester (OWN-1)
+    quota: Quota | None  # its key's rate limits (RATE-4)
 
     def resolve(self, model: str) -> Backend: ...
 
@@ -127,7 +129,34 @@ async def run_create(
     session: Connection, lane: Lane, params: CreateParams, arrived: float | None = None
 ) -> None:
     """Run one create to its terminal frame. Raises ``ProtocolError`` for request-scoped errors
-    (nothing was emitted for this request then)."""
+    (nothing was emitted for this request then).
+
+    Every create of every transport passes here, so its key's rate limits are checked here,
+    once, before any other work (RATE-4); its tokens count when it ends."""
+    quota = session.quota
+    if quota is None:
+        await _run_create(session, lane, params, arrived)
+        return
+    lease = await quota.admit()  # raises RateLimitExceeded (RATE-5)
+    turns: list[Turn] = []
+    try:
+        await _run_create(session, lane, params, arrived, turns)
+    finally:
+        await quota.settle(lease, sum(_tokens(turn) for turn in turns))
+
+
+def _tokens(turn: Turn) -> int:
+    usage = turn.stream.response.usage
+    return usage.total_tokens if usage is not None else 0
+
+
+async def _run_create(
+    session: Connection,
+    lane: Lane,
+    params: CreateParams,
+    arrived: float | None,
+    turns: list[Turn] | None = None,
+) -> None:
     try:
         picked_up = time.perf_counter()
         job = _admit(session, lane, params)
@@ -148,6 +177,8 @@ async def run_create(
         session.spawn(rollout)
     turn = job.turn
     while True:  # a steered response hands the lane to its successor (STEER-3)
+        if turns is not None:
+            turns.append(turn)  # its tokens count against the key's limits (RATE-2)
         status = await _serve_turn(session, job, rollout, turn)
         if turn.successor is None:
             break

@@ -77,18 +77,19 @@ class ServerConfig:
     # the inspector (INSP-9) and may delete any key's record (OWN-5).
     admin_keys: frozenset[str] = field(default_factory=frozenset)
 
-    # Rate limits (RATE-1): server-wide defaults, each overridden per key by the keys file.
-    rate_requests: int = setting(
-        0, "--rate-requests", help="responses a key may start per window; 0: no limit (RATE-1)",
-        group="limits",
+    # Rate limits (RATE-1): server-wide defaults, each overridden per key by the keys file;
+    # None (or 0) is no limit.
+    rate_requests: int | None = setting(
+        None, "--rate-requests", help="responses a key may start per window (RATE-1)",
+        group="limits", parse=int,
     )  # fmt: skip
-    rate_tokens: int = setting(
-        0, "--rate-tokens", help="tokens (input + output) per key and window; 0: no limit (RATE-1)",
-        group="limits",
+    rate_tokens: int | None = setting(
+        None, "--rate-tokens", help="tokens (input + output) per key and window (RATE-1)",
+        group="limits", parse=int,
     )  # fmt: skip
-    rate_concurrent: int = setting(
-        0, "--rate-concurrent", help="responses in progress per key; 0: no limit (RATE-1)",
-        group="limits",
+    rate_concurrent: int | None = setting(
+        None, "--rate-concurrent", help="responses in progress per key (RATE-1)",
+        group="limits", parse=int,
     )  # fmt: skip
     rate_window_s: float = setting(
         60.0, "--rate-window", help="the rate limits' window (RATE-1)", group="limits", unit="s"
@@ -107,9 +108,9 @@ class ServerConfig:
         """A key's limits: each one its own line names, else the server's default (RATE-1)."""
         own = self.key_limits.get(key, {}) if key is not None else {}
         return Limits(
-            requests=own.get("requests", self.rate_requests),
-            tokens=own.get("tokens", self.rate_tokens),
-            concurrent=own.get("concurrent", self.rate_concurrent),
+            requests=own.get("requests", self.rate_requests or 0),
+            tokens=own.get("tokens", self.rate_tokens or 0),
+            concurrent=own.get("concurrent", self.rate_concurrent or 0),
         )
 
     @property

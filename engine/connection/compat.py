@@ -48,6 +48,7 @@ class Connection(Protocol):
     on_admitted: Callable[[Turn, list[InputItem]], Awaitable[None]] | None  # background (BG-2)
     owner: str | None  # the API-key identity of the requester (OWN-1)
     quota: Quota | None  # its key's rate limits (RATE-4)
+    traceparent: str | None  # the client's W3C trace context, if any (OTEL-2)
 
     def resolve(self, model: str) -> Backend: ...
 
@@ -160,6 +161,8 @@ async def _run_create(
     try:
         picked_up = time.perf_counter()
         job = _admit(session, lane, params)
+        if session.engine.tracing is not None:  # off: no span is made (OTEL-6)
+            _trace(session, job)
         if arrived is not None:  # time spent waiting in the lane, not admitting (OBS-1)
             job.turn.log.add_time("queue", picked_up - arrived)
         rollout, started = await _start_or_resume(session, lane, job)
@@ -194,6 +197,35 @@ async def _serve_turn(session: Connection, job: Admission, rollout: Rollout, tur
         return await turn.done
     finally:
         session.served(response_id)
+        if turn.trace is not None:
+            turn.trace.finish(_ended(turn, rollout))
+
+
+def _trace(session: Connection, job: Admission) -> None:
+    """The response's span (OTEL-2), a child of the client's ``traceparent``; its stages are
+    marked on the turn log from now on (OTEL-3)."""
+    assert session.engine.tracing is not None
+    turn, params = job.turn, job.params
+    attributes = {
+        "rollout.response_id": turn.stream.id,
+        "rollout.transport": session.transport,
+        "rollout.mode": job.mode.value,
+        "gen_ai.request.model": job.settings.model,
+    }
+    if params.previous_response_id is not None:
+        attributes["rollout.previous_response_id"] = params.previous_response_id
+    turn.trace = session.engine.tracing.start_turn(session.traceparent, attributes)
+    turn.log.marks = turn.trace.marks
+
+
+def _ended(turn: Turn, rollout: Rollout) -> dict[str, str | int]:
+    """What the response's span says of its end: ids, status and token counts, no content."""
+    usage = turn.stream.response.usage
+    ended: dict[str, str | int] = {"rollout.id": rollout.id, "rollout.status": turn.status}
+    if usage is not None:
+        ended["gen_ai.usage.input_tokens"] = usage.input_tokens
+        ended["gen_ai.usage.output_tokens"] = usage.output_tokens
+    return ended
 
 
 def _admit(session: Connection, lane: Lane, params: CreateParams) -> Admission:

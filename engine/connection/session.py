@@ -67,6 +67,7 @@ class Session:
         self.engine = engine
         self.owner = owner  # the API-key identity of this connection or request (OWN-1)
         self.quota = quota  # its key's rate limits, checked as each create is admitted (RATE-4)
+        self.traceparent: str | None = None  # the client's W3C trace context (OTEL-2)
         self.sink = sink
         self.transport = transport
         self.default_mode = default_mode

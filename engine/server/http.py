@@ -121,6 +121,7 @@ async def create_response(request: web.Request) -> web.StreamResponse:
         sink.add_decode(time.perf_counter() - start)
     quota = await ratelimits.quota_for(request)
     session = Session(engine, sink, transport="http", owner=owner, quota=quota)
+    session.traceparent = request.headers.get("traceparent")  # OTEL-2
     live = request.app[REQUESTS]  # the inspector lists in-flight HTTP creates (INSP-4)
     live.add(session)
     try:

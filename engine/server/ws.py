@@ -235,6 +235,7 @@ async def serve_socket(
         ratelimits.tell_codex(quota, sink.send)
     mode = default_mode(request)
     session = Session(engine, sink, transport="ws", default_mode=mode, owner=owner, quota=quota)
+    session.traceparent = request.headers.get("traceparent")  # the upgrade's, for all (OTEL-2)
     sessions.add(session)
     engine.counters["ws.connections"] += 1  # accepted sockets (OBS-4)
     try:

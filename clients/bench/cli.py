@@ -63,6 +63,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="coding (default) or codex (15 KB instructions, 12 tools, 60 calls, 100k+ tokens); "
         "with --stream/--memory: run it too",
     )
+    p.add_argument(
+        "--otel-endpoint",
+        default=None,
+        help="the bench's server exports traces to this OTLP/HTTP collector (what tracing costs)",
+    )
     p.add_argument("--json", type=Path, default=None, help="write results as JSON")
     p.add_argument("--png", type=Path, default=None, help="plot per-turn overhead (PNG)")
     p.add_argument("--stream-connections", type=int, default=32)
@@ -124,6 +129,7 @@ def scenario_config(args: argparse.Namespace) -> ScenarioConfig:
         repeat=args.repeat,
         url=args.url,
         store=args.store or "memory",
+        otel_endpoint=args.otel_endpoint,
     )
 
 

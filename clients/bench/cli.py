@@ -23,6 +23,7 @@ from typing import Any
 
 from clients.bench import report, table
 from clients.bench.codex import CODEX_CALLS
+from clients.bench.keys_load import run_two_keys
 from clients.bench.load import LoadSettings, main_load
 from clients.bench.memory import MemorySettings, run_memory
 from clients.bench.modes import ALL_MODES, MODES, STORE_MODES
@@ -91,6 +92,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="store: true agents that reconnect at a drain; acknowledged ids read back (LOAD-2)",
     )  # fmt: skip
     p.add_argument("--client-processes", type=int, default=1, help="split the load client (LOAD-3)")
+    p.add_argument(
+        "--load-two-keys",
+        type=int,
+        default=0,
+        metavar="FLOODERS",
+        help="with --load: FLOODERS clients flood with a rate-limited key while the agents run "
+        "with a second key; their p99 alone and flooded (RATE-9)",
+    )
     p.add_argument(
         "--server-pid", type=int, action="append", default=[],
         help="with --url: a server process whose CPU time to read (repeat per node, LOAD-3)",
@@ -204,7 +213,10 @@ def run_load(args: argparse.Namespace) -> int:
         server_pids=tuple(args.server_pid),
     )  # fmt: skip
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-        report = runner.run(main_load(settings, args.url))
+        if args.load_two_keys:
+            report = runner.run(run_two_keys(settings, args.load_two_keys))
+        else:
+            report = runner.run(main_load(settings, args.url))
     print(json.dumps(report, indent=1))
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")

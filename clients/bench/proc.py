@@ -33,6 +33,7 @@ class ServerProcess:
     store: str = "memory://"  # --store (BENCH-6)
     config: Path | None = None  # a routing file instead of --bench-models (BENCH-9)
     otel_endpoint: str | None = None  # --otel-endpoint: what tracing costs (OTEL-6)
+    keys_file: Path | None = None  # --api-keys-file, with per-key limits (RATE-1)
     port: int = 0
     _proc: asyncio.subprocess.Process | None = None
 
@@ -53,6 +54,8 @@ class ServerProcess:
         timings = ["--bench-timings"] if self.bench_timings else []
         if self.otel_endpoint is not None:
             timings += ["--otel-endpoint", self.otel_endpoint]
+        if self.keys_file is not None:
+            timings += ["--api-keys-file", str(self.keys_file)]
         models = ["--config", str(self.config)] if self.config else ["--bench-models"]
         return [
             sys.executable, "-m", "cli", "serve",

@@ -12,6 +12,7 @@ nothing remaining. No assertions: figures, as every bench mode.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import tempfile
 from collections import Counter
 from dataclasses import replace
@@ -26,9 +27,10 @@ from clients.bench.proc import ServerProcess
 FLOOD_KEY, CALM_KEY = "sk-bench-flood", "sk-bench-calm"
 FLOOD_LIMIT = 10  # requests per minute for the flooding key: it is over within a second
 CALM_LIMIT = 1_000_000
+REFUSED_WITHIN_S = 30.0
 
 
-async def _flood(url: str, stop: asyncio.Event, seen: Counter[str]) -> None:
+async def _flood(url: str, stop: asyncio.Event, seen: Counter[str], refused: asyncio.Event) -> None:
     headers = {"Authorization": f"Bearer {FLOOD_KEY}"}
     body = {"model": "sim", "input": "Flood.", "store": False}
     async with aiohttp.ClientSession(headers=headers) as session:
@@ -38,6 +40,7 @@ async def _flood(url: str, stop: asyncio.Event, seen: Counter[str]) -> None:
                 seen[str(resp.status)] += 1
                 if resp.status == 429:
                     seen["bad_429"] += not _good_refusal(resp.headers, payload)
+                    refused.set()
 
 
 def _good_refusal(headers: Any, payload: dict[str, Any]) -> bool:
@@ -69,10 +72,16 @@ async def run_two_keys(settings: LoadSettings, flooders: int) -> dict[str, Any]:
             calm = replace(settings, http_clients=0)
             await _calm(replace(calm, connections=2, turns=2), server.url)  # warm up
             alone = await _calm(calm, server.url)
-            stop, seen = asyncio.Event(), Counter[str]()
-            flood = [asyncio.create_task(_flood(server.url, stop, seen)) for _ in range(flooders)]
+            stop, refused, seen = asyncio.Event(), asyncio.Event(), Counter[str]()
+            flood = [
+                asyncio.create_task(_flood(server.url, stop, seen, refused))
+                for _ in range(flooders)
+            ]
             try:
                 loaded = await _calm(calm, server.url)
+                # a short run may end before the flood passed its limit: it goes on until then
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(refused.wait(), REFUSED_WITHIN_S)
             finally:
                 stop.set()
                 await asyncio.gather(*flood)

@@ -148,12 +148,14 @@ class BackgroundRun:
         log_bytes: int,
         owner: str | None = None,
         quota: Quota | None = None,
+        traceparent: str | None = None,
     ) -> None:
         self.engine = engine
         self.params = params
         self.owner = owner  # the API-key identity that created it (OWN-1)
         self.log = EventLog(log_bytes)
         self.session = Session(engine, self.log, transport="http", owner=owner, quota=quota)
+        self.session.traceparent = traceparent  # the creating request's (OTEL-2)
         self.session.on_admitted = self._admitted
         self.turn: Turn | None = None
         self.at_admission: Response | None = None
@@ -256,7 +258,11 @@ class BackgroundRuns:
         self.finished: OrderedDict[str, EventLog] = OrderedDict()
 
     async def start(
-        self, params: CreateParams, owner: str | None = None, quota: Quota | None = None
+        self,
+        params: CreateParams,
+        owner: str | None = None,
+        quota: Quota | None = None,
+        traceparent: str | None = None,
     ) -> BackgroundRun:
         """Start a run; returns once it is admitted or rejected (``run.turn`` is None, BG-2)."""
         config = self.engine.config
@@ -266,7 +272,8 @@ class BackgroundRuns:
                 f"At most {config.max_background_runs} background responses run at once.",
                 None,
             )
-        run = BackgroundRun(self.engine, params, config.background_log_bytes, owner, quota)
+        limits = config.background_log_bytes
+        run = BackgroundRun(self.engine, params, limits, owner, quota, traceparent)
         self._starting.add(run)
         run.task = asyncio.create_task(run.main(), name="background")
         run.task.add_done_callback(lambda _: self._reap(run))

@@ -32,7 +32,8 @@ async def create(request: web.Request, params: CreateParams) -> web.StreamRespon
         raise Unavailable("server_shutting_down", "The server is shutting down.", None)
     runs = request.app[BACKGROUND]
     owner = await identity.owner(request)
-    run = await runs.start(params, owner, await ratelimits.quota_for(request))
+    quota, traceparent = await ratelimits.quota_for(request), request.headers.get("traceparent")
+    run = await runs.start(params, owner, quota, traceparent)
     if run.turn is None:  # rejected while admitted or prepared: the create's own error
         error = run.log.error
         if error is None:

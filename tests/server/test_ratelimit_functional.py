@@ -120,6 +120,26 @@ async def test_sdk_retry_honours_retry_after() -> None:
         await server.runner.cleanup()
 
 
+async def test_background_create_is_refused_with_headers() -> None:
+    """RATE-4, RATE-5: a ``background: true`` create passes the same check."""
+    server = await limited(key_limits={KEY_A: {"requests": 1}})
+    body = {"model": "sim", "input": "hi", "background": True, "store": True}
+    try:
+        async with aiohttp.ClientSession(headers=auth(KEY_A)) as http:
+            statuses: list[int] = []
+            refusal: dict[str, Any] = {}
+            for _ in range(2):
+                async with http.post(f"{server.base_url}/responses", json=body) as resp:
+                    statuses.append(resp.status)
+                    refusal = {"body": await resp.json(), "headers": resp.headers.copy()}
+    finally:
+        await server.runner.cleanup()
+    assert statuses == [200, 429]
+    headers = refusal["headers"]  # case-insensitive, as HTTP header names are
+    assert refusal["body"]["error"]["code"] == "rate_limit_exceeded"
+    assert headers["x-ratelimit-remaining-requests"] == "0" and int(headers["retry-after"]) >= 1
+
+
 async def test_tokens_limit() -> None:
     """RATE-2: a response's tokens count when it ends; a key past its tokens is refused."""
     server = await limited(key_limits={KEY_A: {"tokens": 5}})

@@ -14,6 +14,7 @@ from engine.models.router import Router, simulator_router
 from engine.observe.benchclock import BenchClock
 from engine.observe.metrics import Metrics
 from engine.observe.postinference import PostInference
+from engine.observe.tracing import Tracing
 from engine.settings import duration, setting
 from engine.shared.hydration import HydrationCache
 from engine.shared.parking import ParkingBounds, ParkingLot
@@ -111,6 +112,13 @@ class EngineConfig:
         help="record per-turn stage timings, served at GET /v1/bench/timings (OBS-5, benchmark)",
         group="models",
     )
+    otel_endpoint: str | None = setting(
+        None,
+        "--otel-endpoint",
+        help="OTLP/HTTP collector base URL (http://host:4318): export traces (OTEL-1; off)",
+        group=ENGINE,
+        metavar="URL",
+    )
     hydration_cache_bytes: int = setting(
         256 * 1024 * 1024,
         "--hydration-cache-bytes",
@@ -160,6 +168,9 @@ class Engine:
         if self.bench_clock is not None:
             self.post.on_accounted = self.bench_clock.post
         self._writes: set[asyncio.Task[None]] = set()  # best-effort writes (cancelled turns)
+        # OpenTelemetry (OTEL-1): None when off, and then nothing of it runs (OTEL-6).
+        endpoint = self.config.otel_endpoint
+        self.tracing: Tracing | None = Tracing(endpoint) if endpoint else None
 
     def _memory_store(self) -> ResponseStore:
         return MemoryStore(self.config.store_max_entries, self.config.store_ttl_s)
@@ -178,6 +189,8 @@ class Engine:
         if self._event_sync is not None:
             self._event_sync.cancel()
             await asyncio.gather(self._event_sync, return_exceptions=True)
+        if self.tracing is not None:  # the last spans leave (the exporter blocks: a thread)
+            await asyncio.to_thread(self.tracing.shutdown)
             self.metrics.sync_events()
         if self._writes:
             await asyncio.gather(*self._writes, return_exceptions=True)

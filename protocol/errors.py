@@ -19,6 +19,9 @@ class ProtocolError(Exception):
 
     status: ClassVar[int] = 400
     error_type: ClassVar[str] = "invalid_request_error"
+    # Headers the answer carries besides the body: on HTTP as headers, on the WebSocket in the
+    # error event's ``headers`` (a 429's rate-limit figures, RATE-5).
+    headers: dict[str, str] | None = None
 
     def __init__(self, code: str, message: str, param: str | None = None) -> None:
         super().__init__(message)

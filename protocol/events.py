@@ -261,6 +261,8 @@ class ErrorEvent(msgspec.Struct, tag="error", tag_field="type", kw_only=True, om
     error: ErrorBody
     sequence_number: int | None = None
     stream_id: str | None = None
+    # What an HTTP answer would carry as headers (RATE-5); Codex reads them from this field.
+    headers: dict[str, str] | None = None
 
 
 ServerEvent = (

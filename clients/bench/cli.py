@@ -23,6 +23,7 @@ from typing import Any
 
 from clients.bench import report, table
 from clients.bench.codex import CODEX_CALLS
+from clients.bench.keys_load import run_two_keys
 from clients.bench.load import LoadSettings, main_load
 from clients.bench.memory import MemorySettings, run_memory
 from clients.bench.modes import ALL_MODES, MODES, STORE_MODES
@@ -63,6 +64,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="coding (default) or codex (15 KB instructions, 12 tools, 60 calls, 100k+ tokens); "
         "with --stream/--memory: run it too",
     )
+    p.add_argument(
+        "--otel-endpoint",
+        default=None,
+        help="the bench's server exports traces to this OTLP/HTTP collector (what tracing costs)",
+    )
     p.add_argument("--json", type=Path, default=None, help="write results as JSON")
     p.add_argument("--png", type=Path, default=None, help="plot per-turn overhead (PNG)")
     p.add_argument("--stream-connections", type=int, default=32)
@@ -87,6 +93,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="store: true agents that reconnect at a drain; acknowledged ids read back (LOAD-2)",
     )  # fmt: skip
     p.add_argument("--client-processes", type=int, default=1, help="split the load client (LOAD-3)")
+    p.add_argument(
+        "--load-two-keys",
+        type=int,
+        default=0,
+        metavar="FLOODERS",
+        help="with --load: FLOODERS clients flood with a rate-limited key while the agents run "
+        "with a second key; their p99 alone and flooded (RATE-9)",
+    )
     p.add_argument(
         "--server-pid", type=int, action="append", default=[],
         help="with --url: a server process whose CPU time to read (repeat per node, LOAD-3)",
@@ -125,6 +139,7 @@ def scenario_config(args: argparse.Namespace) -> ScenarioConfig:
         repeat=args.repeat,
         url=args.url,
         store=args.store or "memory",
+        otel_endpoint=args.otel_endpoint,
     )
 
 
@@ -199,7 +214,10 @@ def run_load(args: argparse.Namespace) -> int:
         server_pids=tuple(args.server_pid),
     )  # fmt: skip
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-        report = runner.run(main_load(settings, args.url))
+        if args.load_two_keys:
+            report = runner.run(run_two_keys(settings, args.load_two_keys))
+        else:
+            report = runner.run(main_load(settings, args.url))
     print(json.dumps(report, indent=1))
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")

@@ -133,13 +133,20 @@ async def _sample_rss(pid: int, stop: asyncio.Event, peak: list[int]) -> None:
         await asyncio.sleep(0.05)
 
 
-async def drive(settings: LoadSettings, url: str, agents: range, http_clients: int) -> LoadCounts:
+async def drive(
+    settings: LoadSettings,
+    url: str,
+    agents: range,
+    http_clients: int,
+    headers: dict[str, str] | None = None,
+) -> LoadCounts:
     """Run the agents numbered ``agents`` and ``http_clients`` HTTP clients until the agents
-    finish: one client process's share of the load."""
+    finish: one client process's share of the load. ``headers`` go with every request (a key,
+    ``--load-two-keys``)."""
     counts, stop = LoadCounts(), asyncio.Event()
     connector = aiohttp.TCPConnector(limit=0)
     started = time.monotonic()
-    async with aiohttp.ClientSession(connector=connector) as session:
+    async with aiohttp.ClientSession(connector=connector, headers=headers) as session:
         background = [
             asyncio.create_task(_http_client(session, url, stop, counts))
             for _ in range(http_clients)

@@ -32,6 +32,8 @@ class ServerProcess:
     bench_timings: bool = False
     store: str = "memory://"  # --store (BENCH-6)
     config: Path | None = None  # a routing file instead of --bench-models (BENCH-9)
+    otel_endpoint: str | None = None  # --otel-endpoint: what tracing costs (OTEL-6)
+    keys_file: Path | None = None  # --api-keys-file, with per-key limits (RATE-1)
     port: int = 0
     _proc: asyncio.subprocess.Process | None = None
 
@@ -50,6 +52,10 @@ class ServerProcess:
         set in the environment must not lock the bench out), a backlog for 200 connects, and
         the per-turn timing records when asked for."""
         timings = ["--bench-timings"] if self.bench_timings else []
+        if self.otel_endpoint is not None:
+            timings += ["--otel-endpoint", self.otel_endpoint]
+        if self.keys_file is not None:
+            timings += ["--api-keys-file", str(self.keys_file)]
         models = ["--config", str(self.config)] if self.config else ["--bench-models"]
         return [
             sys.executable, "-m", "cli", "serve",

@@ -37,6 +37,7 @@ class ScenarioConfig:
     url: str | None = None
     scenario: str = "coding"  # or "codex"
     store: str = "memory"  # --store: memory, sqlite, redis, postgres or a URL (BENCH-6)
+    otel_endpoint: str | None = None  # the server exports traces there (OTEL-1): their cost
 
     @property
     def model(self) -> str:
@@ -57,7 +58,9 @@ async def _server(config: ScenarioConfig, tps: float) -> AsyncIterator[tuple[str
         return
     async with (
         store_url(config.store) as store,
-        ServerProcess(tps, bench_timings=True, store=store) as server,
+        ServerProcess(
+            tps, bench_timings=True, store=store, otel_endpoint=config.otel_endpoint
+        ) as server,
     ):
         yield server.url, server.pid
 

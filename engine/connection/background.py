@@ -25,6 +25,7 @@ import msgspec
 
 from engine.connection.session import Session
 from engine.core import Engine
+from engine.shared.ratelimit import Quota
 from engine.store import ResponseRecord, StoreError, chain_record, listing_form
 from engine.store.errors import wire_error
 from protocol.errors import InvalidRequest, TooManyRequests
@@ -141,13 +142,20 @@ class BackgroundRun:
     """One detached create: its session, its event log, its task."""
 
     def __init__(
-        self, engine: Engine, params: CreateParams, log_bytes: int, owner: str | None = None
+        self,
+        engine: Engine,
+        params: CreateParams,
+        log_bytes: int,
+        owner: str | None = None,
+        quota: Quota | None = None,
+        traceparent: str | None = None,
     ) -> None:
         self.engine = engine
         self.params = params
         self.owner = owner  # the API-key identity that created it (OWN-1)
         self.log = EventLog(log_bytes)
-        self.session = Session(engine, self.log, transport="http", owner=owner)
+        self.session = Session(engine, self.log, transport="http", owner=owner, quota=quota)
+        self.session.traceparent = traceparent  # the creating request's (OTEL-2)
         self.session.on_admitted = self._admitted
         self.turn: Turn | None = None
         self.at_admission: Response | None = None
@@ -249,7 +257,13 @@ class BackgroundRuns:
         self._starting: set[BackgroundRun] = set()
         self.finished: OrderedDict[str, EventLog] = OrderedDict()
 
-    async def start(self, params: CreateParams, owner: str | None = None) -> BackgroundRun:
+    async def start(
+        self,
+        params: CreateParams,
+        owner: str | None = None,
+        quota: Quota | None = None,
+        traceparent: str | None = None,
+    ) -> BackgroundRun:
         """Start a run; returns once it is admitted or rejected (``run.turn`` is None, BG-2)."""
         config = self.engine.config
         if len(self.live) + len(self._starting) >= config.max_background_runs:
@@ -258,7 +272,8 @@ class BackgroundRuns:
                 f"At most {config.max_background_runs} background responses run at once.",
                 None,
             )
-        run = BackgroundRun(self.engine, params, config.background_log_bytes, owner)
+        limits = config.background_log_bytes
+        run = BackgroundRun(self.engine, params, limits, owner, quota, traceparent)
         self._starting.add(run)
         run.task = asyncio.create_task(run.main(), name="background")
         run.task.add_done_callback(lambda _: self._reap(run))

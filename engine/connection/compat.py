@@ -27,6 +27,7 @@ from engine.core import Engine
 from engine.models.base import Backend
 from engine.rollout.coroutine import Rollout
 from engine.rollout.turn import Mode, Settings, Sink, Turn
+from engine.shared.ratelimit import Quota
 from engine.store import ResponseStore
 from protocol.errors import store_unavailable
 from protocol.items import InputItem
@@ -46,6 +47,8 @@ class Connection(Protocol):
     default_mode: Mode
     on_admitted: Callable[[Turn, list[InputItem]], Awaitable[None]] | None  # background (BG-2)
     owner: str | None  # the API-key identity of the requester (OWN-1)
+    quota: Quota | None  # its key's rate limits (RATE-4)
+    traceparent: str | None  # the client's W3C trace context, if any (OTEL-2)
 
     def resolve(self, model: str) -> Backend: ...
 
@@ -127,10 +130,39 @@ async def run_create(
     session: Connection, lane: Lane, params: CreateParams, arrived: float | None = None
 ) -> None:
     """Run one create to its terminal frame. Raises ``ProtocolError`` for request-scoped errors
-    (nothing was emitted for this request then)."""
+    (nothing was emitted for this request then).
+
+    Every create of every transport passes here, so its key's rate limits are checked here,
+    once, before any other work (RATE-4); its tokens count when it ends."""
+    quota = session.quota
+    if quota is None:
+        await _run_create(session, lane, params, arrived)
+        return
+    lease = await quota.admit()  # raises RateLimitExceeded (RATE-5)
+    turns: list[Turn] = []
+    try:
+        await _run_create(session, lane, params, arrived, turns)
+    finally:
+        await quota.settle(lease, sum(_tokens(turn) for turn in turns))
+
+
+def _tokens(turn: Turn) -> int:
+    usage = turn.stream.response.usage
+    return usage.total_tokens if usage is not None else 0
+
+
+async def _run_create(
+    session: Connection,
+    lane: Lane,
+    params: CreateParams,
+    arrived: float | None,
+    turns: list[Turn] | None = None,
+) -> None:
     try:
         picked_up = time.perf_counter()
         job = _admit(session, lane, params)
+        if session.engine.tracing is not None:  # off: no span is made (OTEL-6)
+            _trace(session, job)
         if arrived is not None:  # time spent waiting in the lane, not admitting (OBS-1)
             job.turn.log.add_time("queue", picked_up - arrived)
         rollout, started = await _start_or_resume(session, lane, job)
@@ -148,6 +180,8 @@ async def run_create(
         session.spawn(rollout)
     turn = job.turn
     while True:  # a steered response hands the lane to its successor (STEER-3)
+        if turns is not None:
+            turns.append(turn)  # its tokens count against the key's limits (RATE-2)
         status = await _serve_turn(session, job, rollout, turn)
         if turn.successor is None:
             break
@@ -163,6 +197,35 @@ async def _serve_turn(session: Connection, job: Admission, rollout: Rollout, tur
         return await turn.done
     finally:
         session.served(response_id)
+        if turn.trace is not None:
+            turn.trace.finish(_ended(turn, rollout))
+
+
+def _trace(session: Connection, job: Admission) -> None:
+    """The response's span (OTEL-2), a child of the client's ``traceparent``; its stages are
+    marked on the turn log from now on (OTEL-3)."""
+    assert session.engine.tracing is not None
+    turn, params = job.turn, job.params
+    attributes = {
+        "rollout.response_id": turn.stream.id,
+        "rollout.transport": session.transport,
+        "rollout.mode": job.mode.value,
+        "gen_ai.request.model": job.settings.model,
+    }
+    if params.previous_response_id is not None:
+        attributes["rollout.previous_response_id"] = params.previous_response_id
+    turn.trace = session.engine.tracing.start_turn(session.traceparent, attributes)
+    turn.log.marks = turn.trace.marks
+
+
+def _ended(turn: Turn, rollout: Rollout) -> dict[str, str | int]:
+    """What the response's span says of its end: ids, status and token counts, no content."""
+    usage = turn.stream.response.usage
+    ended: dict[str, str | int] = {"rollout.id": rollout.id, "rollout.status": turn.status}
+    if usage is not None:
+        ended["gen_ai.usage.input_tokens"] = usage.input_tokens
+        ended["gen_ai.usage.output_tokens"] = usage.output_tokens
+    return ended
 
 
 def _admit(session: Connection, lane: Lane, params: CreateParams) -> Admission:

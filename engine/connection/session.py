@@ -24,6 +24,7 @@ from engine.models.base import Backend
 from engine.rollout.coroutine import Rollout
 from engine.rollout.steering import Steer, echo, steer_items, unattached
 from engine.rollout.turn import ClientGone, Mode, Sink, Turn
+from engine.shared.ratelimit import Quota
 from protocol.codec import error_event, parse_input
 from protocol.errors import (
     InvalidRequest,
@@ -61,9 +62,12 @@ class Session:
         transport: str = "ws",
         default_mode: Mode = Mode.STANDARD,
         owner: str | None = None,
+        quota: Quota | None = None,
     ) -> None:
         self.engine = engine
         self.owner = owner  # the API-key identity of this connection or request (OWN-1)
+        self.quota = quota  # its key's rate limits, checked as each create is admitted (RATE-4)
+        self.traceparent: str | None = None  # the client's W3C trace context (OTEL-2)
         self.sink = sink
         self.transport = transport
         self.default_mode = default_mode

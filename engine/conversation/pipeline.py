@@ -158,6 +158,8 @@ class TurnLog:
     seconds: dict[str, float] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)  # the first MAX_FINDINGS (SAFE-5)
     finding_kinds: Counter[str] = field(default_factory=Counter)  # every finding, by kind
+    # With tracing on (OTEL-3): each stage's (name, end time in ns, seconds), for its span.
+    marks: list[tuple[str, int, float]] | None = None
 
     def note(self, findings: list[Finding]) -> None:
         keep_findings(self.findings, findings)
@@ -165,6 +167,8 @@ class TurnLog:
 
     def add_time(self, stage: str, seconds: float) -> None:
         self.seconds[stage] = self.seconds.get(stage, 0.0) + seconds
+        if self.marks is not None:
+            self.marks.append((stage, time.time_ns(), seconds))
 
 
 # --------------------------------------------------------------------------- the pipeline

@@ -22,6 +22,7 @@ from typing import IO, Any
 import msgspec
 
 from engine.observe.metrics import Metrics
+from engine.observe.tracing import TurnTrace
 
 log = logging.getLogger("rollout.post")
 _LEDGER = msgspec.json.Encoder()
@@ -45,6 +46,7 @@ class UsageRecord:
     stage_tokens: dict[str, int] = field(default_factory=dict)
     resume_tokens: list[int] = field(default_factory=list)
     ended_at: float = field(default_factory=time.time)
+    trace: TurnTrace | None = None  # the response's span, with tracing on (OTEL-3)
 
 
 class PostInference:
@@ -106,6 +108,15 @@ class PostInference:
                 self._queue.task_done()
 
     def _account(self, record: UsageRecord) -> None:
+        trace = record.trace
+        if trace is not None:
+            started = time.time_ns()
+            self._account_once(record)
+            trace.post_inference(started, time.time_ns())
+            return
+        self._account_once(record)
+
+    def _account_once(self, record: UsageRecord) -> None:
         start = time.perf_counter()
         self.runs += 1
         self.recent.append(record)

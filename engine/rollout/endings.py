@@ -230,6 +230,8 @@ class Endings:
     ) -> UsageRecord:
         rollout = self._rollout
         tally = rollout.accounting.totals if whole_rollout else turn.tally
-        return rollout.accounting.record(
+        record = rollout.accounting.record(
             rollout.settings.model, turn.status, response_ids, tally, turn.log
         )
+        record.trace = turn.trace  # post-inference's span joins the response's (OTEL-3)
+        return record

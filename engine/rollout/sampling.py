@@ -32,6 +32,7 @@ from engine.models.base import (
     TextDelta,
 )
 from engine.models.compaction import CompactRequest, compact
+from engine.models.tracecontext import TRACEPARENT
 from engine.rollout.accounting import Accounting, Step
 from engine.rollout.steering import Steering
 from engine.rollout.turn import Settings, Turn
@@ -92,6 +93,8 @@ async def compact_context(
 async def sample(rollout: Rollout, turn: Turn, step: Step, model_timeout: float) -> None:
     """Run one step to its end; ``step`` says how it ended (calls, reason)."""
     step.opened = turn.stream.state is not ResponseState.NEW
+    if turn.trace is not None:  # the upstream request carries it (OTEL-4)
+        TRACEPARENT.set(turn.trace.traceparent)
     deltas = rollout.backend.stream(_request(rollout))
     async with asyncio.timeout(model_timeout), contextlib.aclosing(deltas):
         async for delta in deltas:

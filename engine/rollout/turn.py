@@ -13,6 +13,7 @@ from typing import Literal, Protocol
 from engine.conversation.pipeline import TurnLog
 from engine.models.base import FinishReason
 from engine.observe.accounting import UsageTally
+from engine.observe.tracing import TurnTrace
 from protocol import events as ev
 from protocol.items import InputItem
 from protocol.stream import ResponseStream
@@ -87,6 +88,7 @@ class Turn:
     # Set before ``done`` resolves when steering continues the rollout in a new response.
     successor: Turn | None = None
     status: str = "in_progress"
+    trace: TurnTrace | None = None  # its span, with tracing on (OTEL-2)
 
     def settle(self, status: str | None = None) -> None:
         """Resolve ``done`` (once) with ``status``, or with the status it ended with."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from engine.connection.background import BackgroundRuns, EventLog, EventsExpired
-from engine.server import identity
+from engine.server import identity, ratelimits
 from engine.server.keys import BACKGROUND, DRAINING, ENGINE
 from engine.store import StoreError
 from engine.store.errors import wire_error
@@ -31,12 +31,16 @@ async def create(request: web.Request, params: CreateParams) -> web.StreamRespon
     if request.app[DRAINING][0]:
         raise Unavailable("server_shutting_down", "The server is shutting down.", None)
     runs = request.app[BACKGROUND]
-    run = await runs.start(params, await identity.owner(request))
+    owner = await identity.owner(request)
+    quota, traceparent = await ratelimits.quota_for(request), request.headers.get("traceparent")
+    run = await runs.start(params, owner, quota, traceparent)
     if run.turn is None:  # rejected while admitted or prepared: the create's own error
         error = run.log.error
         if error is None:
             raise ServerError()
-        return _json({"error": error.error}, error.status)
+        answer = _json({"error": error.error}, error.status)
+        answer.headers.update(error.headers or {})  # a 429's figures (RATE-5)
+        return answer
     if params.stream:
         return await _stream(request, run.log, -1)
     return _json(run.at_admission)

@@ -5,11 +5,13 @@ from __future__ import annotations
 import hmac
 import logging
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.server.turn_state import check_node_id
 from engine.settings import setting
+from engine.store.limits import Limits
 
 log = logging.getLogger("rollout.server")
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
@@ -75,6 +77,42 @@ class ServerConfig:
     # the inspector (INSP-9) and may delete any key's record (OWN-5).
     admin_keys: frozenset[str] = field(default_factory=frozenset)
 
+    # Rate limits (RATE-1): server-wide defaults, each overridden per key by the keys file;
+    # None (or 0) is no limit.
+    rate_requests: int | None = setting(
+        None, "--rate-requests", help="responses a key may start per window (RATE-1)",
+        group="limits", parse=int,
+    )  # fmt: skip
+    rate_tokens: int | None = setting(
+        None, "--rate-tokens", help="tokens (input + output) per key and window (RATE-1)",
+        group="limits", parse=int,
+    )  # fmt: skip
+    rate_concurrent: int | None = setting(
+        None, "--rate-concurrent", help="responses in progress per key (RATE-1)",
+        group="limits", parse=int,
+    )  # fmt: skip
+    rate_window_s: float = setting(
+        60.0, "--rate-window", help="the rate limits' window (RATE-1)", group="limits", unit="s"
+    )
+    # key -> its own limits from the keys file ("KEY requests=N tokens=N concurrent=N", RATE-1)
+    key_limits: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+
+    @property
+    def rate_limited(self) -> bool:
+        """Any limit configured, by default or for some key: only then is anything counted."""
+        return bool(self.rate_requests or self.rate_tokens or self.rate_concurrent) or any(
+            any(own.values()) for own in self.key_limits.values()
+        )
+
+    def limits_for(self, key: str | None) -> Limits:
+        """A key's limits: each one its own line names, else the server's default (RATE-1)."""
+        own = self.key_limits.get(key, {}) if key is not None else {}
+        return Limits(
+            requests=own.get("requests", self.rate_requests or 0),
+            tokens=own.get("tokens", self.rate_tokens or 0),
+            concurrent=own.get("concurrent", self.rate_concurrent or 0),
+        )
+
     @property
     def keyed(self) -> bool:
         """Any key configured: every route but ``/healthz`` needs one (AUTH-1)."""
@@ -96,17 +134,45 @@ def _matches(keys: frozenset[str], presented: str) -> bool:
 
 
 def load_api_keys(path: Path | None, env_var: str | None) -> frozenset[str]:
-    """Keys from a file (one per line, '#' comments) and/or an environment variable
-    (comma-separated)."""
+    """Keys from a file (one per line, '#' comments; a key may be followed by its limits,
+    ``load_key_limits``) and/or an environment variable (comma-separated)."""
     keys: set[str] = set()
     if path is not None:
-        for line in path.read_text(encoding="utf-8").splitlines():
-            line = line.split("#", 1)[0].strip()
-            if line:
-                keys.add(line)
+        for line in _key_lines(path):
+            keys.add(line.split()[0])
     if env_var:
         keys.update(k.strip() for k in os.environ.get(env_var, "").split(",") if k.strip())
     return frozenset(keys)
+
+
+LIMIT_NAMES = ("requests", "tokens", "concurrent")
+
+
+def load_key_limits(path: Path | None) -> dict[str, dict[str, int]]:
+    """Per-key limits from a keys file (RATE-1): ``KEY requests=60 tokens=40000 concurrent=4``;
+    a limit a line does not name is the server's default. Raises ``ValueError`` naming the line
+    (never the key) for anything else."""
+    limits: dict[str, dict[str, int]] = {}
+    if path is None:
+        return limits
+    for number, line in enumerate(_key_lines(path), 1):
+        key, *fields = line.split()
+        own: dict[str, int] = {}
+        for text in fields:
+            name, _, value = text.partition("=")
+            if name not in LIMIT_NAMES or not value.isdigit():
+                raise ValueError(
+                    f"{path}: key line {number}: expected requests=N, tokens=N or concurrent=N"
+                )
+            own[name] = int(value)
+        if own:
+            limits[key] = own
+    return limits
+
+
+def _key_lines(path: Path) -> list[str]:
+    lines = (line.split("#", 1)[0].strip() for line in path.read_text("utf-8").splitlines())
+    return [line for line in lines if line]
 
 
 def warn_if_open(config: ServerConfig, host: str) -> None:

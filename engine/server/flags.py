@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from engine.core import EngineConfig
-from engine.server.config import ServerConfig, load_api_keys
+from engine.server.config import ServerConfig, load_api_keys, load_key_limits
 from engine.server.workers import WORKER_FLAG
 from engine.settings import Flag, duration, flags_of, setting
 from engine.store import DEFAULT_MAX_RECORD_BYTES
@@ -39,7 +39,11 @@ class ServeOptions:
         None, "--tls-key", help="PEM private key for --tls-cert", group=NETWORK, parse=Path
     )
     api_keys_file: Path | None = setting(
-        None, "--api-keys-file", help="one API key per line", group=NETWORK, parse=Path
+        None,
+        "--api-keys-file",
+        help="one API key per line, optionally with its limits (RATE-1)",
+        group=NETWORK,
+        parse=Path,
     )
     api_keys_env: str = setting(
         "ROLLOUT_API_KEYS",
@@ -177,8 +181,10 @@ def engine_config(args: argparse.Namespace, default_model: str | None = None) ->
 
 
 def server_config(args: argparse.Namespace) -> ServerConfig:
-    """Raises ``OSError`` when ``--api-keys-file`` cannot be read."""
+    """Raises ``OSError`` when ``--api-keys-file`` cannot be read, ``ValueError`` when a limit
+    in it is not one (RATE-1)."""
     options = serve_options(args)
     keys = load_api_keys(options.api_keys_file, options.api_keys_env)
     admins = load_api_keys(options.admin_keys_file, options.admin_keys_env)
-    return _from_args(ServerConfig, args, api_keys=keys, admin_keys=admins)
+    limits = load_key_limits(options.admin_keys_file) | load_key_limits(options.api_keys_file)
+    return _from_args(ServerConfig, args, api_keys=keys, admin_keys=admins, key_limits=limits)

@@ -23,7 +23,7 @@ from engine.inspector.read_model import note_event
 from engine.observe.benchclock import TimedSink
 from engine.observe.metrics import CONTENT_TYPE
 from engine.rollout.turn import ClientGone
-from engine.server import background, identity
+from engine.server import background, identity, ratelimits
 from engine.server.keys import (
     BACKGROUND,
     DRAINING,
@@ -63,7 +63,9 @@ def json_response(body: Any, status: int = 200) -> web.Response:
 
 
 def error_response(err: ProtocolError) -> web.Response:
-    return web.Response(body=http_error_body(err), status=err.status, content_type=JSON)
+    return web.Response(
+        body=http_error_body(err), status=err.status, content_type=JSON, headers=err.headers
+    )
 
 
 class HttpSink:
@@ -117,7 +119,9 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     if engine.bench_clock is not None:  # --bench-timings (OBS-5)
         sink = TimedSink(http_sink)
         sink.add_decode(time.perf_counter() - start)
-    session = Session(engine, sink, transport="http", owner=owner)
+    quota = await ratelimits.quota_for(request)
+    session = Session(engine, sink, transport="http", owner=owner, quota=quota)
+    session.traceparent = request.headers.get("traceparent")  # OTEL-2
     live = request.app[REQUESTS]  # the inspector lists in-flight HTTP creates (INSP-4)
     live.add(session)
     try:
@@ -168,7 +172,8 @@ def _finish(sink: HttpSink) -> web.StreamResponse:
     if sink.error is not None:
         err = sink.error.error
         body = encode({"error": err})
-        return web.Response(body=body, status=sink.error.status, content_type=JSON)
+        status, headers = sink.error.status, sink.error.headers  # a 429's figures (RATE-5)
+        return web.Response(body=body, status=status, content_type=JSON, headers=headers)
     if sink.stream is not None:
         return sink.stream
     if sink.terminal is None:

@@ -19,7 +19,7 @@ from engine.connection.session import Session
 from engine.core import Engine
 from engine.inspector.read_model import ErrorRing, note_event
 from engine.rollout.turn import ClientGone, Mode
-from engine.server import identity
+from engine.server import identity, ratelimits
 from engine.server.config import ServerConfig
 from engine.server.keys import INSPECTOR, SESSIONS
 from engine.store.framing import ANY_OWNER, OwnerFilter
@@ -227,10 +227,15 @@ async def serve_socket(
         max_msg_size=config.max_frame_bytes, decode_text=False, heartbeat=None
     )
     owner = await identity.owner(request)  # before the upgrade: a failure is an HTTP answer
+    quota = await ratelimits.quota_for(request)  # its figures go on the upgrade (RATE-3)
     await ws.prepare(request)
     sessions: set[Session] = request.app[SESSIONS]
     sink = _make_sink(ws, engine, config, request.app[INSPECTOR].errors, owner)
-    session = Session(engine, sink, transport="ws", default_mode=default_mode(request), owner=owner)
+    if quota is not None and ratelimits.codex_client(request):
+        ratelimits.tell_codex(quota, sink.send)
+    mode = default_mode(request)
+    session = Session(engine, sink, transport="ws", default_mode=mode, owner=owner, quota=quota)
+    session.traceparent = request.headers.get("traceparent")  # the upgrade's, for all (OTEL-2)
     sessions.add(session)
     engine.counters["ws.connections"] += 1  # accepted sockets (OBS-4)
     try:

@@ -28,6 +28,7 @@ import msgspec
 
 from engine.store.codec import RecordCodec
 from engine.store.framing import ANY_OWNER, MAGIC, OwnerFilter, head_line, peek, readable_by
+from engine.store.limits import Counters, LocalCounters
 from engine.store.owner import SALT_BYTES, digest
 from engine.store.tokens import TokenSegment, joined
 from protocol.items import InputItem
@@ -185,6 +186,8 @@ class ResponseStore(abc.ABC):
         self._listeners: list[DeleteListener] = []
         self._salt: bytes | None = None  # the owner digests' salt, read once (OWN-6)
         self._continued_listeners: list[ContinuedListener] = []
+        # Rate-limit counters (RATE-7): this process's; a shared store replaces them with its own.
+        self.limits: Counters = LocalCounters()
 
     # ------------------------------------------------------------------ lifecycle
     async def open(self) -> None:

@@ -34,6 +34,7 @@ from engine.store.base import (
     StoreUnavailable,
 )
 from engine.store.framing import MAX_HEAD
+from engine.store.limits import RedisCounters
 
 log = logging.getLogger("rollout.store.redis")
 
@@ -73,6 +74,7 @@ class RedisStore(ResponseStore):
             return
         self._client = _client(self.url, COMMAND_TIMEOUT_S, POOL_CONNECTIONS)
         self._lane = _Lane(self._client.connection_pool)
+        self.limits = RedisCounters(self._call)  # every node counts in Redis (RATE-7)
         self._listener = asyncio.create_task(self._listen(), name="store-redis-deletes")
         await self.health()
 

@@ -25,3 +25,15 @@ async def test_client_processes_merge_into_one_report() -> None:
     assert report["settings"]["client_processes"] == 2
     assert report["http_requests"] > 0 and report["http_failures"] == 0
     assert report["server_cpu_s"] is not None and len(report["server_cpu_s_per_process"]) == 1
+
+
+async def test_two_keys_flood_is_refused_with_headers() -> None:
+    """RATE-9: ``--load-two-keys``: the flooding key is answered 429 with correct headers (every
+    refusal checked), past its 10 admitted requests; the calm key's agents lose nothing."""
+    from clients.bench.keys_load import FLOOD_LIMIT, run_two_keys
+
+    report = await run_two_keys(LoadSettings(connections=4, turns=4), flooders=2)
+    answers = report["flood_answers"]
+    assert answers.get("bad_429", 0) == 0 and answers.get("429", 0) > 0
+    assert answers.get("200", 0) <= FLOOD_LIMIT
+    assert report["calm_p99_ms_alone"] is not None and report["calm_p99_ms_flooded"] is not None

@@ -300,6 +300,12 @@ NON_DOCUMENT_EVENTS: dict[str, Table] = {
     "response.reasoning_text.done": _t({**_CONTENT, "text": (STR,)}),
 }
 
+# Codex's own events (its WebSocket reads them, ``codex-api/src/endpoint/responses_websocket.rs``):
+# they carry no sequence number; ``tests/support/oracle.py`` parses them as Codex does.
+CODEX_EVENTS: dict[str, Table] = {
+    "codex.rate_limits": _t({"rate_limits": (OBJ,)}),  # RATE-6
+}
+
 # ----------------------------------------------------------------------------- the checker
 
 
@@ -375,6 +381,9 @@ def check_event(raw: dict[str, Any]) -> list[str]:
     if kind == "error":
         check_object(raw, WS_ERROR, "", faults)
         return faults
+    if isinstance(kind, str) and kind in CODEX_EVENTS:
+        check_object(raw, CODEX_EVENTS[kind], "", faults)
+        return faults
     table = EVENTS.get(kind) if isinstance(kind, str) else None
     table = table or (NON_DOCUMENT_EVENTS.get(kind) if isinstance(kind, str) else None)
     if table is None:
@@ -397,4 +406,6 @@ def check_body(raw: dict[str, Any]) -> list[str]:
     return faults
 
 
-CHECKED_EVENT_TYPES = frozenset(EVENTS) | {"error"} | frozenset(NON_DOCUMENT_EVENTS)
+CHECKED_EVENT_TYPES = (
+    frozenset(EVENTS) | {"error"} | frozenset(NON_DOCUMENT_EVENTS) | frozenset(CODEX_EVENTS)
+)

@@ -18,6 +18,7 @@ import msgspec
 import pytest
 
 from engine.conversation.compaction import unseal
+from engine.core import EngineConfig
 from engine.server.config import ServerConfig
 from tests.conformance.codex import (
     CodexTask,
@@ -198,3 +199,28 @@ async def test_codex_remote_compaction_v2(
     ]
     after = run.requests[run.requests.index(asks[0]) + 1]
     assert "previous_response_id" not in after and after["input"][-1] == item
+
+
+@pytest.mark.timeout(240)
+async def test_codex_reads_rate_limits(
+    server_factory: Callable[..., Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """RATE-5, RATE-6: an open server whose default allows one response per 2 s window: Codex's
+    creates come faster, so some are refused. On its WebSocket Codex hears `codex.rate_limits`
+    and then the 429 error event with the `x-ratelimit-*` headers; the socket is not dropped by
+    the server, and Codex, retrying, still completes its task."""
+    config = ServerConfig(rate_requests=1, rate_window_s=2.0)
+    engine = EngineConfig(tokens_per_second=0, park_seconds=0)  # an abandoned turn ends at once
+    live: LiveServer = await server_factory(engine, server=config)
+    run = await run_codex(live, tmp_path, monkeypatch, websockets=True)
+    kinds = [frame["type"] for frame in run.frames]
+    errors = [frame for frame in run.frames if frame["type"] == "error"]
+    assert errors, "no create was refused: Codex was slower than the window"
+    assert all(e["status"] == 429 and e["error"]["code"] == "rate_limit_exceeded" for e in errors)
+    assert all(e["headers"]["x-ratelimit-remaining-requests"] == "0" for e in errors)
+    first = kinds.index("codex.rate_limits")
+    assert kinds[first + 1] == "error"  # the figures, then the refusal (RATE-6)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert responses(run)[-1]["status"] == "completed"

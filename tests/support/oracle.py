@@ -75,10 +75,33 @@ def _adapters() -> tuple[pydantic.TypeAdapter[Any], pydantic.TypeAdapter[Any]]:
     )
 
 
+class _CodexWindow(msgspec.Struct):
+    """Codex's ``RateLimitEventWindow`` (``codex-api/src/rate_limits.rs``): serde's types."""
+
+    used_percent: float
+    window_minutes: int | None = None
+    reset_at: int | None = None
+
+
+class _CodexDetails(msgspec.Struct):
+    primary: _CodexWindow | None = None
+    secondary: _CodexWindow | None = None
+
+
+class _CodexRateLimits(msgspec.Struct):
+    """Codex's ``RateLimitEvent``: what its parser needs of ``codex.rate_limits`` (RATE-6)."""
+
+    type: str
+    rate_limits: _CodexDetails | None = None
+
+
 def sdk_parse(raw: bytes | dict[str, Any]) -> Any:
-    """Parse one server event with the openai SDK's own models (the conformance oracle)."""
+    """Parse one server event with the openai SDK's own models (the conformance oracle).
+    Codex's own events (``codex.*``) are not the SDK's: they are parsed as Codex does."""
     standard, beta = _adapters()
     data = msgspec.json.decode(raw) if isinstance(raw, bytes) else raw
+    if data.get("type") == "codex.rate_limits":
+        return msgspec.convert(data, _CodexRateLimits)
     if data.get("type") == "response.done":
         return data  # our extension; its embedded Response is checked by the caller
     if data.get("type", "").startswith("response.inject"):

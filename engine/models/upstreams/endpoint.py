@@ -24,6 +24,7 @@ import msgspec
 from yarl import URL
 
 from engine.models.base import BackendError, Delta
+from engine.models.tracecontext import TRACEPARENT
 from engine.models.upstreams.http_pool import HttpPool
 from protocol.errors import ProtocolError
 from protocol.sse import SseDecoder, SseEvent, SseTooLarge
@@ -159,6 +160,9 @@ async def post_stream(
     connection rather than draining it, so the upstream sees the disconnect and stops."""
     url = endpoint.url(path)
     headers = endpoint.request_headers()
+    traceparent = TRACEPARENT.get()
+    if traceparent is not None:  # the response's trace continues upstream (OTEL-4)
+        headers["traceparent"] = traceparent
     try:
         async with pool.session().post(
             url, data=body, headers=headers, timeout=endpoint.timeout()

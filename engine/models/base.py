@@ -113,3 +113,8 @@ class BackendError(Exception):
         """The client-facing error when the request itself was refused (e.g. an upstream 4xx,
         with the upstream's status and a sanitised message); None for a server-side fault."""
         return None
+
+    def failure(self) -> tuple[str, str] | None:
+        """The ``code`` and ``message`` of the ``response.failed`` this fault ends in, when it
+        has its own (SPEC §12); None: ``server_error``."""
+        return None

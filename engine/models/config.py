@@ -20,8 +20,9 @@ key (``models.qwen.base_url: field required``). Example::
     tokenizer = "/models/qwen3"             # tokenizer.json, or a directory with it and
                                             # tokenizer_config.json
     chat_template = "/models/qwen3/chat_template.jinja"   # optional
-    tool_parser = "hermes"
+    tool_parser = "hermes"                  # hermes | qwen3_coder | llama3_json | mistral
     history = "exact"                       # exact | rerender (TOK-4)
+    sglang_stream = "auto"                  # auto | cumulative | incremental (TOK-32)
 
     [models.sim]
     backend = "sim"
@@ -135,6 +136,7 @@ class TokensRoute(_UpstreamRoute):
     chat_template: str | None = None
     tool_parser: str = "hermes"
     history: Literal["exact", "rerender"] = "exact"
+    sglang_stream: Literal["auto", "cumulative", "incremental"] = "auto"  # TOK-32
 
     @pydantic.field_validator("tool_parser")
     @classmethod
@@ -262,6 +264,7 @@ def _backend(route: AnyRoute, pool: HttpPool) -> Backend:
             model=route.model,
             tool_parser=route.tool_parser,
             rerender=route.history == "rerender",
+            sglang_stream=route.sglang_stream,
             params=dict(route.params),
         )
         tokenizer = load_tokenizer(route.tokenizer, route.chat_template)

@@ -30,8 +30,15 @@ from engine.models.base import (
 from engine.models.compaction import Compacted, CompactRequest, summarise_with_model
 from engine.models.tokens.render import TurnRenderer
 from engine.models.tokens.tokenizer import ModelTokenizer
-from engine.models.tokens.tool_parsers import PARSERS
-from engine.models.tokens.wire import PATHS, ChunkReader, Sampling, Step, body
+from engine.models.tokens.tool_parsers import PARSERS, ToolSchemas
+from engine.models.tokens.wire import (
+    PATHS,
+    ChunkReader,
+    Sampling,
+    Step,
+    TokenCountMismatch,
+    body,
+)
 from engine.models.upstreams.chat import _with_namespace
 from engine.models.upstreams.endpoint import (
     Endpoint,
@@ -52,6 +59,7 @@ class TokensOptions:
     model: str | None = None  # None: the client's model name
     tool_parser: str = "hermes"
     rerender: bool = False  # ``history = "rerender"`` (TOK-4)
+    sglang_stream: str = "auto"  # auto | cumulative | incremental (TOK-32)
     params: dict[str, Any] = field(default_factory=dict)
 
 
@@ -74,6 +82,10 @@ class TokensBackend:
         self.supports = supports
         self.renderer = TurnRenderer(tokenizer, options.rerender)
         self.stats: Counter[str] = self.renderer.stats  # renders, drift, requests …
+        self.events: Counter[str] = Counter()  # the engine's, once bound (``count_into``)
+        self.parser_factory = PARSERS[options.tool_parser]
+        # Special tokens hidden from text: all but the parser's markers (TOK-30); once.
+        self.hidden_ids = tokenizer.hidden_ids(self.parser_factory({}).markers)
         if not tokenizer.shape.append_only:
             log.warning("the chat template is not append-only: exact tokens are kept (TOK-4)")
 
@@ -100,6 +112,16 @@ class TokensBackend:
 
         return retry_before_first(attempt, self.endpoint)
 
+    def count_into(self, counters: Counter[str]) -> None:
+        """Malformed calls and upstream count mismatches join the engine's counters, which
+        ``/metrics`` serves as ``rollout_events_total`` (PARSE-3, TOK-33)."""
+        counters.update(self.events)
+        self.events = counters
+
+    def count(self, event: str, n: int = 1) -> None:
+        self.stats[event] += n
+        self.events[event] += n
+
     async def compact(self, request: CompactRequest) -> Compacted:
         """COMPACT-5: the model writes the summary (a scratch context, rendered afresh)."""
         self.stats["compactions"] += 1
@@ -123,9 +145,9 @@ class _TokenAnswer:
         self._ctx = ctx
         self._trajectory = trajectory
         self._tools = tools
-        self._reader = ChunkReader(backend.options.api)
-        self._decoder = backend.tokenizer.decoder()
-        self._parser = PARSERS[backend.options.tool_parser]()
+        self._reader = ChunkReader(backend.options.api, backend.options.sglang_stream)
+        self._decoder = backend.tokenizer.decoder(backend.hidden_ids)
+        self._parser = backend.parser_factory(_schemas(tools))
         self._first_item = len(ctx.items)
         self.ids: list[int] = []
         self.logprobs: list[float | None] = []
@@ -174,7 +196,15 @@ class _TokenAnswer:
     def close(self) -> list[Delta]:
         if not self.ended and self.finish is None:
             raise closed_early()
+        try:  # before the ids join: a short trajectory is never kept (TOK-33)
+            self._reader.check(self.usage.completion_tokens)
+        except TokenCountMismatch as exc:
+            self.failed(exc)
+            raise
         deltas = self._counted(self._parser.finish())
+        if self._parser.malformed:
+            name = self._backend.options.tool_parser
+            self._backend.count(f"tokens.malformed_call.{name}", self._parser.malformed)
         prompt = self._trajectory.prompt
         view = self._trajectory.ids.view()
         step = StepTokens(
@@ -226,3 +256,11 @@ class _TokenAnswer:
 
     def failed(self, exc: UpstreamError) -> None:
         """The trajectory stays open: the next turn renders the conversation afresh."""
+        if isinstance(exc, TokenCountMismatch):
+            self._backend.count(f"tokens.count_mismatch.{exc.api}")
+            log.warning("upstream %s: %s", self._backend.endpoint.display, exc.message)
+
+
+def _schemas(tools: Toolset) -> ToolSchemas:
+    """Each function tool's ``parameters`` schema by name (qwen3_coder types values by it)."""
+    return {t.name: t.parameters for t in tools.callables if t.parameters is not None}

@@ -71,7 +71,12 @@ class MistralParser:
         start = skip_space(body, 0)
         if start >= len(body):
             return []
-        found = self._array(body, start) if body[start] == "[" else self._named(body, start)
+        if body.startswith(self.MARK, start):
+            found: Found = "bad"  # a marker with no call before the next one
+        elif body[start] == "[":
+            found = self._array(body, start)
+        else:
+            found = self._named(body, start)
         if found == "wait":
             return []
         if found == "bad":
@@ -111,16 +116,16 @@ class MistralParser:
         stream was split never changes what is a call)."""
         body, self._call = self._call or "", None
         cut = body.find(self.MARK)
-        if cut < 0:
-            return self._prose.kept(self.MARK + body)
+        if cut < 0:  # the end may still start the next marker
+            cut = len(body) - partial_suffix(body, self.MARK)
         out = self._prose.kept(self.MARK + body[:cut])
-        return out + self.feed(body[cut:])
+        return out + self.feed(body[cut:]) if cut < len(body) else out
 
     def finish(self) -> list[Delta]:
         out: list[Delta] = []
         while self._call is not None:
             out += self._give_up()
         if self._text.strip():
-            out = self._prose.text(self._text)
+            out += self._prose.text(self._text)
         self._text = ""
         return out + self._prose.flush()

@@ -48,6 +48,12 @@ class TokenPeer:
         self.turns: list[TokenTurn] = []
         self.script: deque[str] = deque()  # texts to sample next, before the policy
         self.eos_in_tokens = eos_in_tokens
+        # SGLang's ``--incremental-streaming-output``: each chunk carries only its new ids and
+        # their logprobs (TOK-32).
+        self.sglang_incremental = False
+        # A lossy server: this many sampled ids of the second chunk never reach the stream,
+        # while its counts report every id sampled (TOK-33).
+        self.lose = 0
         self.runner: web.AppRunner | None = None
         self.port = 0
 
@@ -112,6 +118,12 @@ class TokenPeer:
     def _pieces(self, ids: list[int]) -> list[list[int]]:
         return [ids[n : n + 3] for n in range(0, len(ids), 3)]
 
+    def _streamed(self, pieces: list[list[int]]) -> list[list[int]]:
+        """The pieces as sent: the second loses ``lose`` ids when the peer is lossy."""
+        if not self.lose or len(pieces) < 2:
+            return pieces
+        return [pieces[0], pieces[1][self.lose :], *pieces[2:]]
+
     @staticmethod
     def _logprob(n: int) -> float:
         return -0.01 * (n % 7 + 1)
@@ -132,7 +144,7 @@ class TokenPeer:
         turn = self._answer("vllm", body, body["token_ids"])
         frames: list[Any] = []
         done = 0
-        pieces = self._pieces(turn.answer)
+        pieces = self._streamed(self._pieces(turn.answer))
         for index, piece in enumerate(pieces):
             content = [
                 {"token": f"token_id:{t}", "logprob": self._logprob(done + k), "top_logprobs": []}
@@ -163,18 +175,27 @@ class TokenPeer:
         frames: list[Any] = []
         sent: list[int] = []
         pieces = self._pieces(turn.answer)
-        for index, piece in enumerate(pieces):
+        streamed = self._streamed(pieces)
+        sampled = 0  # what the server sampled so far (its count), lossy or not
+        for index, piece in enumerate(streamed):
+            sampled += len(pieces[index])
+            new = [[self._logprob(len(sent) + n), t, None] for n, t in enumerate(piece)]
             sent += piece
             last = index == len(pieces) - 1
             meta = {
                 "id": "rid-1",
                 "finish_reason": {"type": "stop", "matched": self.end_id} if last else None,
                 "prompt_tokens": len(turn.prompt),
-                "completion_tokens": len(sent),
+                "completion_tokens": sampled,
                 "cached_tokens": 0,
-                "output_token_logprobs": [[self._logprob(n), t, None] for n, t in enumerate(sent)],
+                "output_token_logprobs": (
+                    new
+                    if self.sglang_incremental
+                    else [[self._logprob(n), t, None] for n, t in enumerate(sent)]
+                ),
             }
-            frames.append({"text": self.text(sent), "output_ids": list(sent), "meta_info": meta})
+            ids = piece if self.sglang_incremental else sent
+            frames.append({"text": self.text(ids), "output_ids": list(ids), "meta_info": meta})
         frames.append("[DONE]")
         return await self._stream(request, frames)
 
@@ -187,7 +208,7 @@ class TokenPeer:
             turn.answer = streamed  # what the engine was sent is what it must keep
         frames: list[Any] = []
         done = 0
-        for piece in self._pieces(streamed):
+        for piece in self._streamed(self._pieces(streamed)):
             probs = [
                 {
                     "id": t,

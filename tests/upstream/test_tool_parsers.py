@@ -63,11 +63,12 @@ QWEN_CALL = (
 )
 QWEN_TYPED = (
     "<tool_call>\n<function=add>\n<parameter=a>\n12\n</parameter>\n<parameter=b>\n2.5\n"
-    "</parameter>\n<parameter=exact>\nTrue\n</parameter>\n<parameter=tags>\n[\"x\", 1]\n"
+    '</parameter>\n<parameter=exact>\nTrue\n</parameter>\n<parameter=tags>\n["x", 1]\n'
     "</parameter>\n<parameter=note>\nNone\n</parameter>\n<parameter=extra>\n7\n</parameter>\n"
     "</function>\n</tool_call>"
 )
 LLAMA_CALL = '{"name": "get_weather", "parameters": {"city": "Paris"}}'
+LLAMA_OPEN = '<|python_tag|>{"name": "get_weather"'
 MISTRAL_OLD = '[TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Paris"}}]'
 MISTRAL_NEW = '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}'
 
@@ -86,8 +87,13 @@ SAMPLES: dict[str, list[tuple[str, Items, int]]] = {
         (QWEN_CALL + "\n" + QWEN_CALL, [weather(), weather()], 0),
         (
             QWEN_TYPED,
-            [("call", 'add {"a": 12, "b": 2.5, "exact": true, "tags": ["x", 1], '
-                      '"note": null, "extra": "7"}')],
+            [
+                (
+                    "call",
+                    'add {"a": 12, "b": 2.5, "exact": true, "tags": ["x", 1], '
+                    '"note": null, "extra": "7"}',
+                )
+            ],
             0,
         ),
         (  # a missing </parameter>: the next parameter ends it, as in vLLM
@@ -104,7 +110,7 @@ SAMPLES: dict[str, list[tuple[str, Items, int]]] = {
         ("  \n" + LLAMA_CALL + "\nDone.", [weather(), ("text", "Done.")], 0),
         ("It is sunny {maybe}.", [("text", "It is sunny {maybe}.")], 0),
         ('{"city": "Paris"}', [("text", '{"city": "Paris"}')], 1),
-        ('<|python_tag|>{"name": "get_weather"', [("text", '<|python_tag|>{"name": "get_weather"')], 1),
+        (LLAMA_OPEN, [("text", LLAMA_OPEN)], 1),
         ("<|python", [("text", "<|python")], 0),
     ],
     "mistral": [
@@ -141,9 +147,7 @@ def split(text: str, cuts: list[int]) -> list[str]:
 
 
 @given(st.sampled_from(CASES), st.lists(st.integers(0, 200), max_size=8))
-def test_any_split_gives_the_same_items(
-    case: tuple[str, str, Items, int], cuts: list[int]
-) -> None:
+def test_any_split_gives_the_same_items(case: tuple[str, str, Items, int], cuts: list[int]) -> None:
     name, text, expected, malformed = case
     assert run(name, split(text, cuts)) == (expected, malformed)
 

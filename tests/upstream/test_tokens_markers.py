@@ -80,7 +80,7 @@ async def ws_round(client: AsyncOpenAI) -> tuple[Any, Any]:
         await conn.response.create(
             model="model-a",
             previous_response_id=first.id,
-            input=[output],  # type: ignore[list-item]
+            input=[output],
             tools=[WEATHER],
             store=False,
         )

@@ -114,7 +114,7 @@ class BackendError(Exception):
         with the upstream's status and a sanitised message); None for a server-side fault."""
         return None
 
-    def failure(self) -> tuple[str, str] | None:
-        """The ``code`` and ``message`` of the ``response.failed`` this fault ends in, when it
-        has its own (SPEC §12); None: ``server_error``."""
+    def failure(self) -> str | None:
+        """The message of the ``response.failed`` this fault ends in, when it names its own
+        code (``protocol.errors.failure_message``, SPEC §12); None: the generic one."""
         return None

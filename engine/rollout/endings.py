@@ -78,7 +78,7 @@ class Endings:
         turn: Turn,
         status: str,
         reason: str | None = None,
-        failure: tuple[str, str] | None = None,
+        failure: str | None = None,
     ) -> None:
         """The response's terminal frame; in standard mode also its ledger record (POST-1)."""
         rollout = self._rollout
@@ -90,8 +90,8 @@ class Endings:
         elif status == "incomplete":
             event = stream.incomplete(reason or "max_output_tokens", usage, at)
         else:
-            code, message = failure or ("server_error", "The model failed to generate a response.")
-            event = stream.failed(code, message, usage, at)
+            message = failure or "The model failed to generate a response."
+            event = stream.failed("server_error", message, usage, at)
         turn.status = status
         if rollout.mode is Mode.STANDARD:
             self._owed = turn  # from here on it is billed, even if the client leaves (POST-5)
@@ -179,11 +179,12 @@ class Endings:
             turn.settle()
 
     async def fail_quietly(
-        self, refusal: ProtocolError | None = None, failure: tuple[str, str] | None = None
+        self, refusal: ProtocolError | None = None, failure: str | None = None
     ) -> None:
         """A backend's refusal before the response opened is an ``error`` with the backend's
-        status and no response (MODEL-5); any other fault is a ``response.failed``, generic
-        (ERR-3) unless the fault names its own code (``failure``, TOK-33)."""
+        status and no response (MODEL-5); any other fault is a ``response.failed``
+        (``server_error``, ERR-3), with the fault's own message when it names a code
+        (``failure``, TOK-33)."""
         rollout = self._rollout
         turn = rollout.turn
         with contextlib.suppress(Exception):

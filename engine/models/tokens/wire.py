@@ -30,6 +30,7 @@ from typing import Any, Literal
 import msgspec
 
 from engine.models.upstreams.endpoint import UpstreamError, decode_json
+from protocol.errors import failure_message
 
 Api = Literal["vllm", "sglang", "llamacpp"]
 PATHS: dict[str, str] = {
@@ -196,8 +197,8 @@ class TokenCountMismatch(UpstreamError):
         )
         self.api = api
 
-    def failure(self) -> tuple[str, str]:
-        return self.CODE, self.message
+    def failure(self) -> str:
+        return failure_message(self.CODE, self.message)
 
 
 SglangStream = Literal["auto", "cumulative", "incremental"]

@@ -207,3 +207,22 @@ def test_regression_two_mistral_markers_in_a_row() -> None:
     deltas flushed at the end, losing a call the parser had counted."""
     text = '[TOOL_CALLS][TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Paris"}}]['
     assert run("mistral", [text]) == ([("text", "[TOOL_CALLS]"), weather(), ("text", "[")], 1)
+
+
+def test_a_route_names_its_parser_and_an_unknown_one_is_a_clear_config_error() -> None:
+    import pytest
+
+    from engine.models.config import ConfigError, parse_config
+
+    route = {"backend": "tokens", "api": "sglang", "base_url": "http://x", "tokenizer": "t"}
+    for name in ("hermes", "qwen3_coder", "llama3_json", "mistral"):
+        config = parse_config({"models": {"m": {**route, "tool_parser": name}}})
+        assert config.models["m"].tool_parser == name
+    with pytest.raises(ConfigError) as caught:
+        parse_config({"models": {"m": {**route, "tool_parser": "nope"}}})
+    assert str(caught.value) == (
+        "config: models.m.tool_parser: unknown tool parser; known: "
+        "hermes, llama3_json, mistral, qwen3_coder"
+    )
+    with pytest.raises(ConfigError, match=r"models\.m\.sglang_stream"):
+        parse_config({"models": {"m": {**route, "sglang_stream": "sometimes"}}})

@@ -15,10 +15,13 @@ ToolSchemas = Mapping[str, Mapping[str, Any]]
 
 
 def partial_suffix(text: str, tag: str) -> int:
-    """Length of the longest suffix of ``text`` that is a proper prefix of ``tag``."""
-    for size in range(min(len(tag) - 1, len(text)), 0, -1):
-        if tag.startswith(text[-size:]):
-            return size
+    """Length of the longest suffix of ``text`` that is a proper prefix of ``tag``. Only
+    places holding the tag's first character are tried (the hot path: most text has none)."""
+    at = text.find(tag[0], max(0, len(text) - len(tag) + 1))
+    while at >= 0:
+        if tag.startswith(text[at:]):
+            return len(text) - at
+        at = text.find(tag[0], at + 1)
     return 0
 
 

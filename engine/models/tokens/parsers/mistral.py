@@ -48,7 +48,8 @@ class MistralParser:
         out: list[Delta] = []
         if self._call is not None:
             self._call += text
-            out += self._read()
+            if any(c in text for c in "{}[]"):  # nothing else can complete or spoil a call
+                out += self._read()
         else:
             self._text += text
         while self._call is None and self._text:
@@ -122,7 +123,7 @@ class MistralParser:
         return out + self.feed(body[cut:]) if cut < len(body) else out
 
     def finish(self) -> list[Delta]:
-        out: list[Delta] = []
+        out: list[Delta] = self._read() if self._call is not None else []
         while self._call is not None:
             out += self._give_up()
         if self._text.strip():

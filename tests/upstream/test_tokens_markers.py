@@ -5,15 +5,20 @@ the chain stays token-exact."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from openai import AsyncOpenAI
 from tokenizers import AddedToken, Tokenizer
 
-from engine.models.tokens.tokenizer import load_tokenizer
+from engine.models.tokens.tokenizer import ModelTokenizer, load_tokenizer
+from engine.models.tokens.tool_parsers import PARSERS
 from tests.support.tools import WEATHER
 from tests.upstream.conftest import StartEngine
 from tests.upstream.token_peer import TokenPeer, assert_exact, make_tokenizer, tokens_router
@@ -134,3 +139,65 @@ def test_only_the_parsers_markers_are_shown(shaped_tokenizer: Path) -> None:
     ids = tokenizer.encode("a<tool_call>b<|im_end|>")
     decoder = tokenizer.decoder(hidden)
     assert "".join(decoder.step(i) for i in ids) == "a<tool_call>b"
+
+
+async def test_a_malformed_call_stays_text_and_is_counted(
+    shaped_peer: TokenPeer, shaped_tokenizer: Path, engine_for: StartEngine
+) -> None:
+    """PARSE-3 through the server: the sampled text is the message, the counter is in
+    ``/metrics``."""
+    server = await engine_for(tokens_router(shaped_peer, shaped_tokenizer, "vllm"))
+    shaped_peer.script.append("<tool_call>{not json}</tool_call>")
+    client = AsyncOpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
+    try:
+        response = await client.responses.create(model="model-a", input="Hi", tools=[WEATHER])
+    finally:
+        await client.close()
+    assert [item.type for item in response.output] == ["message"]
+    assert response.output_text == "<tool_call>{not json}</tool_call>"
+    url = server.base_url.removesuffix("/v1") + "/metrics"
+    async with aiohttp.ClientSession() as http, http.get(url) as resp:
+        metrics = await resp.text()
+    assert 'rollout_events_total{event="tokens.malformed_call.hermes"} 1.0' in metrics
+
+
+@functools.cache
+def _loaded(directory: Path) -> ModelTokenizer:
+    return load_tokenizer(str(directory))
+
+
+ANSWER = (
+    'Let me look. <tool_call>\n{"name": "get_weather", "arguments": {"city": "Zürich"}}\n'
+    "</tool_call><tool_call>{broken}</tool_call> done<|im_end|>"
+)
+
+
+@given(st.lists(st.integers(1, 6), min_size=1, max_size=40))
+def test_any_grouping_of_the_sampled_ids_gives_the_same_items(
+    shaped_tokenizer: Path, groups: list[int]
+) -> None:
+    """PARSE-1 at the id level: the sampled ids, decoded one by one (markers kept, control
+    tokens hidden) and handed to the parser in any grouping, give the same items."""
+    tokenizer = _loaded(shaped_tokenizer)
+    hidden = tokenizer.hidden_ids(TAGS)
+    ids = tokenizer.encode(ANSWER)
+
+    def items(sizes: list[int]) -> list[tuple[str, str]]:
+        decoder, parser = tokenizer.decoder(hidden), PARSERS["hermes"]({})
+        deltas: list[Any] = []
+        at = 0
+        for size in [*sizes, len(ids)]:
+            deltas += parser.feed("".join(decoder.step(i) for i in ids[at : at + size]))
+            at += size
+        deltas += parser.finish()
+        return [(type(d).__name__, getattr(d, "text", getattr(d, "name", ""))) for d in deltas]
+
+    whole = items([len(ids)])
+    assert [kind for kind, _ in whole].count("CallStart") == 1
+    assert ("ArgsDelta", '{"city": "Zürich"}') in whole
+    merged_text = "".join(text for kind, text in whole if kind == "TextDelta")
+    assert merged_text == "Let me look. <tool_call>{broken}</tool_call> done"
+    grouped = items(groups)
+    assert [k for k, _ in grouped].count("CallStart") == 1
+    assert "".join(t for k, t in grouped if k == "TextDelta") == merged_text
+    assert [t for k, t in grouped if k == "ArgsDelta"] == [t for k, t in whole if k == "ArgsDelta"]

@@ -208,7 +208,8 @@ class TokenPeer:
             turn.answer = streamed  # what the engine was sent is what it must keep
         frames: list[Any] = []
         done = 0
-        for piece in self._streamed(self._pieces(streamed)):
+        whole = self._pieces(streamed)
+        for index, piece in enumerate(self._streamed(whole)):
             probs = [
                 {
                     "id": t,
@@ -220,6 +221,7 @@ class TokenPeer:
                 for k, t in enumerate(piece)
             ]
             done += len(piece)
+            sampled = sum(len(p) for p in whole[: index + 1])  # llama.cpp's n_decoded
             frames.append(
                 {
                     "index": 0,
@@ -227,7 +229,7 @@ class TokenPeer:
                     "tokens": piece,
                     "stop": False,
                     "id_slot": 0,
-                    "tokens_predicted": done,
+                    "tokens_predicted": sampled,
                     "tokens_evaluated": len(turn.prompt),
                     "completion_probabilities": probs,
                 }

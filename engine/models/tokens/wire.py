@@ -297,6 +297,10 @@ class ChunkReader:
         self._failed(chunk.error)
         ids = list(chunk.tokens)
         self.received += len(ids)
+        # ``tokens_predicted`` counts every id sampled so far: a gap (llama.cpp does not stream
+        # the ids of a token whose text is an incomplete UTF-8 sequence) fails now (TOK-33).
+        if not chunk.stop:
+            self.check(chunk.tokens_predicted)
         lps = [p.logprob for p in chunk.completion_probabilities[: len(ids)]]
         step = Step(ids=ids, logprobs=lps + [None] * (len(ids) - len(lps)))
         if chunk.stop:

@@ -49,8 +49,11 @@ def call_text(parser: str) -> str:
     return f"<tool_call>\n{json.dumps(call)}\n</tool_call>"
 
 
-def answer(parser: str, kind: str, tokens: int = 1000) -> list[str]:
-    """About ``tokens`` token pieces of an answer (``calls`` or ``prose``)."""
+ANSWER_SIZE = 1000  # tokens fed per answer
+
+
+def answer(parser: str, kind: str) -> list[str]:
+    """About ``ANSWER_SIZE`` token pieces of an answer (``calls`` or ``prose``)."""
     enc = encoding()
     if kind == "prose":
         unit = PROSE
@@ -59,7 +62,7 @@ def answer(parser: str, kind: str, tokens: int = 1000) -> list[str]:
     else:
         unit = PROSE + call_text(parser) + "\n"
     per_unit = len(enc.encode_ordinary(unit))
-    text = unit * max(1, tokens // per_unit)
+    text = unit * max(1, ANSWER_SIZE // per_unit)
     if parser == "llama3_json" and kind == "calls":
         text = text.removesuffix("; ")
     return [enc.decode([i]) for i in enc.encode_ordinary(text)]

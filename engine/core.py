@@ -155,6 +155,10 @@ class Engine:
         self.stats = StageStats()
         self.counters: Counter[str] = Counter()  # create paths and cache events, for /metrics
         self.store.count_into(self.counters)  # and the store's (store.*, OBS-2)
+        for backend in self.router.backends():  # and the token routes' (PARSE-3, TOK-33)
+            count_into = getattr(backend, "count_into", None)
+            if count_into is not None:
+                count_into(self.counters)
         self.metrics = Metrics(self.counters)
         self.hydrated = HydrationCache(self.config.hydration_cache_bytes, self.counters)
         self.parking = ParkingLot(self.config.park_seconds, self.counters, self.config.park_bounds)

@@ -171,3 +171,20 @@ def store_record_corrupt(response_id: str, param: str | None = None) -> ServerEr
     return ServerError(
         "store_record_corrupt", f"The stored response '{response_id}' cannot be read.", param
     )
+
+
+# Faults that name their own code (SPEC §12). ``response.failed`` can only carry
+# ``server_error`` (the SDK's ``ResponseError.code`` is a closed enum), so the code leads the
+# message ("upstream_token_mismatch: ..."), and a non-streaming HTTP answer carries it as its
+# error ``code`` (TOK-33).
+FAILURE_CODES = frozenset({"upstream_token_mismatch"})
+
+
+def failure_message(code: str, message: str) -> str:
+    return f"{code}: {message}"
+
+
+def failure_code(message: str) -> str:
+    """The code a ``response.failed`` message names, else ``server_error``."""
+    code, sep, _ = message.partition(": ")
+    return code if sep and code in FAILURE_CODES else "server_error"

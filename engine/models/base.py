@@ -122,3 +122,8 @@ class BackendError(Exception):
         """The client-facing error when the request itself was refused (e.g. an upstream 4xx,
         with the upstream's status and a sanitised message); None for a server-side fault."""
         return None
+
+    def failure(self) -> str | None:
+        """The message of the ``response.failed`` this fault ends in, when it names its own
+        code (``protocol.errors.failure_message``, SPEC §12); None: the generic one."""
+        return None

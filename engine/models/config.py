@@ -20,9 +20,10 @@ key (``models.qwen.base_url: field required``). Example::
     tokenizer = "/models/qwen3"             # tokenizer.json, or a directory with it and
                                             # tokenizer_config.json
     chat_template = "/models/qwen3/chat_template.jinja"   # optional
-    tool_parser = "hermes"
+    tool_parser = "hermes"                  # hermes | qwen3_coder | llama3_json | mistral
     reasoning_parser = "think"              # optional: <think> reasoning items (REASON-1)
     history = "exact"                       # exact | rerender (TOK-4)
+    sglang_stream = "auto"                  # auto | cumulative | incremental (TOK-32)
 
     [models.gpt-oss]
     backend = "tokens"
@@ -145,6 +146,7 @@ class TokensRoute(_UpstreamRoute):
     tool_parser: str = "hermes"
     reasoning_parser: Literal["think", "harmony"] | None = None  # REASON-1
     history: Literal["exact", "rerender"] = "exact"
+    sglang_stream: Literal["auto", "cumulative", "incremental"] = "auto"  # TOK-32
 
     @pydantic.model_validator(mode="after")
     def _template_fits(self) -> TokensRoute:
@@ -290,6 +292,7 @@ def _backend(route: AnyRoute, pool: HttpPool) -> Backend:
             tool_parser=route.tool_parser,
             rerender=route.history == "rerender",
             reasoning_parser=route.reasoning_parser,
+            sglang_stream=route.sglang_stream,
             params=dict(route.params),
         )
         tokenizer = None  # harmony: its own encoding, loaded by the backend

@@ -157,7 +157,7 @@ class Rollout:
             await endings.end()
         except BackendError as exc:
             log.warning("rollout %s: backend failed: %s", self.id, exc)
-            await endings.fail_quietly(exc.protocol_error())
+            await endings.fail_quietly(exc.protocol_error(), exc.failure())
         except TimeoutError:
             log.warning("rollout %s: model exceeded %.0f s", self.id, self._model_timeout)
             await endings.fail_quietly()

@@ -73,7 +73,13 @@ class Endings:
             await self.end_turn(turn, "completed")
         await self.end()
 
-    async def end_turn(self, turn: Turn, status: str, reason: str | None = None) -> None:
+    async def end_turn(
+        self,
+        turn: Turn,
+        status: str,
+        reason: str | None = None,
+        failure: str | None = None,
+    ) -> None:
         """The response's terminal frame; in standard mode also its ledger record (POST-1)."""
         rollout = self._rollout
         stream, at = turn.stream, now()
@@ -84,9 +90,8 @@ class Endings:
         elif status == "incomplete":
             event = stream.incomplete(reason or "max_output_tokens", usage, at)
         else:
-            event = stream.failed(
-                "server_error", "The model failed to generate a response.", usage, at
-            )
+            message = failure or "The model failed to generate a response."
+            event = stream.failed("server_error", message, usage, at)
         turn.status = status
         if rollout.mode is Mode.STANDARD:
             self._owed = turn  # from here on it is billed, even if the client leaves (POST-5)
@@ -173,10 +178,13 @@ class Endings:
         finally:
             turn.settle()
 
-    async def fail_quietly(self, refusal: ProtocolError | None = None) -> None:
+    async def fail_quietly(
+        self, refusal: ProtocolError | None = None, failure: str | None = None
+    ) -> None:
         """A backend's refusal before the response opened is an ``error`` with the backend's
-        status and no response (MODEL-5); any other fault is a generic ``response.failed``
-        (ERR-3)."""
+        status and no response (MODEL-5); any other fault is a ``response.failed``
+        (``server_error``, ERR-3), with the fault's own message when it names a code
+        (``failure``, TOK-33)."""
         rollout = self._rollout
         turn = rollout.turn
         with contextlib.suppress(Exception):
@@ -184,7 +192,7 @@ class Endings:
                 await turn.sink.send(error_event(refusal, stream_id=turn.stream.stream_id))
             elif turn.stream.state not in TERMINAL_STATES:
                 await rollout.open_turn(turn)
-                await self.end_turn(turn, "failed")
+                await self.end_turn(turn, "failed", failure=failure)
         turn.status = "failed"
         await rollout.steering.fail_all(turn, "response_not_active", "The response failed.")
         await self.end()

@@ -43,6 +43,7 @@ from protocol.errors import (
     ProtocolError,
     ServerError,
     Unavailable,
+    failure_code,
     response_not_found,
 )
 from protocol.events import (
@@ -180,7 +181,13 @@ def _finish(sink: HttpSink) -> web.StreamResponse:
         raise ServerError()
     if sink.terminal.status == "failed":
         # The model call already ran; an SDK retry would run (and bill) it again (HTTP-5).
-        failed = error_response(ServerError(message="The model failed to generate a response."))
+        # A fault that names its own code keeps it (TOK-33); everything else is generic.
+        info = sink.terminal.error
+        code = failure_code(info.message) if info is not None else "server_error"
+        message = info.message if info is not None and code != "server_error" else None
+        failed = error_response(
+            ServerError(code, message or "The model failed to generate a response.")
+        )
         failed.headers["x-should-retry"] = "false"
         return failed
     return json_response(sink.terminal)

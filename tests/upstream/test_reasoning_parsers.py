@@ -114,7 +114,7 @@ def tokenizer(tokenizer_dir: Path) -> Tokenizer:
 
 def think_reader(tokenizer: Tokenizer, opened: bool = False) -> TextReader:
     parser = ThinkParser(HermesParser(), opened, Counter())
-    return TextReader(IncrementalDecoder(tokenizer), parser)
+    return TextReader(IncrementalDecoder(tokenizer, frozenset()), parser)
 
 
 @given(data=st.data())

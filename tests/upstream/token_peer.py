@@ -36,7 +36,6 @@ from engine.models.tokens.backend import TokensBackend
 from tests.support.server import LiveServer
 
 __all__ = ["QWEN_TEMPLATE", "TokenPeer", "TokenTurn", "make_tokenizer"]
-_SPECIAL = re.compile(r"(<\|[a-z_]+\|>)")
 _LIMIT_KEYS = {"vllm": "max_tokens", "sglang": "max_new_tokens", "llamacpp": "n_predict"}
 
 
@@ -61,6 +60,14 @@ class TokenPeer:
 
     def __init__(self, tokenizer_dir: Path, *, eos_in_tokens: bool = True) -> None:
         self.tokenizer = Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json"))
+        # The tokenizer's added tokens (``<|im_end|>``, ``[TOOL_CALLS]``, …) are sampled as
+        # their one id, as a model samples them; every other character alone (TOK-42).
+        added = sorted(
+            (t.content for t in self.tokenizer.get_added_tokens_decoder().values()),
+            key=len,
+            reverse=True,
+        )
+        self._added = re.compile("(" + "|".join(map(re.escape, added or ["<|im_end|>"])) + ")")
         self.end_id = self._special("<|im_end|>")
         self.turns: list[TokenTurn] = []
         self.script: deque[str] = deque()  # texts to sample next, before the policy
@@ -71,6 +78,12 @@ class TokenPeer:
         self.resume.set()
         self.paused = asyncio.Event()
         self.fail_midway = False
+        # SGLang's ``--incremental-streaming-output``: each chunk carries only its new ids and
+        # their logprobs (TOK-32).
+        self.sglang_incremental = False
+        # A lossy server: this many sampled ids of the second chunk never reach the stream,
+        # while its counts report every id sampled (TOK-33).
+        self.lose = 0
         self.runner: web.AppRunner | None = None
         self.port = 0
 
@@ -130,7 +143,7 @@ class TokenPeer:
         """``text`` as sampled ids: special-token text as its one id, every other character
         encoded alone (``"ab"`` -> ids of ``"a"`` + ids of ``"b"``, never the merge)."""
         ids: list[int] = []
-        for n, part in enumerate(_SPECIAL.split(text)):
+        for n, part in enumerate(self._added.split(text)):
             if n % 2:
                 ids.append(self._special(part))
                 continue
@@ -154,6 +167,12 @@ class TokenPeer:
 
     def _pieces(self, ids: list[int]) -> list[list[int]]:
         return [ids[n : n + 3] for n in range(0, len(ids), 3)]
+
+    def _streamed(self, pieces: list[list[int]]) -> list[list[int]]:
+        """The pieces as sent: the second loses ``lose`` ids when the peer is lossy."""
+        if not self.lose or len(pieces) < 2:
+            return pieces
+        return [pieces[0], pieces[1][self.lose :], *pieces[2:]]
 
     @staticmethod
     def _logprob(n: int) -> float:
@@ -185,7 +204,7 @@ class TokenPeer:
         turn = self._answer("vllm", body, body["token_ids"])
         frames: list[Any] = []
         done = 0
-        pieces = self._pieces(turn.answer)
+        pieces = self._streamed(self._pieces(turn.answer))
         for index, piece in enumerate(pieces):
             content = [
                 {"token": f"token_id:{t}", "logprob": self._logprob(done + k), "top_logprobs": []}
@@ -216,18 +235,27 @@ class TokenPeer:
         frames: list[Any] = []
         sent: list[int] = []
         pieces = self._pieces(turn.answer)
-        for index, piece in enumerate(pieces):
+        streamed = self._streamed(pieces)
+        sampled = 0  # what the server sampled so far (its count), lossy or not
+        for index, piece in enumerate(streamed):
+            sampled += len(pieces[index])
+            new = [[self._logprob(len(sent) + n), t, None] for n, t in enumerate(piece)]
             sent += piece
             last = index == len(pieces) - 1
             meta = {
                 "id": "rid-1",
                 "finish_reason": _sglang_finish(turn, self.end_id) if last else None,
                 "prompt_tokens": len(turn.prompt),
-                "completion_tokens": len(sent),
+                "completion_tokens": sampled,
                 "cached_tokens": 0,
-                "output_token_logprobs": [[self._logprob(n), t, None] for n, t in enumerate(sent)],
+                "output_token_logprobs": (
+                    new
+                    if self.sglang_incremental
+                    else [[self._logprob(n), t, None] for n, t in enumerate(sent)]
+                ),
             }
-            frames.append({"text": self.text(sent), "output_ids": list(sent), "meta_info": meta})
+            ids = piece if self.sglang_incremental else sent
+            frames.append({"text": self.text(ids), "output_ids": list(ids), "meta_info": meta})
         frames.append("[DONE]")
         return await self._stream(request, frames)
 
@@ -241,7 +269,8 @@ class TokenPeer:
             turn.answer = streamed  # what the engine was sent is what it must keep
         frames: list[Any] = []
         done = 0
-        for piece in self._pieces(streamed):
+        whole = self._pieces(streamed)
+        for index, piece in enumerate(self._streamed(whole)):
             probs = [
                 {
                     "id": t,
@@ -253,6 +282,7 @@ class TokenPeer:
                 for k, t in enumerate(piece)
             ]
             done += len(piece)
+            sampled = sum(len(p) for p in whole[: index + 1])  # llama.cpp's n_decoded
             frames.append(
                 {
                     "index": 0,
@@ -260,7 +290,7 @@ class TokenPeer:
                     "tokens": piece,
                     "stop": False,
                     "id_slot": 0,
-                    "tokens_predicted": done,
+                    "tokens_predicted": sampled,
                     "tokens_evaluated": len(turn.prompt),
                     "completion_probabilities": probs,
                 }

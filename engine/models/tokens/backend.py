@@ -35,8 +35,15 @@ from engine.models.tokens.harmony import HarmonyReader, HarmonyRenderer, harmony
 from engine.models.tokens.reasoning import AnswerReader, TextReader, ThinkParser, think_starts_open
 from engine.models.tokens.render import SampledAnswer, TurnRenderer
 from engine.models.tokens.tokenizer import ModelTokenizer
-from engine.models.tokens.tool_parsers import PARSERS
-from engine.models.tokens.wire import PATHS, ChunkReader, Sampling, Step, body
+from engine.models.tokens.tool_parsers import PARSERS, ToolSchemas
+from engine.models.tokens.wire import (
+    PATHS,
+    ChunkReader,
+    Sampling,
+    Step,
+    TokenCountMismatch,
+    body,
+)
 from engine.models.upstreams.chat import _with_namespace
 from engine.models.upstreams.endpoint import (
     Endpoint,
@@ -58,6 +65,7 @@ class TokensOptions:
     tool_parser: str = "hermes"
     rerender: bool = False  # ``history = "rerender"`` (TOK-4)
     reasoning_parser: str | None = None  # "think" (REASON-1); harmony reads its own channels
+    sglang_stream: str = "auto"  # auto | cumulative | incremental (TOK-32)
     params: dict[str, Any] = field(default_factory=dict)
 
 
@@ -86,18 +94,26 @@ class TokensBackend:
             if not tokenizer.shape.append_only:
                 log.warning("the chat template is not append-only: exact tokens are kept (TOK-4)")
         self.stats: Counter[str] = self.renderer.stats  # renders, drift, requests …
+        self.events: Counter[str] = Counter()  # the engine's, once bound (``count_into``)
+        self.parser_factory = PARSERS[options.tool_parser]
+        self.parser_name = options.tool_parser if tokenizer is not None else "harmony"
+        # Special tokens hidden from text: all but the markers a parser reads (TOK-30); once.
+        markers = [*self.parser_factory({}).markers]
+        if options.reasoning_parser == "think":
+            markers += [ThinkParser.OPEN, ThinkParser.CLOSE]
+        self.hidden_ids = tokenizer.hidden_ids(markers) if tokenizer is not None else frozenset()
 
-    def reader(self) -> AnswerReader:
+    def reader(self, schemas: ToolSchemas) -> AnswerReader:
         """What reads one generation's sampled ids (REASON-1, HARMONY-3)."""
         renderer = self.renderer
         if isinstance(renderer, HarmonyRenderer):
             return HarmonyReader(renderer.encoding, self.stats)
-        tokenizer = renderer.tokenizer
-        parser = PARSERS[self.options.tool_parser]()
+        decoder = renderer.tokenizer.decoder(self.hidden_ids)
+        parser = self.parser_factory(schemas)
         if self.options.reasoning_parser == "think":
-            opened = think_starts_open(tokenizer.shape.generation_prompt)
-            return TextReader(tokenizer.decoder(), ThinkParser(parser, opened, self.stats))
-        return TextReader(tokenizer.decoder(), parser)
+            opened = think_starts_open(renderer.tokenizer.shape.generation_prompt)
+            return TextReader(decoder, ThinkParser(parser, opened, self.stats))
+        return TextReader(decoder, parser)
 
     def stream(self, request: SampleRequest) -> AsyncGenerator[Delta, None]:
         """Renders once; a retried attempt resends the same ids."""
@@ -124,6 +140,16 @@ class TokensBackend:
             return relay(self.pool, self.endpoint, PATHS[self.options.api], payload, answer)
 
         return _kept(answers, retry_before_first(attempt, self.endpoint))
+
+    def count_into(self, counters: Counter[str]) -> None:
+        """Malformed calls and upstream count mismatches join the engine's counters, which
+        ``/metrics`` serves as ``rollout_events_total`` (PARSE-3, TOK-33)."""
+        counters.update(self.events)
+        self.events = counters
+
+    def count(self, event: str, n: int = 1) -> None:
+        self.stats[event] += n
+        self.events[event] += n
 
     async def compact(self, request: CompactRequest) -> Compacted:
         """COMPACT-5: the model writes the summary (a scratch context, rendered afresh)."""
@@ -166,8 +192,8 @@ class _TokenAnswer:
         self._ctx = ctx
         self._trajectory = trajectory
         self._tools = tools
-        self._reader = ChunkReader(backend.options.api)
-        self._parsing = backend.reader()
+        self._reader = ChunkReader(backend.options.api, backend.options.sglang_stream)
+        self._parsing = backend.reader(_schemas(tools))
         self._first_item = len(ctx.items)
         self.ids: list[int] = []
         self.logprobs: list[float | None] = []
@@ -217,7 +243,15 @@ class _TokenAnswer:
     def close(self) -> list[Delta]:
         if not self.ended and self.finish is None:
             raise closed_early()
+        try:  # before the ids join: a short trajectory is never kept (TOK-33)
+            self._reader.check(self.usage.completion_tokens)
+        except TokenCountMismatch as exc:
+            self.failed(exc)
+            raise
         deltas = self._counted(self._parsing.finish())
+        if self._parsing.malformed:
+            name = self._backend.parser_name
+            self._backend.count(f"tokens.malformed_call.{name}", self._parsing.malformed)
         prompt = self._trajectory.prompt
         view = self._trajectory.ids.view()
         step = StepTokens(
@@ -268,9 +302,17 @@ class _TokenAnswer:
 
     def failed(self, exc: UpstreamError) -> None:
         """The trajectory stays open: the next turn renders the conversation afresh."""
+        if isinstance(exc, TokenCountMismatch):
+            self._backend.count(f"tokens.count_mismatch.{exc.api}")
+            log.warning("upstream %s: %s", self._backend.endpoint.display, exc.message)
 
     def cut(self, reason: str) -> None:
         """Ended before its end: the ids sampled so far join as ``reason`` (TOK-43)."""
         if not self._joined:
             self._joined = True
             self._trajectory.cut_short(self.ids, self.logprobs, reason)
+
+
+def _schemas(tools: Toolset) -> ToolSchemas:
+    """Each function tool's ``parameters`` schema by name (qwen3_coder types values by it)."""
+    return {t.name: t.parameters for t in tools.callables if t.parameters is not None}

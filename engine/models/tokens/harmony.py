@@ -286,6 +286,7 @@ class HarmonyReader:
         self._parser = StreamableParser(encoding, Role.ASSISTANT)
         self._stats = stats
         self.calls = 0
+        self.malformed = 0  # calls that stayed text (PARSE-3)
         self.reasoning_tokens = 0
         self.ended_in_call = False
         self._in_content = False  # between a message's ``<|message|>`` and its end
@@ -371,6 +372,7 @@ class HarmonyReader:
             value = None
         if not isinstance(value, dict):  # not a call the client could run: it stays text
             self._stats["harmony.malformed_call"] += 1
+            self.malformed += 1
             return [TextDelta(body)]
         self.calls += 1
         self.ended_in_call = True

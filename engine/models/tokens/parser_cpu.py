@@ -81,10 +81,10 @@ def run(tokens: int, chunk: int, tokenizer_file: Path | None) -> dict[str, float
 
     def think() -> AnswerReader:
         parser = ThinkParser(HermesParser(), False, Counter())
-        return TextReader(IncrementalDecoder(tokenizer), parser)
+        return TextReader(IncrementalDecoder(tokenizer, frozenset()), parser)
 
     def hermes() -> AnswerReader:
-        return TextReader(IncrementalDecoder(tokenizer), HermesParser())
+        return TextReader(IncrementalDecoder(tokenizer, frozenset()), HermesParser())
 
     def harmony() -> AnswerReader:
         return HarmonyReader(encoding, Counter())

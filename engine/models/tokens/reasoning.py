@@ -38,6 +38,11 @@ class AnswerReader(Protocol):
         """Function calls produced so far."""
         ...
 
+    @property
+    def malformed(self) -> int:
+        """Calls that could not be read and stayed text (PARSE-3)."""
+        ...
+
     def feed(self, ids: list[int]) -> list[Delta]: ...
 
     def finish(self) -> list[Delta]: ...
@@ -63,6 +68,10 @@ class ThinkParser:
     @property
     def calls(self) -> int:
         return self._inner.calls
+
+    @property
+    def malformed(self) -> int:
+        return self._inner.malformed
 
     @property
     def in_reasoning(self) -> bool:
@@ -135,6 +144,10 @@ class TextReader:
     @property
     def calls(self) -> int:
         return self._parser.calls
+
+    @property
+    def malformed(self) -> int:
+        return self._parser.malformed
 
     def feed(self, ids: list[int]) -> list[Delta]:
         parser, step = self._parser, self._decoder.step

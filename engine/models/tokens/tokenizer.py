@@ -14,7 +14,7 @@ rendering of any longer one, TOK-4).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -143,7 +143,10 @@ class ModelTokenizer:
         self.fast = fast  # the same ids from tiktoken's BPE (TOK-11), when identical
         # The ids that end the model's turn: the EOS token and the special tokens of the
         # template's close (``<|im_end|>``, ``<|eot_id|>``).
-        specials = {i for i, t in tokenizer.get_added_tokens_decoder().items() if t.special}
+        self._specials = {
+            i: t.content for i, t in tokenizer.get_added_tokens_decoder().items() if t.special
+        }
+        specials = set(self._specials)
         closing = tokenizer.encode(self.shape.close, add_special_tokens=False).ids
         eos_id = tokenizer.token_to_id(eos) if eos else None
         ends = {i for i in closing if i in specials} | ({eos_id} if eos_id is not None else set())
@@ -161,19 +164,30 @@ class ModelTokenizer:
         text: str = self.tokenizer.decode(ids, skip_special_tokens=skip_special)
         return text
 
-    def decoder(self) -> IncrementalDecoder:
-        return IncrementalDecoder(self.tokenizer)
+    def hidden_ids(self, markers: Iterable[str] = ()) -> frozenset[int]:
+        """The special tokens a text delta never shows: all of them but the ``markers`` a
+        parser reads (TOK-30). Computed once per route, not per generation."""
+        keep = set(markers)
+        return frozenset(i for i, text in self._specials.items() if text not in keep)
+
+    def decoder(self, hidden: frozenset[int] | None = None) -> IncrementalDecoder:
+        return IncrementalDecoder(self.tokenizer, self.hidden_ids() if hidden is None else hidden)
 
 
 class IncrementalDecoder:
     """Sampled ids -> text deltas. A token that ends inside a UTF-8 character yields nothing
-    until the character completes; special tokens yield nothing (TOK-5)."""
+    until the character completes (TOK-5). Special tokens are decoded as their text, so a
+    parser's markers reach it however the tokenizer marks them, except the ``hidden`` ones
+    (end of turn, control tokens), which yield nothing and never reach the stream (TOK-30)."""
 
-    def __init__(self, tokenizer: Tokenizer) -> None:
+    def __init__(self, tokenizer: Tokenizer, hidden: frozenset[int]) -> None:
         self._tokenizer = tokenizer
-        self._stream = DecodeStream(skip_special_tokens=True)
+        self._hidden = hidden
+        self._stream = DecodeStream(skip_special_tokens=False)
 
     def step(self, token_id: int) -> str:
+        if token_id in self._hidden:
+            return ""
         piece: str | None = self._stream.step(self._tokenizer, token_id)
         return piece or ""
 

@@ -30,6 +30,7 @@ from typing import Any, Literal
 import msgspec
 
 from engine.models.upstreams.endpoint import UpstreamError, decode_json
+from protocol.errors import failure_message
 
 Api = Literal["vllm", "sglang", "llamacpp"]
 PATHS: dict[str, str] = {
@@ -184,12 +185,41 @@ class _LChunk(msgspec.Struct):
     error: object | None = None
 
 
-class ChunkReader:
-    """Decodes one answer's chunks into ``Step`` s; SGLang's cumulative fields become deltas."""
+class TokenCountMismatch(UpstreamError):
+    """The ids received are not the ids the server says it sampled (TOK-33): the step fails
+    with its own code rather than leaving a silently short trajectory."""
 
-    def __init__(self, api: str) -> None:
+    CODE = "upstream_token_mismatch"
+
+    def __init__(self, api: str, received: int, reported: int) -> None:
+        super().__init__(
+            f"The model server reported {reported} sampled tokens but {received} arrived."
+        )
         self.api = api
-        self._seen = 0  # SGLang: ids already returned
+
+    def failure(self) -> str:
+        return failure_message(self.CODE, self.message)
+
+
+SglangStream = Literal["auto", "cumulative", "incremental"]
+
+
+class ChunkReader:
+    """Decodes one answer's chunks into ``Step`` s. SGLang streams either every id so far per
+    chunk (cumulative, its default) or only the new ones (``--incremental-streaming-output``);
+    ``auto`` tells them apart by ``meta_info.completion_tokens`` (TOK-32)."""
+
+    def __init__(self, api: str, sglang_stream: str = "auto") -> None:
+        self.api = api
+        self.sglang_stream = sglang_stream
+        self.received = 0  # ids returned so far
+
+    def check(self, reported: int | None) -> None:
+        """The answer is over: the ids received must be the count the server reported
+        (vLLM ``usage.completion_tokens``, SGLang ``meta_info.completion_tokens``, llama.cpp
+        ``tokens_predicted``), when it reported one (TOK-33)."""
+        if reported is not None and reported != self.received:
+            raise TokenCountMismatch(self.api, self.received, reported)
 
     def read(self, data: str) -> Step:
         if data.strip() == "[DONE]":
@@ -210,6 +240,7 @@ class ChunkReader:
         step = Step()
         for choice in chunk.choices:
             ids = choice.token_ids or []
+            self.received += len(ids)
             step.ids.extend(ids)
             content = choice.logprobs.content if choice.logprobs is not None else []
             lps: list[float | None] = [c.logprob for c in content[: len(ids)]]
@@ -224,12 +255,33 @@ class ChunkReader:
             step.cached_tokens = details.cached_tokens if details is not None else None
         return step
 
+    def _sglang_shape(self, chunk: _SChunk) -> str:
+        """Which shape this chunk has; ``auto`` settles it at the first chunk that can tell
+        (one after ids arrived, with ``completion_tokens``) and keeps it."""
+        if self.sglang_stream != "auto" or self.received == 0:
+            return self.sglang_stream if self.sglang_stream != "auto" else "cumulative"
+        total, size = chunk.meta_info.completion_tokens, len(chunk.output_ids)
+        if total is None:
+            return "cumulative"  # nothing to tell by: SGLang's default
+        if size == total:
+            self.sglang_stream = "cumulative"
+        elif self.received + size == total:
+            self.sglang_stream = "incremental"
+        else:
+            raise TokenCountMismatch(self.api, self.received + size, total)
+        return self.sglang_stream
+
     def _sglang(self, chunk: _SChunk) -> Step:
         self._failed(chunk.error)
         meta = chunk.meta_info
-        ids = chunk.output_ids[self._seen :]
-        logprobs = (meta.output_token_logprobs or [])[self._seen :]
-        self._seen = len(chunk.output_ids)
+        logprobs = meta.output_token_logprobs or []
+        if self._sglang_shape(chunk) == "cumulative":
+            if len(chunk.output_ids) < self.received:
+                raise TokenCountMismatch(self.api, self.received, len(chunk.output_ids))
+            ids, logprobs = chunk.output_ids[self.received :], logprobs[self.received :]
+        else:  # SGLang slices the logprobs to the new ids too
+            ids = chunk.output_ids
+        self.received += len(ids)
         lps = [row[0] if row else None for row in logprobs[: len(ids)]]
         step = Step(ids=list(ids), logprobs=lps + [None] * (len(ids) - len(lps)))
         if meta.finish_reason is not None:
@@ -244,6 +296,11 @@ class ChunkReader:
     def _llamacpp(self, chunk: _LChunk) -> Step:
         self._failed(chunk.error)
         ids = list(chunk.tokens)
+        self.received += len(ids)
+        # ``tokens_predicted`` counts every id sampled so far: a gap (llama.cpp does not stream
+        # the ids of a token whose text is an incomplete UTF-8 sequence) fails now (TOK-33).
+        if not chunk.stop:
+            self.check(chunk.tokens_predicted)
         lps = [p.logprob for p in chunk.completion_probabilities[: len(ids)]]
         step = Step(ids=ids, logprobs=lps + [None] * (len(ids) - len(lps)))
         if chunk.stop:

@@ -24,6 +24,7 @@ key (``models.qwen.base_url: field required``). Example::
     reasoning_parser = "think"              # optional: <think> reasoning items (REASON-1)
     history = "exact"                       # exact | rerender (TOK-4)
     sglang_stream = "auto"                  # auto | cumulative | incremental (TOK-32)
+    llamacpp_stream = false                 # api = "llamacpp": stream (lossy, TOK-44)
 
     [models.gpt-oss]
     backend = "tokens"
@@ -147,6 +148,7 @@ class TokensRoute(_UpstreamRoute):
     reasoning_parser: Literal["think", "harmony"] | None = None  # REASON-1
     history: Literal["exact", "rerender"] = "exact"
     sglang_stream: Literal["auto", "cumulative", "incremental"] = "auto"  # TOK-32
+    llamacpp_stream: bool = False  # TOK-44: llama.cpp's stream drops ids; one answer instead
 
     @pydantic.model_validator(mode="after")
     def _template_fits(self) -> TokensRoute:
@@ -293,6 +295,7 @@ def _backend(route: AnyRoute, pool: HttpPool) -> Backend:
             rerender=route.history == "rerender",
             reasoning_parser=route.reasoning_parser,
             sglang_stream=route.sglang_stream,
+            llamacpp_stream=route.llamacpp_stream,
             params=dict(route.params),
         )
         tokenizer = None  # harmony: its own encoding, loaded by the backend

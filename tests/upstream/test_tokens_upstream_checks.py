@@ -5,6 +5,7 @@ counter, never leaving a silently short trajectory."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import openai
 import pytest
 from openai import AsyncOpenAI
 
+from engine.models.tokens.wire import ChunkReader
 from tests.support.tools import WEATHER
 from tests.upstream.conftest import StartEngine
 from tests.upstream.token_peer import TokenPeer, assert_exact, backend_of, tokens_router
@@ -130,3 +132,25 @@ async def test_a_lossless_peer_is_not_flagged(
         await client.close()
     assert response.output_text == "Echo: Hello"
     assert await _metric(server, "tokens.count_mismatch.llamacpp") == 0
+
+
+def test_llamacpp_whole_answer_aligns_the_probabilities_it_kept() -> None:
+    """TOK-44: llama.cpp answers whole by default; it keeps no probability for a token that
+    ends inside a UTF-8 character, so the ids it skipped get None, the rest their own."""
+    reader = ChunkReader("llamacpp")
+    chunk = {
+        "tokens": [5, 7, 7, 9],
+        "completion_probabilities": [
+            {"id": 5, "logprob": -0.5},
+            {"id": 7, "logprob": -0.7},
+            {"id": 9, "logprob": -0.9},
+        ],
+        "stop": True,
+        "stop_type": "eos",
+        "tokens_predicted": 4,
+        "tokens_evaluated": 3,
+    }
+    step = reader.read(json.dumps(chunk))
+    assert step.ids == [5, 7, 7, 9] and step.ended
+    assert step.logprobs == [-0.5, -0.7, None, -0.9]
+    reader.check(step.completion_tokens)  # every id arrived: no mismatch

@@ -311,6 +311,14 @@ class TokenPeer:
                 "timings": {"prompt_n": len(turn.prompt), "cache_n": 0},
             }
         )
+        if body.get("stream") is False:  # one body with every id, as llama.cpp answers (TOK-44)
+            final = frames[-1]
+            final["tokens"] = [t for frame in frames[:-1] for t in frame["tokens"]]
+            final["completion_probabilities"] = [
+                p for frame in frames[:-1] for p in frame["completion_probabilities"]
+            ]
+            final["content"] = self.tokenizer.decode(final["tokens"])
+            return web.json_response(final)
         return await self._stream(request, frames)
 
 

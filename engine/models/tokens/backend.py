@@ -66,6 +66,7 @@ class TokensOptions:
     rerender: bool = False  # ``history = "rerender"`` (TOK-4)
     reasoning_parser: str | None = None  # "think" (REASON-1); harmony reads its own channels
     sglang_stream: str = "auto"  # auto | cumulative | incremental (TOK-32)
+    llamacpp_stream: bool = False  # llama.cpp answers whole unless told to stream (TOK-44)
     params: dict[str, Any] = field(default_factory=dict)
 
 
@@ -126,6 +127,7 @@ class TokensBackend:
             temperature=request.temperature,
             top_p=request.top_p,
             params=dict(self.options.params),
+            stream=self.options.api != "llamacpp" or self.options.llamacpp_stream,
         )
         payload = body(self.options.api, trajectory.ids_json, sampling)
         self.stats["requests"] += 1

@@ -63,6 +63,7 @@ class Sampling:
     temperature: float | None
     top_p: float | None
     params: dict[str, Any] = field(default_factory=dict)
+    stream: bool = True  # llama.cpp only: False asks for the whole answer at once (TOK-44)
 
 
 def body(api: str, ids_json: bytes | bytearray, sampling: Sampling) -> bytes:
@@ -96,7 +97,11 @@ def _fields(api: str, sampling: Sampling) -> dict[str, Any]:
         params = _knobs(sampling, "max_new_tokens")
         return {"sampling_params": params, "stream": True, "return_logprob": True}
     knobs = _knobs(sampling, "n_predict")
-    return {**knobs, "stream": True, "return_tokens": True, "n_probs": 1, "cache_prompt": True}
+    # llama.cpp's stream never carries the id of a token whose text ends inside a UTF-8
+    # character (tools/server/server-context.cpp, process_token), so by default it answers
+    # whole, every id and its probability in one body (TOK-44).
+    stream = sampling.stream
+    return {**knobs, "stream": stream, "return_tokens": True, "n_probs": 1, "cache_prompt": True}
 
 
 @dataclass
@@ -166,6 +171,7 @@ class _SChunk(msgspec.Struct):
 
 
 class _LProb(msgspec.Struct):
+    id: int | None = None
     logprob: float | None = None
 
 
@@ -183,6 +189,21 @@ class _LChunk(msgspec.Struct):
     tokens_evaluated: int | None = None
     timings: _LTimings | None = None
     error: object | None = None
+
+
+def _aligned(ids: list[int], probs: list[_LProb]) -> list[float | None]:
+    """One logprob per id. llama.cpp keeps no probability for a token whose text ends inside a
+    UTF-8 character (its ``add_token`` is skipped), so ``probs`` is a subsequence of ``ids``:
+    matched in order by id, the ids it skipped get None (TOK-44)."""
+    out: list[float | None] = []
+    at = 0
+    for token in ids:
+        if at < len(probs) and probs[at].id in (token, None):
+            out.append(probs[at].logprob)
+            at += 1
+        else:
+            out.append(None)
+    return out
 
 
 class TokenCountMismatch(UpstreamError):
@@ -301,8 +322,7 @@ class ChunkReader:
         # the ids of a token whose text is an incomplete UTF-8 sequence) fails now (TOK-33).
         if not chunk.stop:
             self.check(chunk.tokens_predicted)
-        lps = [p.logprob for p in chunk.completion_probabilities[: len(ids)]]
-        step = Step(ids=ids, logprobs=lps + [None] * (len(ids) - len(lps)))
+        step = Step(ids=ids, logprobs=_aligned(ids, chunk.completion_probabilities))
         if chunk.stop:
             step.ended = True
             step.finish = "length" if chunk.stop_type == "limit" else "stop"

@@ -27,7 +27,7 @@ from engine.models.base import BackendError, Delta
 from engine.models.tracecontext import TRACEPARENT
 from engine.models.upstreams.http_pool import HttpPool
 from protocol.errors import ProtocolError
-from protocol.sse import SseDecoder, SseEvent, SseTooLarge
+from protocol.sse import MAX_EVENT_BYTES, SseDecoder, SseEvent, SseTooLarge
 
 log = logging.getLogger("rollout.upstream")
 
@@ -206,6 +206,16 @@ class SseReader:
         return []
 
 
+async def _whole(resp: aiohttp.ClientResponse) -> str:
+    """A non-streamed answer's body, bounded like one SSE event."""
+    data = bytearray()
+    while chunk := await resp.content.readany():
+        data += chunk
+        if len(data) > MAX_EVENT_BYTES:
+            raise UpstreamError("The model server sent an oversized answer.")
+    return data.decode("utf-8", errors="replace")
+
+
 async def drain(resp: aiohttp.ClientResponse, limit_s: float = 1.0) -> None:
     """Read the rest of a finished stream (after ``[DONE]`` or the terminal event) so the
     connection returns to the pool instead of being closed; bounded in time."""
@@ -250,6 +260,9 @@ async def relay(
     until the terminal one, then read the rest of the stream so the connection is pooled."""
     try:
         async with post_stream(pool, endpoint, path, body) as resp:
+            if resp.content_type == "application/json":  # the whole answer at once (TOK-44)
+                for delta in answer.feed(await _whole(resp)):
+                    yield delta
             reader = SseReader(resp)
             while not answer.ended and (events := await reader.batch()):
                 for event in events:

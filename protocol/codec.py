@@ -232,7 +232,11 @@ def error_event(
 ) -> ErrorEvent:
     body = ErrorBody(type=err.error_type, code=err.code, message=err.message, param=err.param)
     return ErrorEvent(
-        status=err.status, error=body, stream_id=stream_id, sequence_number=sequence_number
+        status=err.status,
+        error=body,
+        stream_id=stream_id,
+        sequence_number=sequence_number,
+        headers=err.headers or None,
     )
 
 

@@ -23,7 +23,7 @@ from engine.inspector.read_model import note_event
 from engine.observe.benchclock import TimedSink
 from engine.observe.metrics import CONTENT_TYPE
 from engine.rollout.turn import ClientGone
-from engine.server import background, identity
+from engine.server import background, codex_headers, identity
 from engine.server.keys import (
     BACKGROUND,
     DRAINING,
@@ -63,7 +63,9 @@ def json_response(body: Any, status: int = 200) -> web.Response:
 
 
 def error_response(err: ProtocolError) -> web.Response:
-    return web.Response(body=http_error_body(err), status=err.status, content_type=JSON)
+    return web.Response(
+        body=http_error_body(err), status=err.status, content_type=JSON, headers=err.headers
+    )
 
 
 class HttpSink:
@@ -109,6 +111,7 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     start = time.perf_counter()
     params = decode_create_body(body)
     params.stream_id = None  # WebSocket-only (WS-2); ignored over HTTP
+    codex_headers.note_model(request, params.model)  # its answer's `openai-model` (CODEX-21)
     if params.background:  # detached from this request (BG-1)
         return await background.create(request, params)
     owner = await identity.owner(request)
@@ -168,7 +171,8 @@ def _finish(sink: HttpSink) -> web.StreamResponse:
     if sink.error is not None:
         err = sink.error.error
         body = encode({"error": err})
-        return web.Response(body=body, status=sink.error.status, content_type=JSON)
+        status, headers = sink.error.status, sink.error.headers  # CODEX-24
+        return web.Response(body=body, status=status, content_type=JSON, headers=headers)
     if sink.stream is not None:
         return sink.stream
     if sink.terminal is None:

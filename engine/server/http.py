@@ -111,7 +111,8 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     start = time.perf_counter()
     params = decode_create_body(body)
     params.stream_id = None  # WebSocket-only (WS-2); ignored over HTTP
-    codex_headers.note_model(request, params.model)  # its answer's `openai-model` (CODEX-21)
+    model = params.model or engine.config.default_model
+    codex_headers.note_model(request, model)  # its answer's `openai-model` (CODEX-21)
     if params.background:  # detached from this request (BG-1)
         return await background.create(request, params)
     owner = await identity.owner(request)

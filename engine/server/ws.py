@@ -15,6 +15,7 @@ from collections.abc import Awaitable
 
 from aiohttp import WSCloseCode, WSMsgType, web
 
+from engine.connection.inject import MULTI_AGENT_BETA
 from engine.connection.session import Session
 from engine.core import Engine
 from engine.inspector.read_model import ErrorRing, note_event
@@ -230,7 +231,14 @@ async def serve_socket(
     await ws.prepare(request)
     sessions: set[Session] = request.app[SESSIONS]
     sink = _make_sink(ws, engine, config, request.app[INSPECTOR].errors, owner)
-    session = Session(engine, sink, transport="ws", default_mode=default_mode(request), owner=owner)
+    session = Session(
+        engine,
+        sink,
+        transport="ws",
+        default_mode=default_mode(request),
+        owner=owner,
+        multi_agent=MULTI_AGENT_BETA in request.headers.get("OpenAI-Beta", ""),  # INJECT-1
+    )
     sessions.add(session)
     engine.counters["ws.connections"] += 1  # accepted sockets (OBS-4)
     try:

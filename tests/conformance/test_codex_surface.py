@@ -13,12 +13,14 @@ import msgspec
 import pytest
 from openai import AsyncOpenAI, BadRequestError
 
-from engine.server.codex_headers import OPENAI_MODEL, REASONING_INCLUDED
 from engine.core import EngineConfig
+from engine.server.codex_headers import OPENAI_MODEL, REASONING_INCLUDED
 from protocol.codec import encode, error_event
 from protocol.errors import TooManyRequests
 from tests.support.oracle import sdk_parse
 from tests.support.server import LiveServer
+
+NONSENSE: Any = [{"type": "nonsense"}]  # no item type: refused before any answer
 
 
 async def test_upgrade_headers(server: LiveServer) -> None:
@@ -45,7 +47,7 @@ async def test_http_answers_name_the_model(server: LiveServer) -> None:
         async for _ in streamed.parse():
             pass
         with pytest.raises(BadRequestError) as refused:
-            await sdk.responses.create(model="sim", input=[{"type": "nonsense"}])  # type: ignore[list-item]
+            await sdk.responses.create(model="sim", input=NONSENSE)
         assert OPENAI_MODEL not in refused.value.response.headers
         assert REASONING_INCLUDED not in refused.value.response.headers
     finally:

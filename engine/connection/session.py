@@ -125,9 +125,10 @@ class Session:
         if err.code in _CONNECTION_SCOPED:
             return None
         if isinstance(event, ResponseAppend | ResponseInject):
-            target = self._append_targets.get(event.response_id) or next(
-                (r for r in self.rollouts.values() if r.steerable(event.response_id)), None
-            )
+            target = self._append_targets.get(event.response_id)
+            if target is None and isinstance(event, ResponseInject) and self.multi_agent:
+                live = (r for r in self.rollouts.values() if r.steerable(event.response_id))
+                target = next(live, None)  # a standard-mode target's lane (INJECT-8)
             return target.turn.stream.stream_id if target is not None else None
         stream_id = getattr(event, "stream_id", None)
         return stream_id if isinstance(stream_id, str) and _valid(stream_id) else None

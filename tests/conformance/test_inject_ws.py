@@ -163,3 +163,25 @@ async def test_without_the_beta_a_standard_response_is_no_target(connect: Connec
     failed = await recv(conn)
     assert failed.type == "response.inject.failed"
     assert failed.error.code == "response_not_found"
+
+
+async def test_steering_queued_on_the_target_joins_the_injected_continuation(
+    connect: Connect,
+) -> None:
+    """STEER-20, STEER-5, INJECT-5: steering accepted while a standard-mode target waits for
+    its calls (`steer.accepted`, then `steer.pending` listing the calls) is committed by the
+    continuation the last inject starts: first in its input, and never failed (STEER-9)."""
+    conn = await connect(BETA)
+    target, calls = await suspended(conn)
+    await conn.response.steer(previous_response_id=target, input="Answer in one word.")
+    accepted, pending = await recv(conn), await recv(conn)
+    assert (accepted.type, pending.type) == ("response.steer.accepted", "response.steer.pending")
+    assert {s.call_id for s in pending.required_input} == {c.call_id for c in calls}
+    both = [output(calls[0].call_id, "rain"), output(calls[1].call_id, "noon")]
+    await conn.response.inject(response_id=target, input=both)
+    events = await until(conn, *TERMINAL)
+    kinds = [e.type for e in events]
+    assert kinds[:2] == ["response.inject.created", "response.created"]
+    assert "response.steer.failed" not in kinds
+    assert events[-1].response.previous_response_id == target
+    assert events[-1].response.status == "completed"

@@ -225,7 +225,10 @@ async def serve_socket(
     request: web.Request, engine: Engine, config: ServerConfig
 ) -> web.StreamResponse:
     ws = web.WebSocketResponse(
-        max_msg_size=config.max_frame_bytes, decode_text=False, heartbeat=None
+        max_msg_size=config.max_frame_bytes,
+        decode_text=False,
+        heartbeat=None,
+        compress=config.ws_deflate,  # accept permessage-deflate when offered (CODEX-25)
     )
     owner = await identity.owner(request)  # before the upgrade: a failure is an HTTP answer
     await ws.prepare(request)

@@ -15,6 +15,7 @@ from openai import AsyncOpenAI, BadRequestError
 
 from engine.core import EngineConfig
 from engine.server.codex_headers import OPENAI_MODEL, REASONING_INCLUDED
+from engine.server.config import ServerConfig
 from protocol.codec import encode, error_event
 from protocol.errors import TooManyRequests
 from tests.support.oracle import sdk_parse
@@ -85,3 +86,22 @@ async def test_connection_age_limit_is_the_retryable_error(
         assert frame["type"] == "error" and frame["status"] == 400
         assert frame["error"]["code"] == "websocket_connection_limit_reached"
         assert closing.type is aiohttp.WSMsgType.CLOSE and closing.data == 1001
+
+
+@pytest.mark.parametrize("deflate", [True, False], ids=["default", "no-ws-deflate"])
+async def test_permessage_deflate_is_accepted_unless_declined(
+    server_factory: Callable[..., Any], deflate: bool
+) -> None:
+    """CODEX-25, WS-1: an upgrade offering permessage-deflate (Codex always does) gets it by
+    default and a compressed socket works; `--no-ws-deflate` declines it, and the same client
+    runs uncompressed."""
+    live: LiveServer = await server_factory(server=ServerConfig(ws_deflate=deflate))
+    create = {"type": "response.create", "model": "sim", "input": "hi", "store": False}
+    async with aiohttp.ClientSession() as http, http.ws_connect(live.ws_url, compress=15) as ws:
+        extension = ws._response.headers.get("Sec-WebSocket-Extensions", "")
+        assert ("permessage-deflate" in extension) is deflate
+        await ws.send_str(json.dumps(create))
+        kinds: list[str] = []
+        while not kinds or kinds[-1] != "response.completed":
+            kinds.append(json.loads(await ws.receive_str(timeout=10))["type"])
+        assert kinds[0] == "response.created"

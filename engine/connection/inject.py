@@ -121,8 +121,6 @@ class HeldOutputs:
                     f"input[{index}].call_id",
                 )
         validate(rollout.ctx, items, rollout.backend.supports)  # VAL-1..VAL-3, no commit
-        if entry.params is None:  # not admitted by a create (a parked hand-over): nothing to
-            raise unknown_target(target, finished=False)  # continue it with
         if lane.queue.full():
             raise TooManyRequests(
                 "websocket_queue_full",
@@ -136,6 +134,7 @@ class HeldOutputs:
             self._held[target] = held
             return None
         self._held.pop(target, None)
+        assert entry.params is not None  # waiting_standard only finds entries that have them
         return msgspec.structs.replace(
             entry.params,
             input=[*held.raw, *event.input],
@@ -165,6 +164,8 @@ def waiting_standard(lanes: Iterable[Lane], response_id: str) -> Target | None:
         if entry is None or entry.response_id != response_id:
             continue
         rollout = entry.rollout
-        if rollout is not None and rollout.waiting and rollout.turn.stream.id == response_id:
+        if rollout is None or entry.params is None:  # no create of this lane to continue it
+            continue  # with (a parked rollout's hand-over entry)
+        if rollout.waiting and rollout.turn.stream.id == response_id:
             return lane, entry, rollout
     return None

@@ -236,7 +236,7 @@ def error_event(
         error=body,
         stream_id=stream_id,
         sequence_number=sequence_number,
-        headers=err.headers,
+        headers=err.headers or None,
     )
 
 

@@ -28,6 +28,10 @@ class ProtocolError(Exception):
         self.code = code
         self.message = message
         self.param = param
+        # Response headers that go with this error: HTTP answers carry them as headers, WebSocket
+        # error frames as a `headers` object, which Codex reads like HTTP headers (CODEX-24),
+        # e.g. `retry-after` and `x-ratelimit-*` on a 429.
+        self.headers: dict[str, str] = {}
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.code!r}, {self.message!r}, param={self.param!r})"

@@ -255,7 +255,8 @@ class ErrorBody(msgspec.Struct):
 
 
 class ErrorEvent(msgspec.Struct, tag="error", tag_field="type", kw_only=True, omit_defaults=True):
-    """The WebSocket error envelope (ERR-1). ``status`` is always present."""
+    """The WebSocket error envelope (ERR-1). ``status`` is always present; ``headers`` only
+    when the error has response headers (CODEX-24)."""
 
     status: int
     error: ErrorBody

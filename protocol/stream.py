@@ -137,7 +137,9 @@ class _NumberedEvents:
 
     # ------------------------------------------------------------------ notices
     def inject_created(self) -> ev.InjectCreated:
-        seq = self._step(Step.NOTICE)
+        # A notice like the steering ones below: a standard-mode target has already completed
+        # when it takes the outputs of its calls (INJECT-4).
+        seq = self._notice_number()
         return ev.InjectCreated(sequence_number=seq, stream_id=self.stream_id, response_id=self.id)
 
     # ------------------------------------------------------------------ steering notices

@@ -26,7 +26,7 @@ from clients.bench.codex import CODEX_CALLS
 from clients.bench.keys_load import run_two_keys
 from clients.bench.load import LoadSettings, main_load
 from clients.bench.memory import MemorySettings, run_memory
-from clients.bench.modes import ALL_MODES, MODES, STORE_MODES
+from clients.bench.modes import ALL_MODES, MODES, STORE_MODES, WS_COMPRESS
 from clients.bench.progress import Progress
 from clients.bench.runner import ScenarioConfig, run_scenarios
 from clients.bench.scenario import SCRIPT_CALLS
@@ -68,6 +68,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--otel-endpoint",
         default=None,
         help="the bench's server exports traces to this OTLP/HTTP collector (what tracing costs)",
+    )
+    p.add_argument(
+        "--ws-compress",
+        action="store_true",
+        help="WebSocket modes offer permessage-deflate, as Codex does (CODEX-25)",
     )
     p.add_argument("--json", type=Path, default=None, help="write results as JSON")
     p.add_argument("--png", type=Path, default=None, help="plot per-turn overhead (PNG)")
@@ -125,6 +130,7 @@ def scenario_config(args: argparse.Namespace) -> ScenarioConfig:
         raise ValueError(f"bad --modes/--speeds (modes are {', '.join(ALL_MODES)})")
     if args.store is not None and args.url is not None:
         raise ValueError("--store chooses the bench's own server's store: not with --url")
+    WS_COMPRESS[0] = 15 if args.ws_compress else 0
     scenario = args.scenario or "coding"
     turns = args.turns or (CODEX_CALLS if scenario == "codex" else SCRIPT_CALLS)
     if turns < 1 or args.history_scale < 1 or args.repeat < 1:

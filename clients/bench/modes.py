@@ -38,10 +38,17 @@ _JSON = {"Content-Type": "application/json"}
 RawSocket = aiohttp.ClientWebSocketResponse[Literal[False]]  # frames as bytes, not decoded
 
 
+# permessage-deflate window bits the bench's sockets offer (``rollout bench --ws-compress``,
+# CODEX-25); 0 offers none. Set once by the CLI before any socket opens.
+WS_COMPRESS = [0]
+
+
 async def connect_ws(session: aiohttp.ClientSession, base_url: str) -> RawSocket:
     """A socket to ``/v1/responses`` that hands frames over as bytes (no text decoding)."""
     url = responses_url(base_url).replace("http://", "ws://", 1)
-    return await session.ws_connect(url, max_msg_size=MAX_MESSAGE_BYTES, decode_text=False)
+    return await session.ws_connect(
+        url, max_msg_size=MAX_MESSAGE_BYTES, decode_text=False, compress=WS_COMPRESS[0]
+    )
 
 
 class Transport(Protocol):

@@ -16,6 +16,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+import msgspec
+
 from engine.connection.lane import CacheEntry, Lane
 from engine.connection.loader import Create, Found, Path, load_conversation
 from engine.conversation.compaction import compaction_threshold, take_trigger
@@ -377,7 +379,8 @@ def _after_turn(
     ``turn`` is the last successor: it is the lane's latest."""
     if status in ("completed", "incomplete"):
         live = rollout if rollout.waiting else None
-        lane.replace(CacheEntry(turn.stream.id, rollout.ctx, job.backend, live))
+        params = msgspec.structs.replace(job.params, input=[]) if live is not None else None
+        lane.replace(CacheEntry(turn.stream.id, rollout.ctx, job.backend, live, params))
         if job.settings.store:
             engine.hydrated.publish(turn.stream.id, rollout.ctx, job.backend, rollout.owner)
     elif job.prev is not None and turn is job.turn:

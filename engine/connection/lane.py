@@ -27,6 +27,9 @@ class CacheEntry:
     ctx: Context
     backend: Backend
     rollout: Rollout | None  # set while that rollout is suspended at this response
+    # The create that produced it, without its input: what a standard-mode inject continues it
+    # with (INJECT-5). None for an entry no create of this lane produced.
+    params: CreateParams | None = None
 
     def resumable_by(self, backend: Backend, mode: Mode) -> Rollout | None:
         rollout = self.rollout

@@ -14,9 +14,15 @@ import re
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from engine.connection.compat import run_create
+from engine.connection.inject import (
+    HeldOutputs,
+    inject_failed,
+    tool_outputs,
+    unknown_target,
+    waiting_standard,
+)
 from engine.connection.lane import CacheEntry, Lane
 from engine.conversation.validation import validate
 from engine.core import Engine
@@ -25,10 +31,9 @@ from engine.rollout.coroutine import Rollout
 from engine.rollout.steering import Steer, echo, steer_items, unattached
 from engine.rollout.turn import ClientGone, Mode, Sink, Turn
 from engine.shared.ratelimit import Quota
-from protocol.codec import error_event, parse_input
+from protocol.codec import error_event
 from protocol.errors import (
     InvalidRequest,
-    NotFound,
     ProtocolError,
     ServerError,
     TooManyRequests,
@@ -36,8 +41,6 @@ from protocol.errors import (
 )
 from protocol.events import (
     ClientEvent,
-    InjectError,
-    InjectFailed,
     ResponseAppend,
     ResponseCreate,
     ResponseInject,
@@ -45,7 +48,7 @@ from protocol.events import (
     ResponseSteer,
     SteerRef,
 )
-from protocol.items import InputItem, ToolOutput
+from protocol.items import InputItem
 from protocol.response import CreateParams
 from protocol.stream import new_id
 
@@ -63,6 +66,7 @@ class Session:
         default_mode: Mode = Mode.STANDARD,
         owner: str | None = None,
         quota: Quota | None = None,
+        multi_agent: bool = False,
     ) -> None:
         self.engine = engine
         self.owner = owner  # the API-key identity of this connection or request (OWN-1)
@@ -71,6 +75,10 @@ class Session:
         self.sink = sink
         self.transport = transport
         self.default_mode = default_mode
+        # The upgrade opted into OpenAI's multi-agent beta: standard-mode responses take
+        # response.inject (INJECT-1).
+        self.multi_agent = multi_agent
+        self._held = HeldOutputs()  # standard-mode injects waiting for their siblings
         self.lanes: dict[str | None, Lane] = {}
         self._append_targets: dict[str, Rollout] = {}  # live append-mode responses
         self._finished_appends: deque[str] = deque(maxlen=64)  # for precise late-append errors
@@ -122,6 +130,9 @@ class Session:
             return None
         if isinstance(event, ResponseAppend | ResponseInject):
             target = self._append_targets.get(event.response_id)
+            if target is None and isinstance(event, ResponseInject) and self.multi_agent:
+                live = (r for r in self.rollouts.values() if r.steerable(event.response_id))
+                target = next(live, None)  # a standard-mode target's lane (INJECT-8)
             return target.turn.stream.stream_id if target is not None else None
         stream_id = getattr(event, "stream_id", None)
         return stream_id if isinstance(stream_id, str) and _valid(stream_id) else None
@@ -246,24 +257,15 @@ class Session:
         await rollout.steer(Steer(new_id("steer"), items, event.input, target))
 
     async def handle_append(self, event: ResponseAppend | ResponseInject) -> None:
-        """Experimental mode: commit tool outputs into a suspended rollout (APPEND-3..APPEND-6)."""
+        """Commit tool outputs into a response that waits for them: an append-mode response
+        (APPEND-3..APPEND-6), or with the multi-agent beta a standard-mode one (INJECT-1..9)."""
         rollout = self._append_targets.get(event.response_id)
         if rollout is None:
-            finished = event.response_id in self._finished_appends
-            if isinstance(event, ResponseInject):  # OpenAI's beta shape for these two (APPEND-5)
-                await self.sink.send(inject_unknown(event, finished))
+            if isinstance(event, ResponseInject):  # OpenAI's beta shape for these (INJECT-6)
+                await _inject_standard(self, event)
                 return
-            raise _unknown_append_target(event.response_id, finished)
-        items = parse_input(event.input)
-        for index, item in enumerate(items):
-            if not isinstance(item, ToolOutput):
-                raise InvalidRequest(
-                    "invalid_append_input",
-                    "Only function_call_output and custom_tool_call_output items can be appended"
-                    " to a response.",
-                    f"input[{index}].type",
-                )
-        complete = rollout.offer(items)  # raises without any change if not acceptable
+            raise unknown_target(event.response_id, event.response_id in self._finished_appends)
+        complete = rollout.offer(tool_outputs(event.input))  # raises without any change
         if isinstance(event, ResponseInject):
             await self.sink.send(rollout.turn.stream.inject_created())
         if complete:
@@ -348,42 +350,33 @@ class Session:
             await lane.queue.join()
 
 
+async def _inject_standard(self: Session, event: ResponseInject) -> None:
+    """A standard-mode target (INJECT-2, INJECT-5): its outputs are held until its calls are
+    all answered, then continue it as a create queued on its lane (the fast path)."""
+    target = event.response_id
+    found = waiting_standard(self.lanes.values(), target) if self.multi_agent else None
+    if found is None:
+        running = any(r.steerable(target) and not r.waiting for r in self.rollouts.values())
+        if running and self.multi_agent:  # it samples: outputs come after its calls (INJECT-7)
+            raise _not_waiting()
+        finished = target in self._finished_appends or (
+            self.multi_agent and self.has_finished(target)
+        )
+        await self.sink.send(inject_failed(event, finished))
+        return
+    continuation = self._held.accept(self.lanes.values(), found, event)
+    await self.sink.send(found[2].turn.stream.inject_created())
+    if continuation is not None:
+        self.submit_create(continuation)
+
+
 _CONNECTION_SCOPED = frozenset({"websocket_connection_limit_reached", "invalid_stream_id"})
 
 
-def _unknown_append_target(response_id: str, finished: bool) -> ProtocolError:
-    if finished:
-        return InvalidRequest(
-            "response_already_completed",
-            f"Response '{response_id}' has already completed.",
-            "response_id",
-        )
-    return NotFound(
-        "response_not_found",
-        f"No active append-mode response with id '{response_id}' on this connection.",
-        "response_id",
+def _not_waiting() -> ProtocolError:
+    return InvalidRequest(
+        "response_not_waiting", "The response is not waiting for tool outputs.", None
     )
-
-
-def inject_unknown(event: ResponseInject, finished: bool) -> InjectFailed:
-    """``response.inject.failed`` for a response that is not live: it has no sequence of its
-    own to number the event with, so ``sequence_number`` is 0 (APPEND-5)."""
-    err = _unknown_append_target(event.response_id, finished)
-    return InjectFailed(
-        sequence_number=0,
-        response_id=event.response_id,
-        error=InjectError(code=err.code, message=err.message),
-        input=_echoable(event.input),
-    )
-
-
-def _echoable(raw: list[Any]) -> list[Any]:
-    """The client's input as it may be echoed back: only if it is a list of valid items
-    (echoing arbitrary JSON would break clients' event parsing, CONF-1)."""
-    try:
-        return list(parse_input(raw))
-    except ProtocolError:
-        return []
 
 
 def _age(seconds: float) -> str:

@@ -13,7 +13,7 @@ from engine.connection.background import BackgroundRuns
 from engine.connection.session import Session
 from engine.core import Engine, EngineConfig
 from engine.inspector.read_model import Inspector
-from engine.server import background, http, inspector, ratelimits, turn_state
+from engine.server import background, codex_headers, http, inspector, ratelimits, turn_state
 from engine.server.config import ServerConfig
 from engine.server.identity import PRESENTED
 from engine.server.keys import (
@@ -210,6 +210,7 @@ def create_app(
         app.router.add_get("/v1/bench/timings", http.bench_timings)
     turn_state.install(app, app[ENGINE], config.node_id or turn_state.default_node_id())
     app.on_response_prepare.append(ratelimits.add_headers)  # x-ratelimit-* on all (RATE-3)
+    codex_headers.install(app)  # CODEX-21
     app.on_startup.append(_start)
     app.on_shutdown.append(_drain_sockets)
     app.on_cleanup.append(_stop)

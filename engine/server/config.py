@@ -40,6 +40,12 @@ class ServerConfig:
         help="answer upgrades with 426; clients fall back to HTTP (WS-13)",
         group="network",
     )
+    ws_deflate: bool = setting(
+        True,
+        "--no-ws-deflate",
+        help="decline permessage-deflate on upgrades: saves its CPU per turn on a LAN (CODEX-25)",
+        group="network",
+    )
     api_keys: frozenset[str] = field(default_factory=frozenset)  # empty = no auth (AUTH-1)
     send_timeout_s: float = setting(
         30.0,

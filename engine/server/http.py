@@ -23,7 +23,7 @@ from engine.inspector.read_model import note_event
 from engine.observe.benchclock import TimedSink
 from engine.observe.metrics import CONTENT_TYPE
 from engine.rollout.turn import ClientGone
-from engine.server import background, identity, ratelimits
+from engine.server import background, codex_headers, identity, ratelimits
 from engine.server.keys import (
     BACKGROUND,
     DRAINING,
@@ -112,6 +112,8 @@ async def create_response(request: web.Request) -> web.StreamResponse:
     start = time.perf_counter()
     params = decode_create_body(body)
     params.stream_id = None  # WebSocket-only (WS-2); ignored over HTTP
+    model = params.model or engine.config.default_model
+    codex_headers.note_model(request, model)  # its answer's `openai-model` (CODEX-21)
     if params.background:  # detached from this request (BG-1)
         return await background.create(request, params)
     owner = await identity.owner(request)
@@ -173,7 +175,7 @@ def _finish(sink: HttpSink) -> web.StreamResponse:
     if sink.error is not None:
         err = sink.error.error
         body = encode({"error": err})
-        status, headers = sink.error.status, sink.error.headers  # a 429's figures (RATE-5)
+        status, headers = sink.error.status, sink.error.headers  # RATE-5, CODEX-24
         return web.Response(body=body, status=status, content_type=JSON, headers=headers)
     if sink.stream is not None:
         return sink.stream

@@ -15,6 +15,7 @@ from collections.abc import Awaitable
 
 from aiohttp import WSCloseCode, WSMsgType, web
 
+from engine.connection.inject import MULTI_AGENT_BETA
 from engine.connection.session import Session
 from engine.core import Engine
 from engine.inspector.read_model import ErrorRing, note_event
@@ -224,7 +225,10 @@ async def serve_socket(
     request: web.Request, engine: Engine, config: ServerConfig
 ) -> web.StreamResponse:
     ws = web.WebSocketResponse(
-        max_msg_size=config.max_frame_bytes, decode_text=False, heartbeat=None
+        max_msg_size=config.max_frame_bytes,
+        decode_text=False,
+        heartbeat=None,
+        compress=config.ws_deflate,  # accept permessage-deflate when offered (CODEX-25)
     )
     owner = await identity.owner(request)  # before the upgrade: a failure is an HTTP answer
     quota = await ratelimits.quota_for(request)  # its figures go on the upgrade (RATE-3)
@@ -233,8 +237,15 @@ async def serve_socket(
     sink = _make_sink(ws, engine, config, request.app[INSPECTOR].errors, owner)
     if quota is not None and ratelimits.codex_client(request):
         ratelimits.tell_codex(quota, sink.send)
-    mode = default_mode(request)
-    session = Session(engine, sink, transport="ws", default_mode=mode, owner=owner, quota=quota)
+    session = Session(
+        engine,
+        sink,
+        transport="ws",
+        default_mode=default_mode(request),
+        owner=owner,
+        quota=quota,
+        multi_agent=MULTI_AGENT_BETA in request.headers.get("OpenAI-Beta", ""),  # INJECT-1
+    )
     session.traceparent = request.headers.get("traceparent")  # the upgrade's, for all (OTEL-2)
     sessions.add(session)
     engine.counters["ws.connections"] += 1  # accepted sockets (OBS-4)

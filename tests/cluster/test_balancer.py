@@ -128,14 +128,17 @@ async def test_agents_sdk_through_the_balancer(cluster: Cluster) -> None:
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("websockets", [True, False], ids=["ws", "http"])
+@pytest.mark.parametrize("newest", [False, True], ids=["pinned", "newest"])
 async def test_codex_through_haproxy(
-    haproxy_cluster: Cluster, tmp_path: Path, websockets: bool
+    haproxy_cluster: Cluster, tmp_path: Path, websockets: bool, newest: bool
 ) -> None:
-    """CLUSTER-3, CODEX-1..CODEX-3: the pinned Codex CLI's two-tool task through HAProxy, over
-    its WebSocket transport and over HTTP/SSE; the answer needs both tools' real outputs."""
-    from tests.conformance.codex import MARKER, exec_codex
+    """CLUSTER-3, CODEX-1..CODEX-3, CODEX-20: the pinned and the newest Codex CLI's two-tool
+    task through HAProxy, over its WebSocket transport and over HTTP/SSE; the answer needs both
+    tools' real outputs."""
+    from tests.conformance.codex import MARKER, NEWEST, PINNED, CodexTask, exec_codex
 
-    done = await exec_codex(haproxy_cluster.url, tmp_path, websockets)
+    task = CodexTask(build=NEWEST if newest else PINNED)
+    done = await exec_codex(haproxy_cluster.url, tmp_path, websockets, task)
     assert done.returncode == 0, done.stderr[-3000:]
     assert MARKER in done.answer, done.answer
     assert '"goal":null' in done.answer, done.answer

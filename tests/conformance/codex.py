@@ -1,5 +1,6 @@
-"""The pinned Codex CLI and its configuration for a run against a live server (used by
-``test_codex_cli.py`` and ``measure_codex.py``)."""
+"""The Codex CLI builds and their configuration for a run against a live server (used by
+``test_codex_cli.py``, ``test_codex_newest.py`` and ``measure_codex.py``): the pinned one and the
+newest on npm when it was last checked (CODEX-20), each installed by ``.ci/sysdeps``."""
 
 from __future__ import annotations
 
@@ -25,10 +26,22 @@ from tests.support.wait import wait_for
 ROOT = Path(__file__).resolve().parents[2]
 
 
-CODEX = ROOT / ".tools" / "codex" / "node_modules" / ".bin" / "codex"
+@dataclass(frozen=True)
+class CodexBuild:
+    """One installed Codex CLI: its npm version and the folder `.ci/sysdeps` puts it in."""
+
+    version: str
+    folder: str
+
+    @property
+    def binary(self) -> Path:
+        return ROOT / ".tools" / self.folder / "node_modules" / ".bin" / "codex"
 
 
-CODEX_VERSION = "0.169.0"
+PINNED = CodexBuild("0.169.0", "codex")
+NEWEST = CodexBuild("0.171.0", "codex-newest")  # `npm view @openai/codex version`, 2026-12-02
+CODEX = PINNED.binary
+CODEX_VERSION = PINNED.version
 
 
 MARKER = "marker-7f3a.txt"  # a file in the work dir that only `ls` can reveal
@@ -40,19 +53,20 @@ PROMPT = "Use exec_command to list the files, and get_goal to see the current go
 KEY_ENV = "ROLLOUT_CODEX_TEST_KEY"
 
 
-def codex_binary() -> Path:
-    """The pinned Codex CLI, or a test failure that says how to get it (no skip)."""
-    if not CODEX.exists():
+def codex_binary(build: CodexBuild = PINNED) -> Path:
+    """An installed Codex CLI, or a test failure that says how to get it (no skip)."""
+    binary = build.binary
+    if not binary.exists():
         pytest.fail(
-            f"Codex CLI not found at {CODEX}: `make test` installs @openai/codex@{CODEX_VERSION}"
+            f"Codex CLI not found at {binary}: `make test` installs @openai/codex@{build.version}"
             " there with .ci/sysdeps (npm); run `bash .ci/sysdeps`."
         )
     version = subprocess.run(
-        [str(CODEX), "--version"], capture_output=True, text=True, timeout=60, check=False
+        [str(binary), "--version"], capture_output=True, text=True, timeout=60, check=False
     )
-    if CODEX_VERSION not in version.stdout:
-        pytest.fail(f"Codex CLI {CODEX_VERSION} expected, found {version.stdout!r}")
-    return CODEX
+    if build.version not in version.stdout:
+        pytest.fail(f"Codex CLI {build.version} expected, found {version.stdout!r}")
+    return binary
 
 
 # A model catalog entry for `sim` (Codex 0.169's schema) whose `apply_patch` is the freeform
@@ -90,6 +104,7 @@ class CodexTask:
     freeform_patch: bool = False  # a model catalog that offers apply_patch as a custom tool
     settings: str = ""  # more top-level config.toml settings
     provider_name: str = "rollout engine"
+    build: CodexBuild = PINNED  # which installed Codex runs the task
 
 
 def write_config(home: Path, base_url: str, websockets: bool, task: CodexTask) -> None:
@@ -168,7 +183,7 @@ async def exec_codex(
     """``codex exec`` against ``base_url`` (a live server, or a balancer in front of nodes),
     with the internet trapped; the server side is the caller's to observe."""
     task = task or CodexTask()
-    binary = codex_binary()
+    binary = codex_binary(task.build)
     home, work = tmp_path / "codex-home", tmp_path / "work"
     write_config(home, base_url, websockets, task)
     work.mkdir()

@@ -537,7 +537,12 @@ class StreamChecker:
         return Note("notice", event, tracked)
 
     def _inject(self, event: dict[str, Any]) -> Note:
-        tracked = self.live_response(event["response_id"])
+        """APPEND-5, INJECT-4, INJECT-6: an acknowledgement takes its target's next sequence
+        number and carries its lane, also after a standard-mode target's terminal event; a
+        failure for a target that takes no input carries 0 and no lane."""
+        tracked = self.by_id.get(event["response_id"])
+        if event["type"] == "response.inject.failed" and event["sequence_number"] == 0:
+            tracked = None
         if tracked is None:  # a target that is not live: a detached notice (APPEND-5)
             assert event["type"] == "response.inject.failed", event
             assert event["sequence_number"] == 0 and "stream_id" not in event, event

@@ -106,6 +106,27 @@ async def test_deeply_nested_http_body_is_a_400(server: LiveServer) -> None:
         assert response.status == 400, await response.text()  # was: 500
 
 
+async def test_append_to_a_standard_response_names_no_lane_with_the_multi_agent_beta(
+    server: LiveServer,
+) -> None:
+    """APPEND-5, WS-7, INJECT-8. On a connection with OpenAI's multi-agent beta, a plain
+    ``response.append`` naming a standard-mode response that waits for its calls (an inject
+    target, not an append target) got its 404 ``response_not_found`` with the response's lane
+    as ``stream_id``: the lane lookup for inject errors answered appends too (live fuzz, dev
+    profile). A target error carries no lane."""
+    beta = {"OpenAI-Beta": "responses_multi_agent=v1"}
+    create = {"type": "response.create", "model": "sim", "stream_id": "a", "store": False}
+    async with aiohttp.ClientSession() as http, http.ws_connect(server.ws_url, headers=beta) as ws:
+        await ws.send_json({**create, "input": "Weather in Paris?", "tools": TOOLS})
+        done = (await read_until(ws, "response.completed"))[-1]["response"]
+        call = next(i for i in done["output"] if i["type"] == "function_call")
+        answer = [{"type": "function_call_output", "call_id": call["call_id"], "output": "sun"}]
+        await ws.send_json({"type": "response.append", "response_id": done["id"], "input": answer})
+        error = (await read_until(ws, "error"))[-1]
+        assert error["error"]["code"] == "response_not_found" and error["status"] == 404
+        assert "stream_id" not in error, error  # was: "stream_id": "a"
+
+
 @pytest.mark.parametrize(
     "garbage",
     [

@@ -193,6 +193,8 @@ class AppendRules(MachineBase):
         rid = pick(data, ["resp_" + "9" * 32, "", "x" * 300, *self.standard_ids])
         if rid in self.appends or rid in self.finished_appends:
             return
+        if verb == "response.inject" and self.multi_agent and rid in self.standard_ids:
+            return  # with the beta a standard response is a target (injects.py, INJECT-2)
         items: list[Any] = [tool_output("call_" + "b" * 24, "x")]
         if garbage:  # CONF-1: whatever the input, the notice parses with the SDK
             items = data.draw(st.lists(json_values, max_size=3))

@@ -135,7 +135,7 @@ class BadFrameRules(ConnectionRules):  # an invalid UTF-8 frame closes the conne
         self.conn = None
         self._check_released()
         self._check_store()
-        self._connect(self.header_append)
+        self._connect(self.header_append, self.multi_agent)
 
     def _steer(self, data: st.DataObject) -> None:
         """``response.steer`` of a response that is not live is answered with

@@ -19,6 +19,7 @@ from tests.fuzz.ws_machine.model import (
     APPEND_BETA,
     LANES,
     MAX_QUEUED,
+    MULTI_AGENT_BETA,
     TOOL_DEFS,
     AppendLive,
     Cached,
@@ -62,9 +63,15 @@ class MachineBase(RuleBasedStateMachine):
         self._connect(header=False)
 
     # ================================================================== connection
-    def _connect(self, header: bool) -> None:
-        self.header_append = header
-        self.conn = self.env.run(WsConn.open(self.env, APPEND_BETA if header else None))
+    def _connect(self, header: bool, multi_agent: bool = True) -> None:
+        """``header``: append mode by default (APPEND-1); ``multi_agent``: OpenAI's multi-agent
+        beta, so standard-mode responses take ``response.inject`` (INJECT-1)."""
+        self.header_append, self.multi_agent = header, multi_agent
+        betas = [APPEND_BETA["OpenAI-Beta"]] if header else []
+        betas += [MULTI_AGENT_BETA] if multi_agent else []
+        headers = {"OpenAI-Beta": ", ".join(betas)} if betas else None
+        self.conn = self.env.run(WsConn.open(self.env, headers))
+        self.held: dict[str, set[str]] = {}  # standard-mode inject outputs held per target
         self.checker = StreamChecker()
         self.lanes: dict[str | None, LaneModel] = {lane: LaneModel() for lane in LANES}
         self.immediate: deque[Immediate] = deque()

@@ -22,15 +22,15 @@ class ConnectionRules(MachineBase):
     """Rules: reconnects and disconnects mid-stream (WS-12, STORE-1/2)."""
 
     # ================================================================== rules: connections
-    @rule(header=st.booleans())
-    def reconnect(self, header: bool) -> None:
+    @rule(header=st.booleans(), multi_agent=st.booleans())
+    def reconnect(self, header: bool, multi_agent: bool) -> None:
         """Close and reopen: the connection's cache, lanes and live rollouts are gone (WS-12,
         CACHE-1); stored responses stay continuable (STORE-1)."""
         self.tally["rule reconnect"] += 1
         self._retire_appends()
         self._disconnect()
         self._check_store()
-        self._connect(header)
+        self._connect(header, multi_agent)
 
     def _retire_appends(self) -> None:
         """On close, suspended append rollouts are retired; with store=true they are stored as

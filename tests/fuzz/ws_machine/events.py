@@ -163,7 +163,8 @@ class EventTracking(MachineBase):
                 and item["status"] == "completed"
                 and item["call_id"] not in answered
             ]
-            entry = Cached(tracked.id, pending)
+            body = create.body if create is not None else None
+            entry = Cached(tracked.id, pending, body, final["status"])
             lane.latest = entry  # CACHE-1: the lane's latest
             lane.history.append(tracked.id)
             if store:

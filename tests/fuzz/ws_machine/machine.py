@@ -12,6 +12,7 @@ from tests.fuzz.ws_machine.bad_frames import BadFrameRules
 from tests.fuzz.ws_machine.connections import ConnectionRules
 from tests.fuzz.ws_machine.creates import CreateRules
 from tests.fuzz.ws_machine.events import EventTracking
+from tests.fuzz.ws_machine.injects import InjectRules
 from tests.fuzz.ws_machine.model import (
     Create,
     LaneModel,
@@ -20,7 +21,13 @@ from tests.fuzz.ws_machine.steering import SteeringRules
 
 
 class WsProtocolMachine(
-    CreateRules, AppendRules, BadFrameRules, ConnectionRules, SteeringRules, EventTracking
+    CreateRules,
+    AppendRules,
+    InjectRules,
+    BadFrameRules,
+    ConnectionRules,
+    SteeringRules,
+    EventTracking,
 ):
     """The whole machine: every rule group over one tracked connection at a time."""
 

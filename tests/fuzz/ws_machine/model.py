@@ -18,6 +18,7 @@ T = TypeVar("T")
 MAX_QUEUED = 3  # a small lane queue so that the fuzzer reaches websocket_queue_full (WS-6)
 LANES: list[str | None] = [None, "a", "b.2-x"]
 APPEND_BETA = {"OpenAI-Beta": "rollout-append=v1"}
+MULTI_AGENT_BETA = "responses_multi_agent=v1"  # standard-mode injects (INJECT-1)
 # Steering rules (STEER-*) run on a lane of their own, and a paced simulator lets a steer land
 # while a response streams (the other routes run at full speed: tokens_per_second=0).
 STEER_LANE = "steer.x"
@@ -116,6 +117,8 @@ class Cached:
 
     rid: str
     pending: list[str]
+    body: dict[str, Any] | None = None  # the create that produced it (a lane's latest)
+    status: str = ""  # its terminal status (a lane's latest)
 
 
 @dataclass

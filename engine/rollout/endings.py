@@ -1,5 +1,5 @@
-"""How a rollout's responses and the rollout itself end (SPEC: STORE-6, STORE-8, ROLL-7,
-MODEL-5, ERR-3, POST-1, POST-5).
+"""How a rollout's responses and the rollout itself end (SPEC: STORE-6, STORE-8, STORE-21,
+STORE-30, ROLL-7, MODEL-5, ERR-3, POST-1, POST-5).
 
 A response ends with its durable write (``store: true``), then its terminal frame, then its
 ledger record (standard mode). The rollout ends once: its stage counters join the engine's and
@@ -133,10 +133,10 @@ class Endings:
             # A cancel landing during the durable write (a client gone, a background cancel):
             # it is billed at once (POST-5: billing never waits on the store), and the write is
             # not abandoned half-way, so the response ends stored as completed, never neither
-            # stored nor cancelled (STORE-21). The store bounds the wait (STORE-8, STORE-18).
+            # stored nor cancelled (STORE-21). The store bounds the wait (STORE-8, STORE-18),
+            # whatever cancels follow: a retried cancel, a DELETE, shutdown (STORE-30).
             await self._bill_owed(waiting=False)
-            with contextlib.suppress(Exception):
-                await write
+            await _outlast_cancels(write)
             raise
         turn.log.add_time("store", time.perf_counter() - start)  # OBS-1
         rollout.ctx.stored = record.point
@@ -233,3 +233,15 @@ class Endings:
         return rollout.accounting.record(
             rollout.settings.model, turn.status, response_ids, tally, turn.log
         )
+
+
+async def _outlast_cancels(write: asyncio.Future[None]) -> None:
+    """Wait for a shielded durable write to end, however many further cancels reach this task
+    (STORE-30): each one is absorbed here, since a plain ``await write`` would pass the next
+    cancel on to the write and abandon it. The caller then raises the cancellation it caught,
+    which stands for all of them. The write's own failure is the store's to report (STORE-8)."""
+    while not write.done():
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await asyncio.shield(write)
+    if not write.cancelled():
+        write.exception()  # retrieved: a failed write is not an unhandled task error

@@ -25,7 +25,7 @@ from engine.rollout.state import RolloutState, RolloutStep
 from engine.rollout.steering import Steering
 from engine.rollout.turn import ClientGone, Mode, Settings, Turn, TurnNotStored, now
 from engine.store import ResponseRecord, StoreError, chain_record, listing_form
-from engine.store.errors import wire_error
+from engine.store.errors import terminal_write_error
 from protocol import events as ev
 from protocol.codec import error_event
 from protocol.errors import ProtocolError
@@ -161,13 +161,16 @@ class Endings:
 
     async def _unstored(self, turn: Turn, exc: StoreError) -> None:
         """The store did not acknowledge: the client gets an ``error`` instead of the terminal
-        frame, so it never holds an id it cannot continue (STORE-8). Usage is still billed."""
+        frame, so it never holds an id it cannot continue (STORE-8). Usage is still billed, and
+        the error is a 500: the request did its work and is never run again (RETRY-2)."""
         log.warning("rollout %s: response %s not stored: %s", self._rollout.id, turn.stream.id, exc)
         turn.status = "failed"
         turn.successor = None  # a steered response's successor never begins (STEER-3)
         await self._bill_owed(waiting=False)
         try:
-            await turn.sink.send(error_event(wire_error(exc), stream_id=turn.stream.stream_id))
+            await turn.sink.send(
+                error_event(terminal_write_error(exc), stream_id=turn.stream.stream_id)
+            )
         except ClientGone:
             pass
         finally:

@@ -44,6 +44,7 @@ DEFAULT_MAX_ENTRIES = 10_000  # records kept by memory:// (LIM-5)
 # (7.2 h of 30 days), not on every write (STORE-7).
 SLACK_FRACTION = 0.01
 IDEM_PREFIX = "idem:"  # idempotency keys' entries (IDEM-3); response ids start "resp_"
+_IDEM_HEAD = head_line(None, True)  # invisible to every response route (IDEM-3)
 
 
 class StoreError(Exception):
@@ -321,13 +322,18 @@ class ResponseStore(abc.ABC):
     async def claim_key(self, key: str, entry: bytes, ttl_s: float) -> bytes | None:
         """Claim an idempotency key for ``ttl_s`` (IDEM-3): None if this caller now holds it
         (``entry`` stored), else the live entry another request stored first. Atomic across
-        every process sharing the store. Keys live beside the records, prefixed
-        ``IDEM_PREFIX``, which no response id has."""
-        return await self._guard(self._claim(IDEM_PREFIX + key, entry, time.time() + ttl_s))
+        every process sharing the store. Entries live beside the records, under keys
+        prefixed ``IDEM_PREFIX``, behind a tombstone's head line (STORE-20): a response route
+        given such a key finds nothing, reads nothing and deletes nothing."""
+        held = await self._guard(
+            self._claim(IDEM_PREFIX + key, _IDEM_HEAD + entry, time.time() + ttl_s)
+        )
+        return None if held is None else held[len(_IDEM_HEAD) :]
 
     async def settle_key(self, key: str, entry: bytes, ttl_s: float) -> None:
         """Replace a claimed key's entry (its outcome), for ``ttl_s`` from now (IDEM-3)."""
-        await self._guard(self._write(IDEM_PREFIX + key, entry, (), False, time.time() + ttl_s))
+        blob, expires_at = _IDEM_HEAD + entry, time.time() + ttl_s
+        await self._guard(self._write(IDEM_PREFIX + key, blob, (), False, expires_at))
 
     async def release_key(self, key: str) -> None:
         """Forget a claimed key: its request did no work, so the next one with it runs."""

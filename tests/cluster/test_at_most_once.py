@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import openai
 import pytest
 import redis.asyncio as aioredis
@@ -27,6 +28,7 @@ from tests.cluster.conftest import cluster_spec
 from tests.support.wait import wait_for
 
 SLOW = "bench-text/40"  # 40 tokens at 20 tokens/s: about two seconds of generation
+CRASHED = "bench-text/2000"  # 100 s: still generating whenever the kill lands
 KEY = {"Idempotency-Key": "job-42-step-7"}
 
 
@@ -49,6 +51,53 @@ async def _acl(admin: aioredis.Redis, rule: str) -> None:
     await command("ACL", "SETUSER", "default", rule)
 
 
+async def _resolutions(cluster: Cluster) -> list[int]:
+    """Creates each running node has routed to a model (``/debug/stats``, HTTP-7)."""
+    out = []
+    async with aiohttp.ClientSession() as http:
+        for node in cluster.nodes:
+            async with http.get(f"http://127.0.0.1:{node.port}/debug/stats") as resp:
+                out.append(int((await resp.json())["router_resolutions"]))
+    return out
+
+
+async def _crash_mid_request(cluster: Cluster, sdk: AsyncOpenAI) -> None:
+    """RETRY-3: the node running a non-streaming create is killed (SIGKILL) while its model
+    runs. The balancer answers 502 with ``x-should-retry: false`` and sends it nowhere else
+    (HAProxy without ``empty-response``, nginx without ``non_idempotent``); the SDK, 2 retries
+    allowed, does not send it again. The surviving node never routes it."""
+    before = await _resolutions(cluster)
+    create = asyncio.create_task(sdk.responses.create(model=CRASHED, input="go", store=False))
+    running: list[int] = []
+
+    async def started() -> bool:
+        now = await _resolutions(cluster)
+        running[:] = [i for i, (a, b) in enumerate(zip(now, before, strict=True)) if a != b]
+        return bool(running)
+
+    await wait_for(started, "a node to run the create")
+    (victim,) = running
+    proc = cluster.nodes[victim].proc
+    assert proc is not None
+    proc.kill()
+    await proc.wait()
+    with pytest.raises(openai.InternalServerError) as info:
+        await create
+    assert info.value.status_code == 502
+    assert info.value.response.headers.get("x-should-retry") == "false"
+    cluster.nodes[victim].proc = None
+    survivor = 1 - victim
+    assert (await _resolutions_of(cluster, survivor)) == before[survivor]
+
+
+async def _resolutions_of(cluster: Cluster, index: int) -> int:
+    async with aiohttp.ClientSession() as http:
+        url = f"http://127.0.0.1:{cluster.nodes[index].port}/debug/stats"
+        async with http.get(url) as resp:
+            return int((await resp.json())["router_resolutions"])
+
+
+@pytest.mark.timeout(300)
 async def test_a_5xx_after_work_is_run_once_and_billed_once(cluster: Cluster) -> None:
     admin = aioredis.Redis.from_url(cluster.spec.store)
     sdk = AsyncOpenAI(base_url=cluster.url, api_key="x", max_retries=2)
@@ -85,6 +134,7 @@ async def test_a_5xx_after_work_is_run_once_and_billed_once(cluster: Cluster) ->
                 model=SLOW, input="go", store=True, extra_headers=other
             )
             assert again.id == done.id
+        await _crash_mid_request(cluster, sdk)
     finally:
         await _acl(admin, "+set")
         await admin.aclose()
@@ -94,5 +144,5 @@ async def test_a_5xx_after_work_is_run_once_and_billed_once(cluster: Cluster) ->
     ledger = Path(cluster.spec.serve_args[-1])
     text = await asyncio.to_thread(ledger.read_text)
     records = [json.loads(line) for line in text.splitlines()]
-    assert len(records) == 3, records
+    assert len(records) == 3, records  # the crashed request was billed nowhere, run nowhere else
     assert len({rid for r in records for rid in r["response_ids"]}) == 3

@@ -62,12 +62,19 @@ async def _resolutions(cluster: Cluster) -> list[int]:
 
 
 async def _crash_mid_request(cluster: Cluster, sdk: AsyncOpenAI) -> None:
-    """RETRY-3: the node running a non-streaming create is killed (SIGKILL) while its model
-    runs. The balancer answers 502 with ``x-should-retry: false`` and sends it nowhere else
-    (HAProxy without ``empty-response``, nginx without ``non_idempotent``); the SDK, 2 retries
-    allowed, does not send it again. The surviving node never routes it."""
+    """RETRY-3, IDEM-4: the node running a non-streaming create is killed (SIGKILL) while its
+    model runs; the balancer sends the request nowhere else (HAProxy without
+    ``empty-response``, nginx without ``non_idempotent``). nginx answers 502 with
+    ``x-should-retry: false``, which the SDK obeys. HAProxy, on a client connection that already
+    carried a request, closes it without an answer (its ``abort_keep_alive``), and the SDK
+    retries a dropped connection by itself: the Idempotency-Key makes that retry harmless, the
+    survivor answers 409 ``idempotency_key_in_use`` (the entry is ``running``) and runs nothing.
+    Either way the surviving node never routes the create to a model."""
     before = await _resolutions(cluster)
-    create = asyncio.create_task(sdk.responses.create(model=CRASHED, input="go", store=False))
+    key = {"Idempotency-Key": "job-42-step-9"}
+    create = asyncio.create_task(
+        sdk.responses.create(model=CRASHED, input="go", store=False, extra_headers=key)
+    )
     running: list[int] = []
 
     async def started() -> bool:
@@ -81,11 +88,14 @@ async def _crash_mid_request(cluster: Cluster, sdk: AsyncOpenAI) -> None:
     assert proc is not None
     proc.kill()
     await proc.wait()
-    with pytest.raises(openai.InternalServerError) as info:
-        await create
-    assert info.value.status_code == 502
-    assert info.value.response.headers.get("x-should-retry") == "false"
     cluster.nodes[victim].proc = None
+    with pytest.raises(openai.APIStatusError) as info:
+        await create
+    if isinstance(info.value, openai.ConflictError):
+        assert info.value.code == "idempotency_key_in_use"
+    else:
+        assert info.value.status_code == 502
+        assert info.value.response.headers.get("x-should-retry") == "false"
     survivor = 1 - victim
     assert (await _resolutions_of(cluster, survivor)) == before[survivor]
 

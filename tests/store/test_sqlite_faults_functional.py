@@ -1,7 +1,8 @@
 """Real faults under ``rollout serve`` with the SQLite store, each in its own OS process:
 
 * STORE-18: another process takes the database's write lock and is stopped (SIGSTOP) while it
-  holds it. A ``store: true`` create answers 503 ``store_unavailable`` at the store's deadline,
+  holds it. A ``store: true`` create answers ``store_unavailable`` at the store's deadline (500:
+  the model ran, RETRY-2),
   ``store: false`` keeps working, and once the process is gone service resumes by itself.
 * STORE-19 / OBS-2: the server's file size limit (RLIMIT_FSIZE, set on the running process) is
   lowered to about the database's size, so checkpoints cannot grow the database: each failure

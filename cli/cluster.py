@@ -301,8 +301,9 @@ def _nginx_parts(servers: Sequence[str]) -> dict[str, str]:
     upstreams: list[str] = []
     for n, own in zip(names, servers, strict=True):
         others = [f"        server {a} {opts} backup;" for a in servers if a != own]
+        # No keepalive pool, as the hashed pool (RETRY-3, deploy/nginx.conf.in).
         upstreams += [f"    upstream {n} {{", f"        server {own} {opts};", *others,
-                      "        keepalive 16;", "    }"]  # fmt: skip
+                      "    }"]  # fmt: skip
     return {
         "@SERVERS@": "\n".join(pool),
         "@TURN_ROUTES@": "\n".join(routes),

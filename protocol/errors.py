@@ -160,6 +160,18 @@ def store_unavailable() -> Unavailable:
     )
 
 
+def store_write_lost() -> ServerError:
+    """The model ran and was billed, and the store did not acknowledge the terminal write: a
+    500, never a 503, which says nothing ran (RETRY-1, RETRY-2), so no balancer or SDK runs the
+    request again."""
+    return ServerError(
+        "store_unavailable",
+        "The response was generated but the response store did not acknowledge it; "
+        "it was not stored.",
+        None,
+    )
+
+
 def store_record_too_large(size: int, limit: int) -> InvalidRequest:
     """A ``store: true`` response too large to store (STORE-9)."""
     return InvalidRequest(

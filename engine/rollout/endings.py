@@ -1,5 +1,5 @@
-"""How a rollout's responses and the rollout itself end (SPEC: STORE-6, STORE-8, ROLL-7,
-MODEL-5, ERR-3, POST-1, POST-5).
+"""How a rollout's responses and the rollout itself end (SPEC: STORE-6, STORE-8, STORE-21,
+STORE-30, ROLL-7, MODEL-5, ERR-3, POST-1, POST-5).
 
 A response ends with its durable write (``store: true``), then its terminal frame, then its
 ledger record (standard mode). The rollout ends once: its stage counters join the engine's and
@@ -25,7 +25,7 @@ from engine.rollout.state import RolloutState, RolloutStep
 from engine.rollout.steering import Steering
 from engine.rollout.turn import ClientGone, Mode, Settings, Turn, TurnNotStored, now
 from engine.store import ResponseRecord, StoreError, chain_record, listing_form
-from engine.store.errors import wire_error
+from engine.store.errors import terminal_write_error
 from protocol import events as ev
 from protocol.codec import error_event
 from protocol.errors import ProtocolError
@@ -138,10 +138,10 @@ class Endings:
             # A cancel landing during the durable write (a client gone, a background cancel):
             # it is billed at once (POST-5: billing never waits on the store), and the write is
             # not abandoned half-way, so the response ends stored as completed, never neither
-            # stored nor cancelled (STORE-21). The store bounds the wait (STORE-8, STORE-18).
+            # stored nor cancelled (STORE-21). The store bounds the wait (STORE-8, STORE-18),
+            # whatever cancels follow: a retried cancel, a DELETE, shutdown (STORE-30).
             await self._bill_owed(waiting=False)
-            with contextlib.suppress(Exception):
-                await write
+            await _outlast_cancels(write)
             raise
         turn.log.add_time("store", time.perf_counter() - start)  # OBS-1
         rollout.ctx.stored = record.point
@@ -166,13 +166,16 @@ class Endings:
 
     async def _unstored(self, turn: Turn, exc: StoreError) -> None:
         """The store did not acknowledge: the client gets an ``error`` instead of the terminal
-        frame, so it never holds an id it cannot continue (STORE-8). Usage is still billed."""
+        frame, so it never holds an id it cannot continue (STORE-8). Usage is still billed, and
+        the error is a 500: the request did its work and is never run again (RETRY-2)."""
         log.warning("rollout %s: response %s not stored: %s", self._rollout.id, turn.stream.id, exc)
         turn.status = "failed"
         turn.successor = None  # a steered response's successor never begins (STEER-3)
         await self._bill_owed(waiting=False)
         try:
-            await turn.sink.send(error_event(wire_error(exc), stream_id=turn.stream.stream_id))
+            await turn.sink.send(
+                error_event(terminal_write_error(exc), stream_id=turn.stream.stream_id)
+            )
         except ClientGone:
             pass
         finally:
@@ -243,3 +246,15 @@ class Endings:
         )
         record.trace = turn.trace  # post-inference's span joins the response's (OTEL-3)
         return record
+
+
+async def _outlast_cancels(write: asyncio.Future[None]) -> None:
+    """Wait for a shielded durable write to end, however many further cancels reach this task
+    (STORE-30): each one is absorbed here, since a plain ``await write`` would pass the next
+    cancel on to the write and abandon it. The caller then raises the cancellation it caught,
+    which stands for all of them. The write's own failure is the store's to report (STORE-8)."""
+    while not write.done():
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await asyncio.shield(write)
+    if not write.cancelled():
+        write.exception()  # retrieved: a failed write is not an unhandled task error

@@ -13,7 +13,15 @@ from engine.connection.background import BackgroundRuns
 from engine.connection.session import Session
 from engine.core import Engine, EngineConfig
 from engine.inspector.read_model import Inspector
-from engine.server import background, codex_headers, http, inspector, ratelimits, turn_state
+from engine.server import (
+    background,
+    codex_headers,
+    http,
+    idempotency,
+    inspector,
+    ratelimits,
+    turn_state,
+)
 from engine.server.config import ServerConfig
 from engine.server.identity import PRESENTED
 from engine.server.keys import (
@@ -57,7 +65,17 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         response = http.error_response(ServerError())
     if response.status >= 400:
         http.note_error(request, response)  # the inspector's recent errors (INSP-6)
+    if response.status >= 500 and not response.prepared:
+        _mark_retry(response)
     return response
+
+
+def _mark_retry(response: web.StreamResponse) -> None:
+    """Tell the openai SDK (``x-should-retry``, which it obeys before its own status rules)
+    whether running the request again is safe: a 503 is sent only for a request that did no
+    work (RETRY-1); any other 5xx may follow work, so it is never retried (RETRY-2)."""
+    if "x-should-retry" not in response.headers:
+        response.headers["x-should-retry"] = "true" if response.status == 503 else "false"
 
 
 _HTTP_ERRORS = {
@@ -190,6 +208,7 @@ def create_app(
     app[DRAINING] = [False]
     app[UNREADY] = [False]
     app[BACKGROUND] = BackgroundRuns(app[ENGINE])
+    app[idempotency.PENDING] = {}
     app.router.add_get("/v1/responses", responses_get)
     app.router.add_post("/v1/responses", http.create_response)
     app.router.add_post("/v1/responses/compact", http.compact_response)

@@ -10,6 +10,7 @@ from aiohttp import web
 
 from engine.connection.background import BackgroundRuns, EventLog, EventsExpired
 from engine.server import identity, ratelimits
+from engine.server.idempotency import Tap
 from engine.server.keys import BACKGROUND, DRAINING, ENGINE
 from engine.store import StoreError
 from engine.store.errors import wire_error
@@ -25,11 +26,21 @@ def _json(body: object, status: int = 200) -> web.Response:
     return web.Response(body=encode(body), status=status, content_type=JSON)
 
 
-async def create(request: web.Request, params: CreateParams) -> web.StreamResponse:
+async def create(
+    request: web.Request, params: CreateParams, tap: Tap | None = None
+) -> web.StreamResponse:
     """``background: true``: answer once the create is admitted, with the response ``queued``;
-    with ``stream: true``, stream its events from the first (BG-1, BG-2)."""
+    with ``stream: true``, stream its events from the first (BG-1, BG-2). With an
+    Idempotency-Key (``tap``), only the non-streamed form (IDEM-6)."""
     if request.app[DRAINING][0]:
         raise Unavailable("server_shutting_down", "The server is shutting down.", None)
+    if tap is not None and params.stream:
+        raise InvalidRequest(
+            "unsupported_parameter",
+            "An Idempotency-Key is not supported with background and stream together; "
+            "create without stream and follow with GET /v1/responses/{id}?stream=true.",
+            "stream",
+        )
     runs = request.app[BACKGROUND]
     owner = await identity.owner(request)
     quota, traceparent = await ratelimits.quota_for(request), request.headers.get("traceparent")
@@ -41,6 +52,8 @@ async def create(request: web.Request, params: CreateParams) -> web.StreamRespon
         answer = _json({"error": error.error}, error.status)
         answer.headers.update(error.headers or {})  # a 429's figures (RATE-5)
         return answer
+    if tap is not None:
+        tap.started = True  # admitted: the run is under way (IDEM-3)
     if params.stream:
         return await _stream(request, run.log, -1)
     return _json(run.at_admission)

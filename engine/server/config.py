@@ -68,6 +68,14 @@ class ServerConfig:
         group="network",
         parse=lambda text: check_node_id(text) if text else "",
     )
+    idempotency_ttl_s: float = setting(
+        24 * 3600.0,
+        "--idempotency-ttl",
+        help="an Idempotency-Key answers repeats this long (IDEM-3)",
+        group="limits",
+        unit="s",
+    )
+    idempotency_max_answer_bytes: int = 16 * 1024 * 1024  # one kept answer (IDEM-6)
     max_inspector_viewers: int = 16  # open /inspect/feed sockets; over -> 503 (LIM-23)
     # After the stop signal, /healthz fails but the node keeps serving this long, so a balancer
     # takes it out of rotation before it stops listening (DRAIN-2)

@@ -23,7 +23,7 @@ from engine.inspector.read_model import note_event
 from engine.observe.benchclock import TimedSink
 from engine.observe.metrics import CONTENT_TYPE
 from engine.rollout.turn import ClientGone
-from engine.server import background, codex_headers, identity, ratelimits
+from engine.server import background, codex_headers, idempotency, identity, ratelimits
 from engine.server.keys import (
     BACKGROUND,
     DRAINING,
@@ -75,8 +75,15 @@ class HttpSink:
     An ``error`` event before anything else means the request was rejected: it becomes the HTTP
     status and JSON body instead of a stream (ERR-2)."""
 
-    def __init__(self, request: web.Request, streaming: bool, owner: str | None = None) -> None:
+    def __init__(
+        self,
+        request: web.Request,
+        streaming: bool,
+        owner: str | None = None,
+        tap: idempotency.Tap | None = None,
+    ) -> None:
         self.request = request
+        self.tap = tap  # an Idempotency-Key's: work started, the SSE frames sent (IDEM-3)
         self.owner = owner  # whose errors these are, for the inspector (INSP-9)
         self.streaming = streaming
         self.stream: web.StreamResponse | None = None
@@ -90,6 +97,8 @@ class HttpSink:
             return
         if isinstance(event, ResponseCompleted | ResponseFailed | ResponseIncomplete):
             self.terminal = event.response
+        if self.tap is not None:
+            self.tap.started = True
         if not self.streaming:
             return
         try:
@@ -101,23 +110,35 @@ class HttpSink:
             # Only what goes into an SSE stream: anything else becomes the HTTP answer, which
             # the errors middleware notes (INSP-6).
             note_event(self._errors, "http", event, self.owner)
-            await self.stream.write(frame(event))
+            data = frame(event)
+            if self.tap is not None:
+                self.tap.frame(data)
+            await self.stream.write(data)
         except (ConnectionError, RuntimeError) as exc:
             raise ClientGone from exc
 
 
 async def create_response(request: web.Request) -> web.StreamResponse:
-    engine: Engine = request.app[ENGINE]
     body = await request.read()
+    key = request.headers.get(idempotency.HEADER)
+    if key is None:
+        return await _create(request, body, None)
+    return await idempotency.once(request, key, body, lambda tap: _create(request, body, tap))
+
+
+async def _create(
+    request: web.Request, body: bytes, tap: idempotency.Tap | None
+) -> web.StreamResponse:
+    engine: Engine = request.app[ENGINE]
     start = time.perf_counter()
     params = decode_create_body(body)
     params.stream_id = None  # WebSocket-only (WS-2); ignored over HTTP
     model = params.model or engine.config.default_model
     codex_headers.note_model(request, model)  # its answer's `openai-model` (CODEX-21)
     if params.background:  # detached from this request (BG-1)
-        return await background.create(request, params)
+        return await background.create(request, params, tap)
     owner = await identity.owner(request)
-    http_sink = HttpSink(request, params.stream, owner)
+    http_sink = HttpSink(request, params.stream, owner, tap)
     sink: HttpSink | TimedSink = http_sink
     if engine.bench_clock is not None:  # --bench-timings (OBS-5)
         sink = TimedSink(http_sink)

@@ -44,6 +44,8 @@ DEFAULT_MAX_ENTRIES = 10_000  # records kept by memory:// (LIM-5)
 # Records live ttl + 1%: a chain then extends its links' expiry at most once per 1% of the TTL
 # (7.2 h of 30 days), not on every write (STORE-7).
 SLACK_FRACTION = 0.01
+IDEM_PREFIX = "idem:"  # idempotency keys' entries (IDEM-3); response ids start "resp_"
+_IDEM_HEAD = head_line(None, True)  # invisible to every response route (IDEM-3)
 
 
 class StoreError(Exception):
@@ -318,6 +320,37 @@ class ResponseStore(abc.ABC):
         )
         await self._guard(self._replace(response_id, _encode(tombstone)))
         return True
+
+    # ------------------------------------------------------------------ idempotency keys
+    async def claim_key(self, key: str, entry: bytes, ttl_s: float) -> bytes | None:
+        """Claim an idempotency key for ``ttl_s`` (IDEM-3): None if this caller now holds it
+        (``entry`` stored), else the live entry another request stored first. Atomic across
+        every process sharing the store. Entries live beside the records, under keys
+        prefixed ``IDEM_PREFIX``, behind a tombstone's head line (STORE-20): a response route
+        given such a key finds nothing, reads nothing and deletes nothing."""
+        held = await self._guard(
+            self._claim(IDEM_PREFIX + key, _IDEM_HEAD + entry, time.time() + ttl_s)
+        )
+        return None if held is None else held[len(_IDEM_HEAD) :]
+
+    async def settle_key(self, key: str, entry: bytes, ttl_s: float) -> None:
+        """Replace a claimed key's entry (its outcome), for ``ttl_s`` from now (IDEM-3)."""
+        blob, expires_at = _IDEM_HEAD + entry, time.time() + ttl_s
+        await self._guard(self._write(IDEM_PREFIX + key, blob, (), False, expires_at))
+
+    async def release_key(self, key: str) -> None:
+        """Forget a claimed key: its request did no work, so the next one with it runs."""
+        await self._guard(self._remove(IDEM_PREFIX + key))
+
+    async def _claim(self, key: str, blob: bytes, expires_at: float) -> bytes | None:
+        """Store ``blob`` unless a live value is there; return that value. This default is
+        atomic only where ``_read`` and ``_write`` never suspend (memory); shared backends
+        override it with one atomic operation."""
+        held = await self._read_one(key)
+        if held is not None:
+            return held
+        await self._write(key, blob, (), False, expires_at)
+        return None
 
     async def health(self) -> bool:
         """Reachable now? Updates ``available``."""

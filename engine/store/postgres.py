@@ -119,6 +119,16 @@ _REMOVE = (
     f" SELECT pg_notify('{DELETED_CHANNEL}', %(id)s),"
     " (SELECT count(*) FROM gone WHERE expires_at IS NULL OR expires_at > %(now)s)"
 )
+# Insert unless a live row is there (an expired one is replaced), and return the row that was
+# there as of the statement's start: claimed when the insert counted, else the holder's value.
+_CLAIM = (
+    f"WITH ins AS (INSERT INTO {TABLE} (id, record, links, created_at, expires_at)"
+    " VALUES (%(id)s, %(record)s, '{}', %(now)s, %(expires)s)"
+    " ON CONFLICT (id) DO UPDATE SET record = EXCLUDED.record, links = EXCLUDED.links,"
+    " created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at"
+    f" WHERE {TABLE}.expires_at IS NOT NULL AND {TABLE}.expires_at <= %(now)s RETURNING 1)"
+    f" SELECT (SELECT count(*) FROM ins), (SELECT record FROM {TABLE} WHERE id = %(id)s)"
+)
 _SWEEP = f"DELETE FROM {TABLE} WHERE expires_at IS NOT NULL AND expires_at <= %(now)s"
 
 T = TypeVar("T")
@@ -252,6 +262,23 @@ class PostgresStore(ResponseStore):
             return None
         links = {link_id: blob for _, link_id, blob in rows[1:] if link_id is not None}
         return rows[0][2], links
+
+    async def _claim(self, key: str, blob: bytes, expires_at: float) -> bytes | None:
+        """One statement (IDEM-3); a holder that committed after its snapshot is read by the
+        next attempt, as ``_load_salt`` does."""
+        params = {"id": key, "record": blob, "now": time.time(), "expires": expires_at}
+
+        async def op(conn: Conn) -> bytes | None:
+            for _ in range(3):
+                cur = await conn.execute(_CLAIM, params, binary=True)
+                row = await cur.fetchone()
+                if row is not None and int(row[0]) > 0:
+                    return None
+                if row is not None and row[1] is not None:
+                    return bytes(row[1])
+            raise StoreUnavailable("the idempotency key could not be claimed or read")
+
+        return await self._run(op)
 
     async def _replace(self, key: str, blob: bytes) -> None:
         params = {"id": key, "record": blob}

@@ -166,6 +166,19 @@ class RedisStore(ResponseStore):
         salt: bytes = await self._call(op)
         return salt
 
+    async def _claim(self, key: str, blob: bytes, expires_at: float) -> bytes | None:
+        """``SET NX PXAT`` and ``GET`` in one transaction (IDEM-3)."""
+
+        async def op(client: aioredis.Redis) -> bytes | None:
+            async with client.pipeline(transaction=True) as pipe:
+                pipe.set(KEY_PREFIX + key, blob, nx=True, pxat=int(expires_at * 1000))
+                pipe.get(KEY_PREFIX + key)
+                claimed, held = await pipe.execute()
+            return None if claimed else bytes(held)
+
+        held: bytes | None = await self._call(op)
+        return held
+
     async def _replace(self, key: str, blob: bytes) -> None:
         async def op(client: aioredis.Redis) -> None:
             async with client.pipeline(transaction=True) as pipe:

@@ -197,6 +197,29 @@ class SqliteStore(ResponseStore):
                 return blob
         return await super()._read_one(key)
 
+    async def _claim(self, key: str, blob: bytes, expires_at: float) -> bytes | None:
+        """Read and insert under the write lock (``BEGIN IMMEDIATE``): atomic across processes
+        (IDEM-3). An expired row is replaced."""
+        now = time.time()
+
+        def op(conn: sqlite3.Connection) -> bytes | None:
+            row = conn.execute(
+                "SELECT record FROM responses WHERE id = ?"
+                " AND (expires_at IS NULL OR expires_at > ?)",
+                (key, now),
+            ).fetchone()
+            if row is not None:
+                return bytes(row[0])
+            conn.execute(
+                "INSERT OR REPLACE INTO responses (id, record, created_at, expires_at)"
+                " VALUES (?, ?, ?, ?)",
+                (key, blob, now, expires_at),
+            )
+            return None
+
+        held: bytes | None = await self._submit(op, writes=True)
+        return held
+
     async def _replace(self, key: str, blob: bytes) -> None:
         def op(conn: sqlite3.Connection) -> None:
             conn.execute("UPDATE responses SET record = ? WHERE id = ?", (blob, key))

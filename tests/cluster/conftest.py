@@ -17,7 +17,7 @@ from cli.cluster import Cluster, ClusterSpec, free_port
 def cluster_spec(tmp_path: Path, balancer: str, *serve_args: str) -> ClusterSpec:
     return ClusterSpec(
         nodes=2, port=0, store=f"redis://127.0.0.1:{free_port()}/0", balancer=balancer,
-        workdir=tmp_path / "cluster", drain_delay_s=0.5,
+        workdir=tmp_path / "cluster", drain_delay_s=1.5,  # > HAProxy's 2 checks (DRAIN-2, RETRY-3)
         serve_args=["--tps", "0", "--api-keys-env", "", *serve_args],
     )  # fmt: skip
 

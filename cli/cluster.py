@@ -3,7 +3,10 @@ balancer (HAProxy, or nginx) in front, in the foreground until interrupted (SPEC
 
 Every child is this process's own: started with ``PR_SET_PDEATHSIG`` (it gets SIGTERM if the
 launcher dies, even by SIGKILL), stopped in reverse order on SIGINT/SIGTERM (nodes drain first,
-DRAIN-1..DRAIN-3, then the balancer, then the Redis it started). SIGHUP restarts the nodes one
+DRAIN-1..DRAIN-3, then the balancer, then the Redis it started). A child that exits unasked (a
+node killed -9, a crashed Redis) is started again after a back-off that doubles while it keeps
+failing (CLUSTER-15); the balancer routes around a dead node meanwhile. Only SIGINT/SIGTERM
+stops the cluster. SIGHUP restarts the nodes one
 at a time (a rolling restart, DRAIN-5): each drains, exits, starts again on its port, and the
 next goes only once the balancer routes to it again.
 
@@ -20,7 +23,7 @@ import shutil
 import signal
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -32,6 +35,9 @@ from engine.server.workers import follow_parent
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 60.0
+# CLUSTER-15: a child that exits unasked waits this long before its restart, doubled after each
+# restart that did not stay up STABLE_S, up to the cap.
+RESTART_FIRST_S, RESTART_MAX_S, STABLE_S = 0.5, 30.0, 10.0
 
 
 def add_cluster_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -78,6 +84,7 @@ class ClusterSpec:
     workdir: Path = Path("data/cluster")
     drain_delay_s: float = 1.5
     serve_args: Sequence[str] = ()
+    env: Mapping[str, str] | None = None  # the children's environment (None: the launcher's)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -87,10 +94,12 @@ def free_port(host: str = "127.0.0.1") -> int:
         return port
 
 
-async def _spawn(argv: Sequence[str], log: Path) -> asyncio.subprocess.Process:
+async def _spawn(
+    argv: Sequence[str], log: Path, env: Mapping[str, str] | None = None
+) -> asyncio.subprocess.Process:
     with log.open("ab") as out:
         return await asyncio.create_subprocess_exec(
-            *argv, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out,
+            *argv, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out, env=env,
             preexec_fn=follow_parent,  # no child outlives the launcher
         )  # fmt: skip
 
@@ -134,9 +143,10 @@ class Node:
     argv: list[str]
     log: Path
     proc: asyncio.subprocess.Process | None = None
+    env: Mapping[str, str] | None = None
 
     async def start(self) -> None:
-        self.proc = await _spawn(self.argv, self.log)
+        self.proc = await _spawn(self.argv, self.log, self.env)
         await wait_http(f"http://127.0.0.1:{self.port}/healthz", self.proc)
 
     async def stop(self) -> int | None:
@@ -153,6 +163,7 @@ class Cluster:
     redis: asyncio.subprocess.Process | None = None
     balancer: asyncio.subprocess.Process | None = None
     port: int = 0
+    _balancer_argv: list[str] = field(default_factory=list)
 
     @property
     def url(self) -> str:
@@ -161,7 +172,7 @@ class Cluster:
     async def start(self) -> None:
         self.spec.workdir.mkdir(parents=True, exist_ok=True)
         try:
-            await self._start_redis()
+            await self.start_redis()
             for index in range(self.spec.nodes):
                 node = self._node(index, free_port())
                 self.nodes.append(node)
@@ -178,15 +189,16 @@ class Cluster:
             "--node-id", node_id(index),
             "--log-level", "WARNING", *self.spec.serve_args,
         ]  # fmt: skip
-        return Node(index, port, argv, self.spec.workdir / f"node{index}.log")
+        return Node(index, port, argv, self.spec.workdir / f"node{index}.log", env=self.spec.env)
 
-    async def _start_redis(self) -> None:
+    async def start_redis(self) -> None:
         """A loopback ``redis://`` that answers nothing yet gets its own redis-server."""
         url = urlsplit(self.spec.store)
         if url.scheme != "redis" or url.hostname not in ("127.0.0.1", "localhost"):
             return
         port = url.port or 6379
         if await _redis_answers(port):
+            self.redis = None  # somebody else's: not this launcher's to restart
             return
         binary = shutil.which("redis-server")
         if binary is None:
@@ -209,11 +221,18 @@ class Cluster:
             [f"127.0.0.1:{n.port}" for n in self.nodes], self.spec.workdir,
         )  # fmt: skip
         if self.spec.balancer == "haproxy":
-            argv = [_binary("haproxy"), "-db", "-f", str(config)]
+            self._balancer_argv = [_binary("haproxy"), "-db", "-f", str(config)]
         else:
-            argv = [_binary("nginx"), "-c", str(config), "-p", str(self.spec.workdir)]
-        self.balancer = await _spawn(argv, self.spec.workdir / f"{self.spec.balancer}.log")
+            self._balancer_argv = [
+                _binary("nginx"), "-c", str(config), "-p", str(self.spec.workdir)
+            ]  # fmt: skip
+        await self.respawn_balancer()
         await self.wait_routed()
+
+    async def respawn_balancer(self) -> None:
+        """The balancer on its rendered config and port (again, after a crash: CLUSTER-15)."""
+        log = self.spec.workdir / f"{self.spec.balancer}.log"
+        self.balancer = await _spawn(self._balancer_argv, log)
 
     async def wait_routed(self) -> None:
         """Until the balancer answers /healthz from a node (HAProxy: once its check passed)."""
@@ -327,7 +346,7 @@ async def _redis_answers(port: int) -> bool:
 
 async def _foreground(spec: ClusterSpec, announce: bool) -> int:
     """Start, print where, then wait: SIGINT/SIGTERM stop everything, SIGHUP rolls the nodes,
-    a child that exits unasked stops the rest (exit 1)."""
+    a child that exits unasked is restarted (CLUSTER-15)."""
     cluster = Cluster(spec)
     loop = asyncio.get_running_loop()
     stop, roll = asyncio.Event(), asyncio.Event()
@@ -350,35 +369,95 @@ async def _foreground(spec: ClusterSpec, announce: bool) -> int:
 
 
 async def _supervise(cluster: Cluster, stop: asyncio.Event, roll: asyncio.Event) -> int:
+    """Until SIGINT/SIGTERM: SIGHUP rolls the nodes (DRAIN-5); a child that exits unasked is
+    restarted after its back-off (CLUSTER-15), one at a time, while the others keep serving."""
+    keeper = Restarts()
     while not stop.is_set():
-        waiters: set[asyncio.Future[object]] = {
-            asyncio.ensure_future(stop.wait()),
-            asyncio.ensure_future(roll.wait()),
-            asyncio.ensure_future(_any_exit(cluster)),
+        waiters: dict[asyncio.Future[object], str] = {
+            asyncio.ensure_future(stop.wait()): "stop",
+            asyncio.ensure_future(roll.wait()): "roll",
+            asyncio.ensure_future(_first_exit(cluster)): "exit",
         }
-        _, pending = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        done, pending = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
-        if roll.is_set() and not stop.is_set():
+        if stop.is_set():
+            break
+        if roll.is_set():
             roll.clear()
             print("rollout cluster: rolling restart", flush=True)
             await cluster.rolling_restart()
             print("rollout cluster: rolling restart done", flush=True)
-        elif not stop.is_set():
-            print("rollout cluster: a child exited unasked; stopping", file=sys.stderr)
-            return 1
+            continue
+        for task in done:
+            if waiters[task] == "exit" and isinstance(name := task.result(), str):
+                await keeper.restart(cluster, name, stop)
     return 0
 
 
-async def _any_exit(cluster: Cluster) -> None:
-    procs = [n.proc for n in cluster.nodes] + [cluster.balancer, cluster.redis]
-    waits = [asyncio.ensure_future(p.wait()) for p in procs if p is not None]
+def _children(cluster: Cluster) -> dict[str, asyncio.subprocess.Process]:
+    """The running children by name: ``node<i>``, ``balancer``, ``redis`` (if started here)."""
+    named = {node_id(n.index): n.proc for n in cluster.nodes}
+    named |= {"balancer": cluster.balancer, "redis": cluster.redis}
+    return {name: proc for name, proc in named.items() if proc is not None}
+
+
+async def _first_exit(cluster: Cluster) -> str | None:
+    """The name of the first child to exit (None when there is none to wait for)."""
+    children = _children(cluster)
+    waits = {asyncio.ensure_future(p.wait()): name for name, p in children.items()}
+    if not waits:
+        await asyncio.Event().wait()  # nothing to watch: only a signal ends this
     try:
-        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     finally:
         for wait in waits:
             wait.cancel()
+    return waits[next(iter(done))]
+
+
+@dataclass
+class Restarts:
+    """CLUSTER-15: each child's back-off, doubled by a restart that did not stay up."""
+
+    delay: dict[str, float] = field(default_factory=dict)
+    started: dict[str, float] = field(default_factory=dict)
+
+    async def restart(self, cluster: Cluster, name: str, stop: asyncio.Event) -> None:
+        loop = asyncio.get_running_loop()
+        proc = _children(cluster).get(name)
+        code = proc.returncode if proc is not None else None
+        if loop.time() - self.started.get(name, -STABLE_S) >= STABLE_S:
+            self.delay[name] = RESTART_FIRST_S  # it had stayed up: start over
+        delay = self.delay.get(name, RESTART_FIRST_S)
+        self.delay[name] = min(RESTART_MAX_S, delay * 2)
+        print(
+            f"rollout cluster: {name} exited ({code}); restarting in {delay:g} s",
+            file=sys.stderr, flush=True,
+        )  # fmt: skip
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), delay)  # a signal meanwhile: no restart
+        if stop.is_set():
+            return
+        self.started[name] = loop.time()
+        try:
+            await _start_child(cluster, name)
+        except RuntimeError as exc:  # it failed again: the next round waits longer
+            print(f"rollout cluster: {name}: {exc}", file=sys.stderr, flush=True)
+            return
+        proc = _children(cluster).get(name)
+        print(f"rollout cluster: {name} restarted (pid {proc.pid if proc else '-'})", flush=True)
+
+
+async def _start_child(cluster: Cluster, name: str) -> None:
+    if name == "redis":
+        cluster.redis = None
+        await cluster.start_redis()
+    elif name == "balancer":
+        await cluster.respawn_balancer()
+    else:
+        await next(n for n in cluster.nodes if node_id(n.index) == name).start()
 
 
 def _banner(cluster: Cluster) -> None:

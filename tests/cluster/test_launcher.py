@@ -19,9 +19,7 @@ from cli.cluster import free_port
 ROOT = Path(__file__).resolve().parents[2]
 
 
-async def _launch(
-    tmp_path: Path, stderr: bool = False
-) -> tuple[asyncio.subprocess.Process, str]:
+async def _launch(tmp_path: Path, stderr: bool = False) -> tuple[asyncio.subprocess.Process, str]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "cli", "cluster", "--port", "0", "--announce-port",
         "--store", f"redis://127.0.0.1:{free_port()}/0", "--workdir", str(tmp_path / "c"),
@@ -119,9 +117,9 @@ async def test_a_killed_node_is_restarted_while_the_other_serves(tmp_path: Path)
     line = await _line_with(proc.stdout, "node0 restarted")
     pid = int(re.findall(r"pid (\d+)", line)[0])
     assert pid != victim and _alive(pid)
-    async with aiohttp.ClientSession() as http:
-        async with http.get(f"http://127.0.0.1:{victim_port}/healthz") as resp:
-            assert resp.status == 200  # back on its own port
+    health = f"http://127.0.0.1:{victim_port}/healthz"
+    async with aiohttp.ClientSession() as http, http.get(health) as resp:
+        assert resp.status == 200  # back on its own port
     assert proc.returncode is None  # the launcher, the balancer and the other node kept going
     await _answer(port)
     proc.send_signal(signal.SIGINT)

@@ -228,8 +228,8 @@ async def test_the_handover_route_is_for_nodes_only(keyed_cluster: Cluster) -> N
 async def test_a_drained_node_retires_what_it_parks(haproxy_cluster: Cluster) -> None:
     """PARK-10, DRAIN-3, PARK-20: the node that parks a ``store: true`` and a ``store: false``
     rollout is stopped (SIGTERM: it drains and retires them, and their addresses go). The
-    reconnects through the balancer land on the other node: the ``store: true`` one continues from the store, the ``store: false`` one
-    is exactly ``previous_response_not_found``."""
+    reconnects through the balancer land on the other node: the ``store: true`` one continues
+    from the store, the ``store: false`` one is exactly ``previous_response_not_found``."""
     cluster = haproxy_cluster
     home = 0  # both on one node (through the balancer they would spread, CLUSTER-10)
     stored = await _suspend(node_url(cluster, home), store=True)

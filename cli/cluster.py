@@ -370,29 +370,42 @@ async def _foreground(spec: ClusterSpec, announce: bool) -> int:
 
 async def _supervise(cluster: Cluster, stop: asyncio.Event, roll: asyncio.Event) -> int:
     """Until SIGINT/SIGTERM: SIGHUP rolls the nodes (DRAIN-5); a child that exits unasked is
-    restarted after its back-off (CLUSTER-15), one at a time, while the others keep serving."""
+    restarted after its back-off (CLUSTER-15), each on its own, while the others keep serving
+    and are watched (a node slow to start does not hold up a crashed Redis)."""
     keeper = Restarts()
+    restarting: dict[asyncio.Future[object], str] = {}
     while not stop.is_set():
         waiters: dict[asyncio.Future[object], str] = {
             asyncio.ensure_future(stop.wait()): "stop",
             asyncio.ensure_future(roll.wait()): "roll",
-            asyncio.ensure_future(_first_exit(cluster)): "exit",
+            asyncio.ensure_future(_first_exit(cluster, set(restarting.values()))): "exit",
         }
-        done, pending = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        done, pending = await asyncio.wait(
+            [*waiters, *restarting], return_when=asyncio.FIRST_COMPLETED
+        )
         for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
+            if task in waiters:
+                task.cancel()
+        await asyncio.gather(*(t for t in pending if t in waiters), return_exceptions=True)
+        for task in done:
+            restarting.pop(task, None)
         if stop.is_set():
             break
-        if roll.is_set():
+        if roll.is_set() and not restarting:
             roll.clear()
             print("rollout cluster: rolling restart", flush=True)
             await cluster.rolling_restart()
             print("rollout cluster: rolling restart done", flush=True)
             continue
         for task in done:
-            if waiters[task] == "exit" and isinstance(name := task.result(), str):
-                await keeper.restart(cluster, name, stop)
+            if waiters.get(task) == "exit" and isinstance(name := task.result(), str):
+                restart: asyncio.Future[object] = asyncio.ensure_future(
+                    keeper.restart(cluster, name, stop)
+                )
+                restarting[restart] = name
+    for task in restarting:
+        task.cancel()
+    await asyncio.gather(*restarting, return_exceptions=True)
     return 0
 
 
@@ -403,9 +416,9 @@ def _children(cluster: Cluster) -> dict[str, asyncio.subprocess.Process]:
     return {name: proc for name, proc in named.items() if proc is not None}
 
 
-async def _first_exit(cluster: Cluster) -> str | None:
-    """The name of the first child to exit (None when there is none to wait for)."""
-    children = _children(cluster)
+async def _first_exit(cluster: Cluster, skip: set[str]) -> str | None:
+    """The name of the first child to exit, of those not being restarted (``skip``)."""
+    children = {k: v for k, v in _children(cluster).items() if k not in skip}
     waits = {asyncio.ensure_future(p.wait()): name for name, p in children.items()}
     if not waits:
         await asyncio.Event().wait()  # nothing to watch: only a signal ends this
@@ -462,6 +475,7 @@ async def _start_child(cluster: Cluster, name: str) -> None:
 
 def _banner(cluster: Cluster) -> None:
     spec = cluster.spec
+    redis = f" (redis-server pid {cluster.redis.pid}, started here)" if cluster.redis else ""
     nodes = ", ".join(
         f"127.0.0.1:{n.port} (pid {n.proc.pid if n.proc else '-'})" for n in cluster.nodes
     )
@@ -469,7 +483,7 @@ def _banner(cluster: Cluster) -> None:
         f"rollout cluster on {cluster.url} ({spec.balancer}, {spec.nodes} nodes)\n"
         f"  nodes:     {nodes}\n"
         f"  balancer:  {spec.balancer} (pid {cluster.balancer.pid if cluster.balancer else '-'})\n"
-        f"  store:     {spec.store}\n"
+        f"  store:     {spec.store}{redis}\n"
         f"  logs:      {spec.workdir}\n"
         f"  Ctrl-C stops everything; kill -HUP <this pid> restarts the nodes one by one",
         flush=True,

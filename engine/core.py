@@ -150,7 +150,7 @@ class Engine:
         self.store.count_into(self.counters)  # and the store's (store.*, OBS-2)
         self.metrics = Metrics(self.counters)
         self.hydrated = HydrationCache(self.config.hydration_cache_bytes, self.counters)
-        # PARK-20..PARK-24: where parked rollouts are, for a node that is asked to continue one
+        # PARK-20..PARK-22: where parked rollouts are, for a node that is asked to continue one
         self.handover = Handover(self.store, self.counters, self.config.park_seconds)
         self.parking = ParkingLot(
             self.config.park_seconds, self.counters, self.config.park_bounds, self.handover

@@ -87,6 +87,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     p.add_argument("--client-processes", type=int, default=1, help="split the load client (LOAD-3)")
     p.add_argument(
+        "--load-api-key", default=None, help="with --url: send every request with this key"
+    )
+    p.add_argument(
         "--chaos", action="store_true",
         help="faults under load: rollout cluster (2 nodes, HAProxy, Redis AOF), a node killed -9 "
         "every --chaos-interval s, Redis restarted once; acknowledged ids read back (CHAOS-1)",
@@ -202,7 +205,7 @@ def run_load(args: argparse.Namespace) -> int:
     settings = LoadSettings(
         args.load_connections, args.load_turns, args.load_http_clients,
         resume=args.load_resume, client_processes=max(1, args.client_processes),
-        server_pids=tuple(args.server_pid),
+        server_pids=tuple(args.server_pid), api_key=args.load_api_key,
     )  # fmt: skip
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
         report = runner.run(main_load(settings, args.url))

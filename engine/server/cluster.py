@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hmac
 
+import aiohttp
 import msgspec
 from aiohttp import web
 
@@ -18,6 +19,7 @@ from engine.rollout.coroutine import Rollout
 from engine.server.keys import ENGINE
 from engine.shared.handover import (
     HANDOVER_PATH,
+    HANDOVER_TIMEOUT_S,
     TOKEN_HEADER,
     HandoverRequest,
     token_message,
@@ -56,5 +58,31 @@ async def handover(request: web.Request) -> web.Response:
     return web.Response(body=items, content_type="application/json")
 
 
+class NodeClient:
+    """The asking side's HTTP client (PARK-21): one session, made on first use, closed with
+    the app; a node that cannot be reached is an ``OSError`` to the caller."""
+
+    def __init__(self) -> None:
+        self._http: aiohttp.ClientSession | None = None
+
+    async def post(self, url: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
+        if self._http is None:
+            timeout = aiohttp.ClientTimeout(total=HANDOVER_TIMEOUT_S)
+            self._http = aiohttp.ClientSession(timeout=timeout)
+        try:
+            async with self._http.post(url, data=body, headers=headers) as resp:
+                return resp.status, await resp.read()
+        except aiohttp.ClientError as exc:
+            raise ConnectionError(type(exc).__name__) from None
+
+    async def close(self, _app: web.Application | None = None) -> None:
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
+
+
 def install(app: web.Application) -> None:
     app.router.add_post(HANDOVER_PATH, handover)
+    client = NodeClient()
+    app[ENGINE].handover.post = client.post
+    app.on_cleanup.append(client.close)

@@ -1,4 +1,4 @@
-"""Parked rollouts handed over between nodes (SPEC: PARK-20..PARK-24).
+"""Parked rollouts handed over between nodes (SPEC: PARK-20..PARK-22).
 
 A balancer that spreads one key's connections (CLUSTER-10) sends a reconnect to any node, not
 necessarily the one whose parking lot holds the rollout suspended behind the continued
@@ -21,8 +21,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
+from collections.abc import Awaitable, Callable
 
-import aiohttp
 import msgspec
 
 from engine.store import ResponseStore, StoreError
@@ -37,6 +37,11 @@ TOKEN_HEADER = "x-rollout-node-token"
 # the rest (counted), which costs those rollouts only their hand-over, never correctness.
 MAX_PENDING = 256
 HANDOVER_TIMEOUT_S = 5.0  # one node-to-node request, connect included (PARK-21)
+
+# POST ``body`` with ``headers`` to a URL: (status, body). Raises OSError or TimeoutError when the
+# node cannot be reached. The server gives it (engine/server/cluster.py: only the transport
+# layer speaks HTTP); until then nothing is handed over.
+Poster = Callable[[str, bytes, dict[str, str]], Awaitable[tuple[int, bytes]]]
 
 
 class HandoverRequest(msgspec.Struct, forbid_unknown_fields=True):
@@ -61,11 +66,11 @@ class Handover:
         self.address: str | None = None
         self._counters = counters
         self._pending: set[asyncio.Task[None]] = set()
-        self._http: aiohttp.ClientSession | None = None
+        self.post: Poster | None = None
 
     @property
     def enabled(self) -> bool:
-        return self.address is not None and self.store.shares_parking
+        return self.address is not None and self.post is not None and self.store.shares_parking
 
     def parked(self, response_id: str) -> None:
         """The lot parked a rollout behind ``response_id``: say where (PARK-20)."""
@@ -112,13 +117,14 @@ class Handover:
             return None
         body = msgspec.json.encode(HandoverRequest(response_id, owner))
         headers = {TOKEN_HEADER: token, "Content-Type": "application/json"}
+        assert self.post is not None
         try:
-            async with self._session().post(where + HANDOVER_PATH, data=body, headers=headers) as r:
-                if r.status != 200:
-                    self._counters["park.handover_missed"] += 1
-                    return None
-                items = decode_items(await r.read())
-        except (aiohttp.ClientError, OSError, TimeoutError, msgspec.MsgspecError) as exc:
+            status, answer = await self.post(where + HANDOVER_PATH, body, headers)
+            if status != 200:
+                self._counters["park.handover_missed"] += 1
+                return None
+            items = decode_items(answer)
+        except (OSError, TimeoutError, msgspec.MsgspecError) as exc:
             self._counters["park.handover_failed"] += 1
             name = type(exc).__name__
             log.warning("hand-over of %s from %s failed: %s", response_id, where, name)
@@ -126,15 +132,6 @@ class Handover:
         self._counters["park.handover_received"] += 1
         return items
 
-    def _session(self) -> aiohttp.ClientSession:
-        if self._http is None:
-            timeout = aiohttp.ClientTimeout(total=HANDOVER_TIMEOUT_S)
-            self._http = aiohttp.ClientSession(timeout=timeout)
-        return self._http
-
     async def close(self) -> None:
         if self._pending:
             await asyncio.gather(*list(self._pending), return_exceptions=True)
-        if self._http is not None:
-            await self._http.close()
-            self._http = None

@@ -16,7 +16,9 @@ from clients.bench.chaos import ChaosSettings, run_chaos
 
 @pytest.mark.timeout(240)
 async def test_kill_a_node_and_restart_redis_under_load_loses_nothing(tmp_path: Path) -> None:
-    settings = ChaosSettings(seconds=14, interval=6, client_processes=2, agents_per_process=2)
+    settings = ChaosSettings(
+        seconds=16, interval=6, node_kills=1, client_processes=2, agents_per_process=2
+    )
     report = await run_chaos(settings, tmp_path / "cluster")
     print(json.dumps(report, indent=1))  # the figures, for a failure's log
     faults = {row["fault"]: row for row in report["faults"]}

@@ -3,7 +3,10 @@ balancer (HAProxy, or nginx) in front, in the foreground until interrupted (SPEC
 
 Every child is this process's own: started with ``PR_SET_PDEATHSIG`` (it gets SIGTERM if the
 launcher dies, even by SIGKILL), stopped in reverse order on SIGINT/SIGTERM (nodes drain first,
-DRAIN-1..DRAIN-3, then the balancer, then the Redis it started). SIGHUP restarts the nodes one
+DRAIN-1..DRAIN-3, then the balancer, then the Redis it started). A child that exits unasked (a
+node killed -9, a crashed Redis) is started again after a back-off that doubles while it keeps
+failing (CLUSTER-15); the balancer routes around a dead node meanwhile. Only SIGINT/SIGTERM
+stops the cluster. SIGHUP restarts the nodes one
 at a time (a rolling restart, DRAIN-5): each drains, exits, starts again on its port, and the
 next goes only once the balancer routes to it again.
 
@@ -20,7 +23,7 @@ import shutil
 import signal
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -31,7 +34,13 @@ from engine.server.workers import follow_parent
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 START_TIMEOUT_S = 30.0
+# A restarted child has this long to answer (CLUSTER-15): it is waited for on its own task, and
+# a busy machine can take longer than a first start may.
+RESTART_TIMEOUT_S = 300.0
 STOP_TIMEOUT_S = 60.0
+# CLUSTER-15: a child that exits unasked waits this long before its restart, doubled after each
+# restart that did not stay up STABLE_S, up to the cap.
+RESTART_FIRST_S, RESTART_MAX_S, STABLE_S = 0.5, 30.0, 10.0
 
 
 def add_cluster_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -78,6 +87,7 @@ class ClusterSpec:
     workdir: Path = Path("data/cluster")
     drain_delay_s: float = 1.5
     serve_args: Sequence[str] = ()
+    env: Mapping[str, str] | None = None  # the children's environment (None: the launcher's)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -87,10 +97,12 @@ def free_port(host: str = "127.0.0.1") -> int:
         return port
 
 
-async def _spawn(argv: Sequence[str], log: Path) -> asyncio.subprocess.Process:
+async def _spawn(
+    argv: Sequence[str], log: Path, env: Mapping[str, str] | None = None
+) -> asyncio.subprocess.Process:
     with log.open("ab") as out:
         return await asyncio.create_subprocess_exec(
-            *argv, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out,
+            *argv, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out, env=env,
             preexec_fn=follow_parent,  # no child outlives the launcher
         )  # fmt: skip
 
@@ -109,10 +121,12 @@ async def _terminate(proc: asyncio.subprocess.Process | None) -> int | None:
     return proc.returncode
 
 
-async def wait_http(url: str, proc: asyncio.subprocess.Process, ok: int = 200) -> None:
+async def wait_http(
+    url: str, proc: asyncio.subprocess.Process, ok: int = 200, within_s: float = START_TIMEOUT_S
+) -> None:
     """Poll ``url`` until it answers ``ok`` (or the process exits: an error)."""
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + START_TIMEOUT_S
+    deadline = loop.time() + within_s
     async with aiohttp.ClientSession() as http:
         while loop.time() < deadline:
             if proc.returncode is not None:
@@ -122,7 +136,7 @@ async def wait_http(url: str, proc: asyncio.subprocess.Process, ok: int = 200) -
                     if resp.status == ok:
                         return
             await asyncio.sleep(0.05)
-    raise RuntimeError(f"{url}: no answer within {START_TIMEOUT_S:g} s")
+    raise RuntimeError(f"{url}: no answer within {within_s:g} s")
 
 
 @dataclass
@@ -134,10 +148,11 @@ class Node:
     argv: list[str]
     log: Path
     proc: asyncio.subprocess.Process | None = None
+    env: Mapping[str, str] | None = None
 
-    async def start(self) -> None:
-        self.proc = await _spawn(self.argv, self.log)
-        await wait_http(f"http://127.0.0.1:{self.port}/healthz", self.proc)
+    async def start(self, within_s: float = START_TIMEOUT_S) -> None:
+        self.proc = await _spawn(self.argv, self.log, self.env)
+        await wait_http(f"http://127.0.0.1:{self.port}/healthz", self.proc, within_s=within_s)
 
     async def stop(self) -> int | None:
         proc, self.proc = self.proc, None
@@ -153,6 +168,7 @@ class Cluster:
     redis: asyncio.subprocess.Process | None = None
     balancer: asyncio.subprocess.Process | None = None
     port: int = 0
+    _balancer_argv: list[str] = field(default_factory=list)
 
     @property
     def url(self) -> str:
@@ -161,7 +177,7 @@ class Cluster:
     async def start(self) -> None:
         self.spec.workdir.mkdir(parents=True, exist_ok=True)
         try:
-            await self._start_redis()
+            await self.start_redis()
             for index in range(self.spec.nodes):
                 node = self._node(index, free_port())
                 self.nodes.append(node)
@@ -178,15 +194,16 @@ class Cluster:
             "--node-id", node_id(index),
             "--log-level", "WARNING", *self.spec.serve_args,
         ]  # fmt: skip
-        return Node(index, port, argv, self.spec.workdir / f"node{index}.log")
+        return Node(index, port, argv, self.spec.workdir / f"node{index}.log", env=self.spec.env)
 
-    async def _start_redis(self) -> None:
+    async def start_redis(self) -> None:
         """A loopback ``redis://`` that answers nothing yet gets its own redis-server."""
         url = urlsplit(self.spec.store)
         if url.scheme != "redis" or url.hostname not in ("127.0.0.1", "localhost"):
             return
         port = url.port or 6379
         if await _redis_answers(port):
+            self.redis = None  # somebody else's: not this launcher's to restart
             return
         binary = shutil.which("redis-server")
         if binary is None:
@@ -209,11 +226,18 @@ class Cluster:
             [f"127.0.0.1:{n.port}" for n in self.nodes], self.spec.workdir,
         )  # fmt: skip
         if self.spec.balancer == "haproxy":
-            argv = [_binary("haproxy"), "-db", "-f", str(config)]
+            self._balancer_argv = [_binary("haproxy"), "-db", "-f", str(config)]
         else:
-            argv = [_binary("nginx"), "-c", str(config), "-p", str(self.spec.workdir)]
-        self.balancer = await _spawn(argv, self.spec.workdir / f"{self.spec.balancer}.log")
+            self._balancer_argv = [
+                _binary("nginx"), "-c", str(config), "-p", str(self.spec.workdir)
+            ]  # fmt: skip
+        await self.respawn_balancer()
         await self.wait_routed()
+
+    async def respawn_balancer(self) -> None:
+        """The balancer on its rendered config and port (again, after a crash: CLUSTER-15)."""
+        log = self.spec.workdir / f"{self.spec.balancer}.log"
+        self.balancer = await _spawn(self._balancer_argv, log)
 
     async def wait_routed(self) -> None:
         """Until the balancer answers /healthz from a node (HAProxy: once its check passed)."""
@@ -328,7 +352,7 @@ async def _redis_answers(port: int) -> bool:
 
 async def _foreground(spec: ClusterSpec, announce: bool) -> int:
     """Start, print where, then wait: SIGINT/SIGTERM stop everything, SIGHUP rolls the nodes,
-    a child that exits unasked stops the rest (exit 1)."""
+    a child that exits unasked is restarted (CLUSTER-15)."""
     cluster = Cluster(spec)
     loop = asyncio.get_running_loop()
     stop, roll = asyncio.Event(), asyncio.Event()
@@ -351,39 +375,114 @@ async def _foreground(spec: ClusterSpec, announce: bool) -> int:
 
 
 async def _supervise(cluster: Cluster, stop: asyncio.Event, roll: asyncio.Event) -> int:
+    """Until SIGINT/SIGTERM: SIGHUP rolls the nodes (DRAIN-5); a child that exits unasked is
+    restarted after its back-off (CLUSTER-15), each on its own, while the others keep serving
+    and are watched (a node slow to start does not hold up a crashed Redis)."""
+    keeper = Restarts()
+    restarting: dict[asyncio.Future[object], str] = {}
     while not stop.is_set():
-        waiters: set[asyncio.Future[object]] = {
-            asyncio.ensure_future(stop.wait()),
-            asyncio.ensure_future(roll.wait()),
-            asyncio.ensure_future(_any_exit(cluster)),
+        waiters: dict[asyncio.Future[object], str] = {
+            asyncio.ensure_future(stop.wait()): "stop",
+            asyncio.ensure_future(roll.wait()): "roll",
+            asyncio.ensure_future(_first_exit(cluster, set(restarting.values()))): "exit",
         }
-        _, pending = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        done, pending = await asyncio.wait(
+            [*waiters, *restarting], return_when=asyncio.FIRST_COMPLETED
+        )
         for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
-        if roll.is_set() and not stop.is_set():
+            if task in waiters:
+                task.cancel()
+        await asyncio.gather(*(t for t in pending if t in waiters), return_exceptions=True)
+        for task in done:
+            restarting.pop(task, None)
+        if stop.is_set():
+            break
+        if roll.is_set() and not restarting:
             roll.clear()
             print("rollout cluster: rolling restart", flush=True)
             await cluster.rolling_restart()
             print("rollout cluster: rolling restart done", flush=True)
-        elif not stop.is_set():
-            print("rollout cluster: a child exited unasked; stopping", file=sys.stderr)
-            return 1
+            continue
+        for task in done:
+            if waiters.get(task) == "exit" and isinstance(name := task.result(), str):
+                restart: asyncio.Future[object] = asyncio.ensure_future(
+                    keeper.restart(cluster, name, stop)
+                )
+                restarting[restart] = name
+    for task in restarting:
+        task.cancel()
+    await asyncio.gather(*restarting, return_exceptions=True)
     return 0
 
 
-async def _any_exit(cluster: Cluster) -> None:
-    procs = [n.proc for n in cluster.nodes] + [cluster.balancer, cluster.redis]
-    waits = [asyncio.ensure_future(p.wait()) for p in procs if p is not None]
+def _children(cluster: Cluster) -> dict[str, asyncio.subprocess.Process]:
+    """The running children by name: ``node<i>``, ``balancer``, ``redis`` (if started here)."""
+    named = {node_id(n.index): n.proc for n in cluster.nodes}
+    named |= {"balancer": cluster.balancer, "redis": cluster.redis}
+    return {name: proc for name, proc in named.items() if proc is not None}
+
+
+async def _first_exit(cluster: Cluster, skip: set[str]) -> str | None:
+    """The name of the first child to exit, of those not being restarted (``skip``)."""
+    children = {k: v for k, v in _children(cluster).items() if k not in skip}
+    waits = {asyncio.ensure_future(p.wait()): name for name, p in children.items()}
+    if not waits:
+        await asyncio.Event().wait()  # nothing to watch: only a signal ends this
     try:
-        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     finally:
         for wait in waits:
             wait.cancel()
+    return waits[next(iter(done))]
+
+
+@dataclass
+class Restarts:
+    """CLUSTER-15: each child's back-off, doubled by a restart that did not stay up."""
+
+    delay: dict[str, float] = field(default_factory=dict)
+    started: dict[str, float] = field(default_factory=dict)
+
+    async def restart(self, cluster: Cluster, name: str, stop: asyncio.Event) -> None:
+        loop = asyncio.get_running_loop()
+        proc = _children(cluster).get(name)
+        code = proc.returncode if proc is not None else None
+        if loop.time() - self.started.get(name, -STABLE_S) >= STABLE_S:
+            self.delay[name] = RESTART_FIRST_S  # it had stayed up: start over
+        delay = self.delay.get(name, RESTART_FIRST_S)
+        self.delay[name] = min(RESTART_MAX_S, delay * 2)
+        print(
+            f"rollout cluster: {name} exited ({code}); restarting in {delay:g} s",
+            file=sys.stderr, flush=True,
+        )  # fmt: skip
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), delay)  # a signal meanwhile: no restart
+        if stop.is_set():
+            return
+        self.started[name] = loop.time()
+        try:
+            await _start_child(cluster, name)
+        except RuntimeError as exc:  # it failed again: the next round waits longer
+            print(f"rollout cluster: {name}: {exc}", file=sys.stderr, flush=True)
+            return
+        proc = _children(cluster).get(name)
+        print(f"rollout cluster: {name} restarted (pid {proc.pid if proc else '-'})", flush=True)
+
+
+async def _start_child(cluster: Cluster, name: str) -> None:
+    if name == "redis":
+        cluster.redis = None
+        await cluster.start_redis()
+    elif name == "balancer":
+        await cluster.respawn_balancer()
+    else:
+        node = next(n for n in cluster.nodes if node_id(n.index) == name)
+        await node.start(RESTART_TIMEOUT_S)
 
 
 def _banner(cluster: Cluster) -> None:
     spec = cluster.spec
+    redis = f" (redis-server pid {cluster.redis.pid}, started here)" if cluster.redis else ""
     nodes = ", ".join(
         f"127.0.0.1:{n.port} (pid {n.proc.pid if n.proc else '-'})" for n in cluster.nodes
     )
@@ -391,7 +490,7 @@ def _banner(cluster: Cluster) -> None:
         f"rollout cluster on {cluster.url} ({spec.balancer}, {spec.nodes} nodes)\n"
         f"  nodes:     {nodes}\n"
         f"  balancer:  {spec.balancer} (pid {cluster.balancer.pid if cluster.balancer else '-'})\n"
-        f"  store:     {spec.store}\n"
+        f"  store:     {spec.store}{redis}\n"
         f"  logs:      {spec.workdir}\n"
         f"  Ctrl-C stops everything; kill -HUP <this pid> restarts the nodes one by one",
         flush=True,

@@ -16,6 +16,7 @@ from engine.observe.metrics import Metrics
 from engine.observe.postinference import PostInference
 from engine.observe.tracing import Tracing
 from engine.settings import duration, setting
+from engine.shared.handover import Handover
 from engine.shared.hydration import HydrationCache
 from engine.shared.parking import ParkingBounds, ParkingLot
 from engine.store import (
@@ -161,7 +162,11 @@ class Engine:
                 count_into(self.counters)
         self.metrics = Metrics(self.counters)
         self.hydrated = HydrationCache(self.config.hydration_cache_bytes, self.counters)
-        self.parking = ParkingLot(self.config.park_seconds, self.counters, self.config.park_bounds)
+        # PARK-20..PARK-22: where parked rollouts are, for a node that is asked to continue one
+        self.handover = Handover(self.store, self.counters, self.config.park_seconds)
+        self.parking = ParkingLot(
+            self.config.park_seconds, self.counters, self.config.park_bounds, self.handover
+        )
         self._event_sync: asyncio.Task[None] | None = None
         self.store.on_delete(self._forget)
         self.store.on_continued(self.parking.continued_elsewhere)  # PARK-9
@@ -189,6 +194,7 @@ class Engine:
 
     async def stop(self) -> None:
         await self.parking.close()  # parked rollouts finish (and account) before the worker stops
+        await self.handover.close()
         await self.post.stop()
         if self._event_sync is not None:
             self._event_sync.cancel()

@@ -107,6 +107,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "with a second key; their p99 alone and flooded (RATE-9)",
     )
     p.add_argument(
+        "--load-api-key", default=None, help="with --url: send every request with this key"
+    )
+    p.add_argument(
+        "--chaos", action="store_true",
+        help="faults under load: rollout cluster (2 nodes, HAProxy, Redis AOF), a node killed -9 "
+        "every --chaos-interval s, Redis restarted once; acknowledged ids read back (CHAOS-1)",
+    )  # fmt: skip
+    p.add_argument("--chaos-seconds", type=float, default=90.0, help="the chaos run's load, s")
+    p.add_argument("--chaos-interval", type=float, default=20.0, help="between node kills, s")
+    p.add_argument(
         "--server-pid", type=int, action="append", default=[],
         help="with --url: a server process whose CPU time to read (repeat per node, LOAD-3)",
     )  # fmt: skip
@@ -217,7 +227,7 @@ def run_load(args: argparse.Namespace) -> int:
     settings = LoadSettings(
         args.load_connections, args.load_turns, args.load_http_clients,
         resume=args.load_resume, client_processes=max(1, args.client_processes),
-        server_pids=tuple(args.server_pid),
+        server_pids=tuple(args.server_pid), api_key=args.load_api_key,
     )  # fmt: skip
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
         if args.load_two_keys:
@@ -229,6 +239,23 @@ def run_load(args: argparse.Namespace) -> int:
         args.json.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     lost = report["lost"] + report["misordered"] + report.get("acknowledged_missing", 0)
     return 0 if lost == 0 else 1
+
+
+def run_chaos_mode(args: argparse.Namespace) -> int:
+    """``--chaos``: prints (and with ``--json`` writes) the per-fault report; exit 1 if any
+    acknowledged response was lost (CHAOS-3)."""
+    from clients.bench.chaos import ChaosSettings, run_chaos
+
+    settings = ChaosSettings(
+        seconds=args.chaos_seconds, interval=args.chaos_interval,
+        client_processes=max(1, args.client_processes if args.client_processes > 1 else 3),
+    )  # fmt: skip
+    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        report = runner.run(run_chaos(settings))
+    print(json.dumps(report, indent=1))
+    if args.json is not None:
+        args.json.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    return 0 if report["acknowledged_lost"] == 0 and report["unreadable"] == 0 else 1
 
 
 def run_upstream_kind(args: argparse.Namespace) -> int:
@@ -249,6 +276,8 @@ def run_upstream_kind(args: argparse.Namespace) -> int:
 
 
 def run_bench(args: argparse.Namespace) -> int:
+    if args.chaos:
+        return run_chaos_mode(args)
     if args.load:
         return run_load(args)
     if args.upstream_kind:

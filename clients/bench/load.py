@@ -40,6 +40,7 @@ class LoadSettings:
     resume: bool = False  # store: true agents that reconnect at a drain (LOAD-2)
     client_processes: int = 1  # the client split over this many processes (LOAD-3)
     server_pids: tuple[int, ...] = ()  # with --url: the nodes whose CPU time is read (LOAD-3)
+    api_key: str | None = None  # with --url: every request's Bearer key (one tenant, CLUSTER-16)
 
 
 async def _standard_agent(check: Checker, turns: int) -> None:
@@ -146,7 +147,8 @@ async def drive(
     counts, stop = LoadCounts(), asyncio.Event()
     connector = aiohttp.TCPConnector(limit=0)
     started = time.monotonic()
-    async with aiohttp.ClientSession(connector=connector, headers=headers) as session:
+    auth = {**_auth(settings), **(headers or {})}
+    async with aiohttp.ClientSession(connector=connector, headers=auth) as session:
         background = [
             asyncio.create_task(_http_client(session, url, stop, counts))
             for _ in range(http_clients)
@@ -213,7 +215,7 @@ async def run_load(settings: LoadSettings, url: str, pid: int | None) -> dict[st
     after = rss_bytes(pid) if pid is not None else 0
     report = _report(settings, counts, elapsed, baseline, peak[0], after)
     if settings.resume:
-        async with aiohttp.ClientSession() as session:
+        async with aiohttp.ClientSession(headers=_auth(settings)) as session:
             found = await verify_acknowledged(session, url, counts.acknowledged)
         report["acknowledged_missing"] = found["missing"]
     # Turns per second of wall time are bounded by this machine (the client shares its cores);
@@ -222,7 +224,13 @@ async def run_load(settings: LoadSettings, url: str, pid: int | None) -> dict[st
     report["server_cpu_s"] = round(total, 2) if pids else None
     report["server_cpu_s_per_process"] = [round(c, 2) for c in cpu]
     report["turns_per_server_cpu_s"] = round(counts.turns / total, 1) if total else None
+    # Each node's share of the work (CLUSTER-16): its part of the server CPU time.
+    report["server_cpu_share"] = [round(c / total, 3) for c in cpu] if total else None
     return report
+
+
+def _auth(settings: LoadSettings) -> dict[str, str]:
+    return {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
 
 
 def _percentile(values: list[float], q: float) -> float | None:

@@ -340,6 +340,18 @@ def _run_store(session: Connection, lane: Lane, job: Admission, found: Found) ->
     return rollout, True
 
 
+def _run_handed(session: Connection, lane: Lane, job: Admission, found: Found) -> Started:
+    """PARK-21: the items of a rollout another node parked (and retired on handing them over),
+    then the input, both on the full path, as the store path does; nothing of it is stored
+    before this response (a ``store: false`` context stays off the store, STORE-1)."""
+    assert found.handed is not None
+    session.engine.counters["create.handed_over"] += 1
+    rollout = Rollout(session.engine, job.backend, job.settings, job.turn, job.mode, Context())
+    rollout.owner = session.owner
+    rollout.prepare(job.items, job.texts, path=FULL, history=found.handed)
+    return rollout, True
+
+
 def _run_stateless(session: Connection, lane: Lane, job: Admission, found: Found) -> Started:
     """COMPAT-5: full pre-inference over the whole input."""
     session.engine.counters["create.stateless"] += 1
@@ -352,6 +364,7 @@ _RUNS: dict[Path, Callable[[Connection, Lane, Admission, Found], Started]] = {
     Path.PARKED: _run_parked,
     Path.HYDRATED: _run_hydrated,
     Path.STORE: _run_store,
+    Path.HANDED: _run_handed,
     Path.STATELESS: _run_stateless,
 }
 

@@ -6,7 +6,7 @@ only caller of ``store.hydrate`` (``tests/test_floors.py`` checks that), and its
 argument has no default, so no path can forget the owner check (OWN-2). Another key's
 response is answered exactly as an unknown id.
 
-The six places a create's conversation can come from are one table, ``PATHS``, cheapest
+The seven places a create's conversation can come from are one table, ``PATHS``, cheapest
 first. ``load_conversation`` picks the path; the caller runs it (``connection/compat.py``).
 """
 
@@ -28,6 +28,7 @@ from engine.shared.parking import Parked
 from engine.store import Hydrated, StoreError
 from engine.store.errors import wire_error
 from protocol.errors import InvalidRequest, previous_response_not_found, response_not_found
+from protocol.items import InputItem
 
 
 class Path(enum.Enum):
@@ -38,6 +39,7 @@ class Path(enum.Enum):
     PARKED = "parked"
     HYDRATED = "hydrated"
     STORE = "store"
+    HANDED = "handed"
     STATELESS = "stateless"
 
 
@@ -57,6 +59,7 @@ PATHS: dict[Path, PathInfo] = {
     Path.PARKED: PathInfo("PARK-3", "a rollout parked by a closed socket of the same owner"),
     Path.HYDRATED: PathInfo("HYD-1", "a recent stored response's context in this process"),
     Path.STORE: PathInfo("COMPAT-4", "the store: hydrated, full pre-inference"),
+    Path.HANDED: PathInfo("PARK-21", "a rollout parked on another node: its items, handed over"),
     Path.STATELESS: PathInfo("COMPAT-5", "nothing: full pre-inference over the input"),
 }
 
@@ -72,6 +75,7 @@ class Found:
     parked: Parked | None = None  # PARKED: claimed, so the caller now owns its task
     cached: CachedContext | None = None  # HYDRATED
     stored: Hydrated | None = None  # STORE
+    handed: list[InputItem] | None = None  # HANDED: the context another node handed over
 
 
 @dataclass(frozen=True)
@@ -118,6 +122,10 @@ async def load_conversation(
         raise wire_error(exc, "previous_response_id") from None
     if create is not None:
         create.log.add_time("hydrate", time.perf_counter() - start)  # OBS-1
+    if stored is None and create is not None:  # parked on another node? (PARK-21)
+        handed = await engine.handover.fetch(response_id, owner)  # checks the owner there
+        if handed is not None:
+            return Found(Path.HANDED, handed=handed)
     if stored is None:  # unknown, or another key's (OWN-2): the same answer
         raise previous_response_not_found(response_id)
     if stored.record.response.status in ("queued", "in_progress"):  # background (BG-7)

@@ -15,6 +15,7 @@ from engine.core import Engine, EngineConfig
 from engine.inspector.read_model import Inspector
 from engine.server import (
     background,
+    cluster,
     codex_headers,
     http,
     idempotency,
@@ -36,6 +37,7 @@ from engine.server.keys import (
     UNREADY,
 )
 from engine.server.ws import WsSink, serve_socket
+from engine.shared.handover import HANDOVER_PATH
 from protocol.errors import (
     HttpStatusError,
     InvalidRequest,
@@ -113,7 +115,8 @@ def _key_hint(path: str) -> str:
     return "Incorrect or missing API key (use Authorization: Bearer)."
 
 
-_OPEN_PATHS = frozenset({"/healthz"})
+# The hand-over route is opened by a node token instead of an API key (PARK-22).
+_OPEN_PATHS = frozenset({"/healthz", HANDOVER_PATH})
 
 
 async def responses_get(request: web.Request) -> web.StreamResponse:
@@ -225,6 +228,7 @@ def create_app(
     sessions, requests, runs = app[SESSIONS], app[REQUESTS], app[BACKGROUND]
     app[INSPECTOR] = Inspector(app[ENGINE], [lambda: sessions, lambda: requests, runs.sessions])
     inspector.install(app)
+    cluster.install(app)  # node-to-node hand-over of parked rollouts (PARK-21)
     if app[ENGINE].bench_clock is not None:  # rollout serve --bench-timings (OBS-5)
         app.router.add_get("/v1/bench/timings", http.bench_timings)
     turn_state.install(app, app[ENGINE], config.node_id or turn_state.default_node_id())

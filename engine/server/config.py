@@ -76,6 +76,12 @@ class ServerConfig:
         unit="s",
     )
     idempotency_max_answer_bytes: int = 16 * 1024 * 1024  # one kept answer (IDEM-6)
+    advertise_url: str = setting(
+        "",
+        "--advertise-url",
+        help="this node's base URL for its peers' hand-overs (PARK-20; empty: http://HOST:PORT)",
+        group="network",
+    )
     max_inspector_viewers: int = 16  # open /inspect/feed sockets; over -> 503 (LIM-23)
     # After the stop signal, /healthz fails but the node keeps serving this long, so a balancer
     # takes it out of rotation before it stops listening (DRAIN-2)

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import socket
 import ssl
 import sys
 from collections.abc import Callable
@@ -120,6 +121,18 @@ def response_store(options: ServeOptions, config: EngineConfig) -> ResponseStore
     return store
 
 
+def advertised(url: str, host: str, port: int, tls: ssl.SSLContext | None) -> str:
+    """This node's base URL for its peers (PARK-20): ``--advertise-url``, else the address it
+    listens on (a wildcard address: the host name, which peers on its network resolve)."""
+    if url:
+        return url.rstrip("/")
+    if host in ("0.0.0.0", "::", ""):
+        host = socket.gethostname()
+    elif ":" in host:
+        host = f"[{host}]"
+    return f"{'https' if tls else 'http'}://{host}:{port}"
+
+
 def _simulated(tokens_per_second: float) -> str:
     return f"simulated, {tokens_per_second:g} tokens/s"
 
@@ -209,6 +222,8 @@ async def _run_app(
     )
     await site.start()
     port = runner.addresses[0][1]  # the bound one: --port 0 picks a free port
+    if not worker:  # a pool's workers share one address: a hand-over could reach any of them
+        app[ENGINE].handover.address = advertised(server.advertise_url, options.host, port, tls)
     if worker:
         report_listening()  # the parent announces the pool's port once all listen (WORK-1)
     else:  # a pool's parent has said all this for its workers

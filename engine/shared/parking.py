@@ -41,6 +41,14 @@ class Parkable(Protocol):
     def retire(self) -> None: ...
 
 
+class Registry(Protocol):
+    """Who is told where rollouts are parked (``engine.shared.handover.Handover``, PARK-20)."""
+
+    def parked(self, response_id: str) -> None: ...
+
+    def unparked(self, response_id: str) -> None: ...
+
+
 log = logging.getLogger("rollout.parking")
 
 # Ids continued elsewhere that this lot remembers (PARK-9): enough to cover the sockets that
@@ -78,7 +86,11 @@ class ParkingLot:
     """Owns parked rollout tasks and their expiry timers; one per engine (process)."""
 
     def __init__(
-        self, seconds: float, counters: Counter[str], bounds: ParkingBounds | None = None
+        self,
+        seconds: float,
+        counters: Counter[str],
+        bounds: ParkingBounds | None = None,
+        registry: Registry | None = None,
     ) -> None:
         self.seconds = seconds
         self.bounds = bounds if bounds is not None else ParkingBounds()
@@ -88,6 +100,7 @@ class ParkingLot:
         self._ending: set[asyncio.Task[None]] = set()  # retired, finishing their accounting
         self._counters = counters
         self._continued: OrderedDict[str, None] = OrderedDict()  # newest last, bounded
+        self._registry = registry
         self.closed = False
 
     def park(
@@ -110,6 +123,8 @@ class ParkingLot:
         # It may end on its own while parked (the suspended idle limit, LIM-2): forget it then.
         task.add_done_callback(lambda _t: self._forget(response_id, task))
         self._counters["park.parked"] += 1
+        if self._registry is not None:
+            self._registry.parked(response_id)  # a node elsewhere may ask for it (PARK-20)
         self._enforce(owner)
         return True
 
@@ -125,6 +140,8 @@ class ParkingLot:
         if entry is None:
             return None
         entry.timer.cancel()
+        if self._registry is not None:
+            self._registry.unparked(response_id)
         owner = self._owners[entry.owner]
         for tally in (self._total, owner):
             tally.rollouts -= 1

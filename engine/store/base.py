@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import abc
 import collections
+import hashlib
+import hmac
 import logging
 import secrets
 import time
@@ -177,6 +179,7 @@ class ResponseStore(abc.ABC):
 
     kind: ClassVar[str]
     reads_prefixes: ClassVar[bool] = False  # ``_read_head`` may return only a blob's start
+    shares_parking: ClassVar[bool] = False  # keeps parked rollouts' addresses (PARK-20)
 
     def __init__(
         self, ttl_s: float = DEFAULT_TTL_S, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
@@ -404,6 +407,34 @@ class ResponseStore(abc.ABC):
 
     async def _publish_continued(self, response_id: str) -> None:
         """Reach the other processes sharing this store; nothing to reach by default."""
+        return None
+
+    # ------------------------------------------------------------------ parked elsewhere
+    async def register_parked(self, response_id: str, address: str, ttl_s: float) -> None:
+        """Note for ``ttl_s`` that the rollout suspended behind ``response_id`` is parked by the
+        node answering at ``address`` (PARK-20). A single-process store has nobody to tell."""
+        await self._guard(self._set_parked(response_id, address, ttl_s))
+
+    async def parked_at(self, response_id: str) -> str | None:
+        """The address of the node parking ``response_id``'s rollout, if one registered it."""
+        return await self._guard(self._get_parked(response_id))
+
+    async def unregister_parked(self, response_id: str) -> None:
+        await self._guard(self._set_parked(response_id, None, 0))
+
+    async def node_token(self, message: str) -> str:
+        """A proof that the sender shares this store (PARK-22): HMAC-sha256 of ``message``
+        under a key derived from the store's owner salt, which no client ever sees (OWN-6)."""
+        if self._salt is None:
+            self._salt = await self._guard(self._load_salt(secrets.token_bytes(SALT_BYTES)))
+        key = hmac.new(self._salt, b"rollout node-to-node", hashlib.sha256).digest()
+        return hmac.new(key, message.encode(), hashlib.sha256).hexdigest()
+
+    async def _set_parked(self, response_id: str, address: str | None, ttl_s: float) -> None:
+        """Keep (``address``) or drop (None) a parked rollout's address; nothing by default."""
+        return None
+
+    async def _get_parked(self, response_id: str) -> str | None:
         return None
 
     # ------------------------------------------------------------------ backend primitives

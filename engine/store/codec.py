@@ -66,3 +66,17 @@ class RecordCodec:
         for name in ITEM_FIELDS:
             values[name] = typed_items(values[name])
         return self.record_type(**values)
+
+
+_ITEMS_ENCODER = msgspec.json.Encoder(enc_hook=_enc_hook)
+_ITEMS_DECODER = msgspec.json.Decoder(list[Any])
+
+
+def encode_items(items: list[InputItem]) -> bytes:
+    """A conversation's items as a JSON array, the way records hold them (a hand-over, PARK-21)."""
+    return _ITEMS_ENCODER.encode(items)
+
+
+def decode_items(blob: bytes) -> list[InputItem]:
+    """Raises ``msgspec.DecodeError`` / ``msgspec.ValidationError`` for a bad blob."""
+    return typed_items(_ITEMS_DECODER.decode(blob))

@@ -42,6 +42,7 @@ KEY_PREFIX = "rollout:response:"
 DELETED_CHANNEL = "rollout:deleted"
 SALT_KEY = "rollout:owner_salt"  # the owner digests' salt, created once, never expires (OWN-6)
 CONTINUED_CHANNEL = "rollout:continued"  # continued elsewhere: retire a parked copy (PARK-9)
+PARKED_PREFIX = "rollout:parked:"  # a parked rollout's node address, for its hand-over (PARK-20)
 MAX_NOTICE_BYTES = 256  # a longer message on either channel is no response id: ignored
 CONNECT_TIMEOUT_S = 2.0
 COMMAND_TIMEOUT_S = 5.0
@@ -51,6 +52,7 @@ RESUBSCRIBE_AFTER_S = 1.0
 
 class RedisStore(ResponseStore):
     kind = "redis"
+    shares_parking = True
     reads_prefixes = True  # GETRANGE (STORE-20)
 
     def __init__(
@@ -204,6 +206,25 @@ class RedisStore(ResponseStore):
             await client.publish(CONTINUED_CHANNEL, response_id)
 
         await self._call(op)
+
+    async def _set_parked(self, response_id: str, address: str | None, ttl_s: float) -> None:
+        """PARK-20: ``rollout:parked:<id>`` holds the parking node's address, expiring with it."""
+
+        async def op(client: aioredis.Redis) -> None:
+            if address is None:
+                await client.delete(PARKED_PREFIX + response_id)
+            else:
+                await client.set(PARKED_PREFIX + response_id, address, px=max(1, int(ttl_s * 1000)))
+
+        await self._call(op)
+
+    async def _get_parked(self, response_id: str) -> str | None:
+        async def op(client: aioredis.Redis) -> bytes | None:
+            found: bytes | None = await client.get(PARKED_PREFIX + response_id)
+            return found
+
+        found: bytes | None = await self._call(op)
+        return None if found is None else found.decode(errors="replace")
 
     async def _ping(self) -> None:
         async def op(client: aioredis.Redis) -> None:

@@ -4,6 +4,7 @@ real HAProxy or nginx in front, each on an ephemeral loopback port, all stopped 
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -13,12 +14,22 @@ import pytest
 
 from cli.cluster import Cluster, ClusterSpec, free_port
 
+# Keyed clusters: two tenants and an operator key, given to the nodes through
+# their environment, never on a command line.
+KEYS = ("key-a", "key-b")
+OPERATOR = "key-operator"
+KEYS_ENV, OPERATOR_ENV = "ROLLOUT_CLUSTER_TEST_KEYS", "ROLLOUT_CLUSTER_TEST_ADMIN"
 
-def cluster_spec(tmp_path: Path, balancer: str, *serve_args: str) -> ClusterSpec:
+
+def cluster_spec(
+    tmp_path: Path, balancer: str, *serve_args: str, keyed: bool = False
+) -> ClusterSpec:
+    keys = ["--api-keys-env", KEYS_ENV, "--admin-keys-env", OPERATOR_ENV] if keyed else []
+    env = {**os.environ, KEYS_ENV: ",".join(KEYS), OPERATOR_ENV: OPERATOR} if keyed else None
     return ClusterSpec(
         nodes=2, port=0, store=f"redis://127.0.0.1:{free_port()}/0", balancer=balancer,
-        workdir=tmp_path / "cluster", drain_delay_s=1.5,  # > HAProxy's 2 checks (DRAIN-2, RETRY-3)
-        serve_args=["--tps", "0", "--api-keys-env", "", *serve_args],
+        workdir=tmp_path / "cluster", drain_delay_s=1.5, env=env,  # > 2 checks (DRAIN-2, RETRY-3)
+        serve_args=["--tps", "0", *(keys or ["--api-keys-env", ""]), *serve_args],
     )  # fmt: skip
 
 
@@ -26,6 +37,17 @@ def cluster_spec(tmp_path: Path, balancer: str, *serve_args: str) -> ClusterSpec
 async def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Cluster]:
     """Both balancers in turn, in front of two nodes sharing one redis-server."""
     running = Cluster(cluster_spec(tmp_path, request.param))
+    await running.start()
+    try:
+        yield running
+    finally:
+        await running.stop()
+
+
+@pytest.fixture(params=["haproxy", "nginx"])
+async def keyed_cluster(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Cluster]:
+    """Both balancers in turn, in front of two nodes that require API keys (KEYS, OPERATOR)."""
+    running = Cluster(cluster_spec(tmp_path, request.param, keyed=True))
     await running.start()
     try:
         yield running
@@ -43,6 +65,10 @@ async def haproxy_cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
         await running.stop()
 
 
+# Open nodes ignore it; keyed ones answer their stats to the operator (AUTH-4).
+OPERATOR_HEADERS = {"Authorization": f"Bearer {OPERATOR}"}
+
+
 async def node_counters(cluster: Cluster) -> list[dict[str, Any]]:
     """Each node's own engine counters (``/debug/stats`` straight from the node, HTTP-7); a
     stopped node's are empty."""
@@ -52,7 +78,8 @@ async def node_counters(cluster: Cluster) -> list[dict[str, Any]]:
             if node.proc is None:
                 out.append({})
                 continue
-            async with http.get(f"http://127.0.0.1:{node.port}/debug/stats") as resp:
+            url = f"http://127.0.0.1:{node.port}/debug/stats"
+            async with http.get(url, headers=OPERATOR_HEADERS) as resp:
                 out.append((await resp.json())["counters"])
     return out
 
@@ -66,7 +93,8 @@ async def node_stats(cluster: Cluster) -> list[dict[str, Any]]:
             if node.proc is None:
                 out.append({})
                 continue
-            async with http.get(f"http://127.0.0.1:{node.port}/debug/stats") as resp:
+            url = f"http://127.0.0.1:{node.port}/debug/stats"
+            async with http.get(url, headers=OPERATOR_HEADERS) as resp:
                 out.append(await resp.json())
     return out
 

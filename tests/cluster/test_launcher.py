@@ -1,6 +1,7 @@
-"""``rollout cluster`` as the operator runs it (CLUSTER-1, DRAIN-5): its own process, the banner
-and ``PORT`` line, SIGHUP for a rolling restart, SIGINT to stop everything, and no child left
-behind, even when the launcher itself is killed."""
+"""``rollout cluster`` as the operator runs it (CLUSTER-1, DRAIN-5, CLUSTER-15): its own process,
+the banner and ``PORT`` line, SIGHUP for a rolling restart, a node killed -9 restarted while the
+other serves, SIGINT to stop everything, and no child left behind, even when the launcher
+itself is killed."""
 
 from __future__ import annotations
 
@@ -18,12 +19,13 @@ from cli.cluster import free_port
 ROOT = Path(__file__).resolve().parents[2]
 
 
-async def _launch(tmp_path: Path) -> tuple[asyncio.subprocess.Process, str]:
+async def _launch(tmp_path: Path, stderr: bool = False) -> tuple[asyncio.subprocess.Process, str]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "cli", "cluster", "--port", "0", "--announce-port",
         "--store", f"redis://127.0.0.1:{free_port()}/0", "--workdir", str(tmp_path / "c"),
         "--drain-delay", "0.5", "--", "--tps", "0", "--api-keys-env", "",
         cwd=ROOT, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE if stderr else None,
     )  # fmt: skip
     assert proc.stdout is not None
     banner = ""
@@ -87,3 +89,39 @@ async def test_no_child_outlives_a_killed_launcher(tmp_path: Path) -> None:
             break
         await asyncio.sleep(0.1)
     assert not any(_alive(pid) for pid in children)
+
+
+async def _line_with(stream: asyncio.StreamReader, text: str) -> str:
+    """The launcher's next output line containing ``text`` (bounded)."""
+    while True:
+        line = (await asyncio.wait_for(stream.readline(), 60)).decode()
+        assert line, f"the launcher exited before printing {text!r}"
+        if text in line:
+            return line
+
+
+async def test_a_killed_node_is_restarted_while_the_other_serves(tmp_path: Path) -> None:
+    """CLUSTER-15: ``kill -9`` of one node under the launcher: the balancer routes around it (every
+    request through it answers 200), the launcher starts it again on its port (a new pid that
+    answers /healthz), and nothing else stopped; SIGINT still stops everything."""
+    proc, banner = await _launch(tmp_path, stderr=True)
+    assert proc.stdout is not None and proc.stderr is not None
+    port = int(banner.split("PORT ")[-1])
+    nodes = re.findall(r"127\.0\.0\.1:(\d+) \(pid (\d+)\)", banner)
+    victim_port, victim = int(nodes[0][0]), int(nodes[0][1])
+    os.kill(victim, signal.SIGKILL)
+    for _ in range(6):  # while node0 is down or restarting: the other node answers
+        await _answer(port)
+    restarted = await _line_with(proc.stderr, "node0 exited (-9)")
+    assert "restarting in" in restarted
+    line = await _line_with(proc.stdout, "node0 restarted")
+    pid = int(re.findall(r"pid (\d+)", line)[0])
+    assert pid != victim and _alive(pid)
+    health = f"http://127.0.0.1:{victim_port}/healthz"
+    async with aiohttp.ClientSession() as http, http.get(health) as resp:
+        assert resp.status == 200  # back on its own port
+    assert proc.returncode is None  # the launcher, the balancer and the other node kept going
+    await _answer(port)
+    proc.send_signal(signal.SIGINT)
+    assert await asyncio.wait_for(proc.wait(), 60) == 0
+    assert not _alive(pid)

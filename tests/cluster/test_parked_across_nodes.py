@@ -1,9 +1,10 @@
-"""Parked rollouts across nodes (PARK-8..PARK-10, TURN-1): two ``rollout serve`` nodes on a real
-redis-server behind real HAProxy (and nginx), the openai SDK's ``responses.connect()`` as the
-client. A rollout suspended on a tool call is parked when its socket closes; the reconnect,
-through the balancer, lands on the node that parks it and resumes the very same coroutine. When
-the node changed, a ``store: true`` continuation is served from the store and the parked copy is
-retired by the store's notice; a ``store: false`` one is exactly ``previous_response_not_found``."""
+"""Parked rollouts across nodes (PARK-8..PARK-10, PARK-20..PARK-22, CLUSTER-10, TURN-1): two
+``rollout serve`` nodes on a real redis-server behind real HAProxy (and nginx), the openai SDK's
+``responses.connect()`` as the client. One key's connections spread over both nodes. A rollout
+suspended on a tool call is parked when its socket closes; the reconnect, through the balancer,
+lands on either node and is served: on the parking node by the very same coroutine, elsewhere
+by a ``store: true`` continuation from the store (the parked copy retired by the store's
+notice) or, ``store: false`` included, by the parking node handing the rollout over."""
 
 from __future__ import annotations
 
@@ -12,14 +13,16 @@ from collections.abc import Callable
 from typing import Any
 
 import aiohttp
+import openai
+import pytest
 from openai import AsyncOpenAI
 
 from cli.cluster import Cluster, node_id
-from tests.cluster.conftest import node_stats, node_url
+from tests.cluster.conftest import KEYS, OPERATOR_HEADERS, node_stats, node_url
 from tests.support.tools import WEATHER
 
 MODEL = "gpt-x"
-KEY = "key-a"  # the balancer hashes the Authorization header: one key, one home node
+KEY, OTHER_KEY = KEYS  # two tenants of the keyed clusters (an open cluster takes any key)
 
 
 async def _terminal(conn: Any) -> Any:
@@ -29,9 +32,9 @@ async def _terminal(conn: Any) -> Any:
     raise AssertionError("the socket closed before a terminal event")
 
 
-async def _suspend(url: str, store: bool) -> Any:
+async def _suspend(url: str, store: bool, key: str = KEY) -> Any:
     """One connection: a create that ends on a tool call (the rollout suspends), then close."""
-    sdk = AsyncOpenAI(base_url=url, api_key=KEY, max_retries=0)
+    sdk = AsyncOpenAI(base_url=url, api_key=key, max_retries=0)
     try:
         async with sdk.responses.connect() as conn:
             await conn.response.create(
@@ -45,10 +48,10 @@ async def _suspend(url: str, store: bool) -> Any:
     return done.response
 
 
-async def _continue(url: str, first: Any, store: bool) -> Any:
+async def _continue(url: str, first: Any, store: bool, key: str = KEY) -> Any:
     """A new connection continuing ``first`` with its tool's output: the terminal event."""
     call = first.output[-1]
-    sdk = AsyncOpenAI(base_url=url, api_key=KEY, max_retries=0)
+    sdk = AsyncOpenAI(base_url=url, api_key=key, max_retries=0)
     try:
         async with sdk.responses.connect() as conn:
             await conn.response.create(
@@ -81,11 +84,45 @@ def _parked_on(stats: list[dict[str, Any]]) -> int:
     return home
 
 
-async def test_the_reconnect_resumes_the_parked_coroutine_on_its_node(cluster: Cluster) -> None:
-    """PARK-8, PARK-3: through the balancer (HAProxy and nginx), for ``store: true`` and
-    ``store: false``: the closed socket's rollout is parked on one node, the reconnect lands on
-    that node and resumes the same coroutine there (``create.unparked``), nowhere else."""
-    for round_, store in enumerate((True, False), start=1):
+async def test_one_keys_connections_spread_over_both_nodes(cluster: Cluster) -> None:
+    """CLUSTER-10: one API key's WebSocket connections, held open, go to the node with fewer
+    open connections (HAProxy ``leastconn``, nginx ``least_conn``): four sockets, two a node;
+    its HTTP requests reach both nodes too."""
+    headers = {"Authorization": f"Bearer {KEY}"}
+    before = await node_stats(cluster)
+    async with aiohttp.ClientSession(headers=headers) as http:
+        sockets = [await http.ws_connect(f"{cluster.url}/responses") for _ in range(4)]
+        try:
+            stats = await _until(cluster, lambda s: sum(_opened(s, before)) == 4)
+            assert _opened(stats, before) == [2, 2], stats
+        finally:
+            for ws in sockets:
+                await ws.close()
+        for _ in range(6):
+            body = {"model": MODEL, "input": "Say hi", "store": False}
+            async with http.post(f"{cluster.url}/responses", json=body) as resp:
+                assert resp.status == 200
+    after = await node_stats(cluster)
+    served = [_count(a, "create.stateless") - _count(b, "create.stateless")
+              for a, b in zip(after, before, strict=True)]  # fmt: skip
+    assert sum(served) == 6 and min(served) >= 1, served
+
+
+def _opened(stats: list[dict[str, Any]], before: list[dict[str, Any]]) -> list[int]:
+    return [_count(a, "ws.connections") - _count(b, "ws.connections")
+            for a, b in zip(stats, before, strict=True)]  # fmt: skip
+
+
+async def test_a_reconnect_through_the_balancer_resumes_the_parked_rollout(
+    cluster: Cluster,
+) -> None:
+    """PARK-3, PARK-9, PARK-21: through the balancer (HAProxy and nginx), for ``store: true``
+    and ``store: false``: the closed socket's rollout is parked on one node; the reconnect lands
+    on either node and continues it: the same coroutine on its node (``create.unparked``), else
+    from the store (``store: true``) or handed over (``store: false``). Either way it is parked
+    nowhere afterwards: it never lives on in two places."""
+    for store in (True, False):
+        before = await node_stats(cluster)
         first = await _suspend(cluster.url, store)
         home = _parked_on(await _until(cluster, lambda s: sum(x["parked"] for x in s) == 1))
         resumed = await _continue(cluster.url, first, store)
@@ -93,10 +130,15 @@ async def test_the_reconnect_resumes_the_parked_coroutine_on_its_node(cluster: C
         assert resumed.response.output_text == "Based on the tool results: sunny"
         assert resumed.response.previous_response_id == first.id
         stats = await _until(cluster, lambda s: sum(x["parked"] for x in s) == 0)
-        assert [_count(s, "create.unparked") for s in stats] == [
-            round_ if i == home else 0 for i in range(len(stats))
-        ], stats
-        assert sum(_count(s, "create.store_hydrate") for s in stats) == 0  # the coroutine, no store
+        moved = {
+            name: [_count(a, name) - _count(b, name) for a, b in zip(stats, before, strict=True)]
+            for name in ("create.unparked", "create.store_hydrate", "create.handed_over")
+        }
+        other_path = "create.store_hydrate" if store else "create.handed_over"
+        on_home = moved["create.unparked"][home] == 1
+        elsewhere = moved[other_path][1 - home] == 1
+        assert on_home != elsewhere, moved  # exactly one of the two served it
+        assert sum(sum(v) for v in moved.values()) == 1, moved
 
 
 async def test_node_changed_store_true_continues_from_the_store(haproxy_cluster: Cluster) -> None:
@@ -124,38 +166,75 @@ async def test_node_changed_store_true_continues_from_the_store(haproxy_cluster:
     assert _count(stats[home], "create.hydrated") + _count(stats[home], "create.store_hydrate") == 1
 
 
-async def test_node_changed_store_false_is_exactly_not_found(haproxy_cluster: Cluster) -> None:
-    """PARK-5, PARK-9, STORE-1: a ``store: false`` rollout's state never leaves its process:
-    the other node answers exactly ``previous_response_not_found`` and sends no notice; the
-    rollout stays parked on its node, and a reconnect through the balancer still resumes it."""
-    cluster = haproxy_cluster
+async def test_node_changed_store_false_is_handed_over(keyed_cluster: Cluster) -> None:
+    """PARK-21, PARK-22, OWN-2: a ``store: false`` rollout parked on one node is continued on
+    the other (straight to it). Another key naming it there gets exactly
+    ``previous_response_not_found`` and the rollout stays parked; its own key gets it served
+    there: the parking node hands its items over and retires its copy (``park.handed_over``),
+    the other node serves the turn (``create.handed_over``). Nothing of it went to the store,
+    and a second continuation of the same response, anywhere, finds nothing."""
+    cluster = keyed_cluster
     first = await _suspend(cluster.url, store=False)
     home = _parked_on(await _until(cluster, lambda s: sum(x["parked"] for x in s) == 1))
     other = 1 - home
-    refused = await _continue(node_url(cluster, other), first, store=False)
-    assert refused.type == "error", refused
-    assert (refused.error.code, refused.error.param) == (
+    foreign = await _continue(node_url(cluster, other), first, store=False, key=OTHER_KEY)
+    assert foreign.type == "error", foreign
+    assert (foreign.error.code, foreign.error.param) == (
         "previous_response_not_found",
         "previous_response_id",
     )
-    assert refused.error.message == f"Previous response with id '{first.id}' not found."
+    assert foreign.error.message == f"Previous response with id '{first.id}' not found."
     stats = await node_stats(cluster)
-    assert stats[home]["parked"] == 1 and _count(stats[other], "park.notice_sent") == 0
-    resumed = await _continue(cluster.url, first, store=False)
-    assert resumed.type == "response.completed", resumed
-    stats = await node_stats(cluster)
-    assert _count(stats[home], "create.unparked") == 1
+    assert stats[home]["parked"] == 1 and _count(stats[home], "park.handed_over") == 0
+    moved = await _continue(node_url(cluster, other), first, store=False)
+    assert moved.type == "response.completed", moved
+    assert moved.response.output_text == "Based on the tool results: sunny"
+    assert moved.response.previous_response_id == first.id
+    stats = await _until(cluster, lambda s: s[home]["parked"] == 0)
+    assert _count(stats[home], "park.handed_over") == 1
+    assert _count(stats[other], "create.handed_over") == 1
+    assert _count(stats[other], "park.notice_sent") == 0  # nothing was read from the store
+    sdk = AsyncOpenAI(base_url=cluster.url, api_key=KEY, max_retries=0)
+    try:
+        with pytest.raises(openai.NotFoundError):
+            await sdk.responses.retrieve(first.id)  # store: false was never written (STORE-1)
+    finally:
+        await sdk.close()
+    again = await _continue(node_url(cluster, home), first, store=False)
+    assert again.type == "error" and again.error.code == "previous_response_not_found", again
+
+
+async def test_the_handover_route_is_for_nodes_only(keyed_cluster: Cluster) -> None:
+    """PARK-22, CLUSTER-12: the hand-over route refuses a token its store did not make, also
+    with a valid API key (403, nothing claimed), and the balancer refuses the route outright."""
+    cluster = keyed_cluster
+    first = await _suspend(cluster.url, store=False)
+    home = _parked_on(await _until(cluster, lambda s: sum(x["parked"] for x in s) == 1))
+    body = {"response_id": first.id, "owner": None}
+    headers = {"Authorization": f"Bearer {KEY}", "x-rollout-node-token": "0" * 64}
+    direct = f"http://127.0.0.1:{cluster.nodes[home].port}/cluster/v1/handover"
+    through = cluster.url.removesuffix("/v1") + "/cluster/v1/handover"
+    async with aiohttp.ClientSession() as http:
+        for url in (direct, through):
+            async with http.post(url, json=body, headers=headers) as resp:
+                assert resp.status == 403, url
+        async with http.get(
+            f"http://127.0.0.1:{cluster.nodes[home].port}/debug/stats", headers=OPERATOR_HEADERS
+        ) as resp:
+            stats = await resp.json()
+    assert stats["parked"] == 1 and _count(stats, "park.handover_refused") == 1
 
 
 async def test_a_drained_node_retires_what_it_parks(haproxy_cluster: Cluster) -> None:
-    """PARK-10, DRAIN-3: the node that parks a ``store: true`` and a ``store: false`` rollout is
-    stopped (SIGTERM: it drains and retires them). The reconnects through the balancer land on
-    the other node: the ``store: true`` one continues from the store, the ``store: false`` one
-    is exactly ``previous_response_not_found``."""
+    """PARK-10, DRAIN-3, PARK-20: the node that parks a ``store: true`` and a ``store: false``
+    rollout is stopped (SIGTERM: it drains and retires them, and their addresses go). The
+    reconnects through the balancer land on the other node: the ``store: true`` one continues
+    from the store, the ``store: false`` one is exactly ``previous_response_not_found``."""
     cluster = haproxy_cluster
-    stored = await _suspend(cluster.url, store=True)
-    local = await _suspend(cluster.url, store=False)
-    home = _parked_on(await _until(cluster, lambda s: sum(x["parked"] for x in s) == 2))
+    home = 0  # both on one node (through the balancer they would spread, CLUSTER-10)
+    stored = await _suspend(node_url(cluster, home), store=True)
+    local = await _suspend(node_url(cluster, home), store=False)
+    await _until(cluster, lambda s: s[home]["parked"] == 2)
     assert (await cluster.nodes[home].stop()) == 0
     moved = await _continue(cluster.url, stored, store=True)
     assert moved.type == "response.completed", moved

@@ -316,7 +316,7 @@ def _haproxy_parts(servers: Sequence[str]) -> dict[str, str]:
 
 
 def _nginx_parts(servers: Sequence[str]) -> dict[str, str]:
-    """The hashed pool, a turn-state route per node, and per node an upstream that is that
+    """The balanced pool (least_conn), a turn-state route per node, and per node an upstream that is that
     node first and the others as backups (a token naming a failed node still gets served)."""
     names = [node_id(i) for i in range(len(servers))]
     opts = "max_fails=1 fail_timeout=2s"
@@ -325,7 +325,7 @@ def _nginx_parts(servers: Sequence[str]) -> dict[str, str]:
     upstreams: list[str] = []
     for n, own in zip(names, servers, strict=True):
         others = [f"        server {a} {opts} backup;" for a in servers if a != own]
-        # No keepalive pool, as the hashed pool (RETRY-3, deploy/nginx.conf.in).
+        # No keepalive pool, as the balanced pool (RETRY-3, deploy/nginx.conf.in).
         upstreams += [f"    upstream {n} {{", f"        server {own} {opts};", *others,
                       "    }"]  # fmt: skip
     return {

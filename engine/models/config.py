@@ -23,6 +23,7 @@ key (``models.qwen.base_url: field required``). Example::
     tool_parser = "hermes"
     reasoning_parser = "think"              # optional: <think> reasoning items (REASON-1)
     history = "exact"                       # exact | rerender (TOK-4)
+    weights = "qwen3-8b-step-1200"          # optional tag stored with trajectories (EXPORT-4)
 
     [models.gpt-oss]
     backend = "tokens"
@@ -145,6 +146,7 @@ class TokensRoute(_UpstreamRoute):
     tool_parser: str = "hermes"
     reasoning_parser: Literal["think", "harmony"] | None = None  # REASON-1
     history: Literal["exact", "rerender"] = "exact"
+    weights: str = ""  # a tag naming the served checkpoint, stored with trajectories (EXPORT-4)
 
     @pydantic.model_validator(mode="after")
     def _template_fits(self) -> TokensRoute:
@@ -291,6 +293,7 @@ def _backend(route: AnyRoute, pool: HttpPool) -> Backend:
             rerender=route.history == "rerender",
             reasoning_parser=route.reasoning_parser,
             params=dict(route.params),
+            weights=route.weights,
         )
         tokenizer = None  # harmony: its own encoding, loaded by the backend
         if route.tokenizer is not None:

@@ -15,6 +15,7 @@ from engine.core import Engine, EngineConfig
 from engine.inspector.read_model import Inspector
 from engine.server import background, http, inspector, turn_state
 from engine.server.config import ServerConfig
+from engine.server.export import export_tokens
 from engine.server.identity import PRESENTED
 from engine.server.keys import (
     BACKGROUND,
@@ -194,6 +195,7 @@ def create_app(
     app.router.add_post("/v1/responses", http.create_response)
     app.router.add_post("/v1/responses/compact", http.compact_response)
     app.router.add_post("/v1/responses/input_tokens", http.input_tokens)
+    app.router.add_get("/v1/responses/tokens/export", export_tokens)  # before {response_id}
     app.router.add_get("/v1/responses/{response_id}", background.retrieve)
     app.router.add_delete("/v1/responses/{response_id}", http.delete_response)
     app.router.add_post("/v1/responses/{response_id}/cancel", background.cancel)

@@ -282,6 +282,24 @@ class ResponseStore(abc.ABC):
             tokens = None
         return Hydrated(record, items, record.point, tokens)
 
+    async def owned_ids(
+        self, owner: OwnerFilter, cursor: str, limit: int
+    ) -> tuple[list[str], str | None]:
+        """One page of the live records ``owner`` may read (EXPORT-2), judged by head lines
+        alone (nothing is decoded), and the cursor of the next page (None: no more). ``cursor``
+        "" starts; a page may hold fewer than ``limit`` ids (others' records are skipped).
+        Callers read each id back owner-checked (``hydrate``), as every id route does."""
+        heads, after = await self._guard(self._scan(cursor, limit))
+        ids = []
+        for key, blob in heads:
+            if blob[:1] == b"{":  # a record from before head lines: its owner is in the body
+                ids.append(key)  # so the caller's owner-checked read decides (hydrate)
+                continue
+            head = peek(blob)
+            if readable_by(head, owner) and not (head is not None and head.deleted):
+                ids.append(key)
+        return ids, after
+
     async def delete(self, response_id: str, owner: OwnerFilter = ANY_OWNER) -> bool:
         """The response is gone for every reader; its context items stay, as a tombstone, only
         while later records link it (until its expiry, STORE-7), so the responses continued
@@ -403,6 +421,12 @@ class ResponseStore(abc.ABC):
         """The store's owner salt: the one already kept, else ``fresh``, now kept (OWN-6). A
         backend that keeps nothing across instances (memory) keeps it per instance."""
         return fresh
+
+    @abc.abstractmethod
+    async def _scan(self, cursor: str, limit: int) -> tuple[list[tuple[str, bytes]], str | None]:
+        """Up to ``limit`` live keys from ``cursor`` ("" = the start) with their first
+        ``MAX_HEAD`` bytes, and the next cursor (None: done). SQL and memory backends go in
+        id order; Redis by its ``SCAN`` cursor, which may repeat a key (EXPORT-2)."""
 
     @abc.abstractmethod
     async def _replace(self, key: str, blob: bytes) -> None:

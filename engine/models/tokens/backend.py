@@ -59,6 +59,7 @@ class TokensOptions:
     rerender: bool = False  # ``history = "rerender"`` (TOK-4)
     reasoning_parser: str | None = None  # "think" (REASON-1); harmony reads its own channels
     params: dict[str, Any] = field(default_factory=dict)
+    weights: str = ""  # the route's checkpoint tag, stored with each segment (EXPORT-4)
 
 
 class TokensBackend:
@@ -78,6 +79,7 @@ class TokensBackend:
         self.tokenizer = tokenizer
         self.options = options
         self.supports = supports
+        self.weights = options.weights  # stored with each trajectory segment (EXPORT-4)
         self.renderer: TurnRenderer | HarmonyRenderer
         if tokenizer is None:  # ``template = "harmony"``: harmony's own encoding (HARMONY-1)
             self.renderer = HarmonyRenderer(harmony_encoding(), options.rerender)

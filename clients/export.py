@@ -49,7 +49,8 @@ class ParquetWriter:
             import pyarrow as pa
             import pyarrow.parquet as pq
         except ImportError:
-            raise SystemExit("rollout export --format parquet needs pyarrow: pip install '.[export]'")
+            needs = "rollout export --format parquet needs pyarrow: pip install '.[export]'"
+            raise SystemExit(needs) from None
         self._pa = pa
         sample = pa.struct(
             [("start", pa.int64()), ("end", pa.int64()), ("finish_reason", pa.string())]

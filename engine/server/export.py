@@ -65,7 +65,8 @@ async def export_tokens(request: web.Request) -> web.Response:
     except StoreError as exc:
         raise wire_error(exc) from None
     except ValueError:  # a Redis cursor that is not a number
-        raise InvalidRequest("invalid_value", "after is not a cursor this server gave.", "after")
+        message = "after is not a cursor this server gave."
+        raise InvalidRequest("invalid_value", message, "after") from None
     rows = []
     for response_id in ids:
         try:

@@ -39,6 +39,8 @@ class JsonlWriter:
 
     def close(self) -> None:
         self._out.flush()
+        if self._out is not sys.stdout.buffer:
+            self._out.close()
 
 
 class ParquetWriter:
@@ -89,19 +91,21 @@ async def export(url: str, key: str | None, writer: RowWriter) -> int:
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     seen: set[str] = set()
     after: str | None = ""
-    async with aiohttp.ClientSession(headers=headers) as session:
-        while after is not None:
-            params = {"limit": str(PAGE), **({"after": after} if after else {})}
-            async with session.get(export_url(url), params=params) as resp:
-                body = await resp.read()
-                if resp.status != 200:
-                    raise _api_error(resp.status, body)
-            page = msgspec.json.decode(body)
-            rows = [row for row in page["data"] if row["id"] not in seen]
-            seen.update(row["id"] for row in rows)
-            writer.write(rows)
-            after = page["next"]
-    writer.close()
+    try:
+        async with aiohttp.ClientSession(headers=headers) as session:
+            while after is not None:
+                params = {"limit": str(PAGE), **({"after": after} if after else {})}
+                async with session.get(export_url(url), params=params) as resp:
+                    body = await resp.read()
+                    if resp.status != 200:
+                        raise _api_error(resp.status, body)
+                page = msgspec.json.decode(body)
+                rows = [row for row in page["data"] if row["id"] not in seen]
+                seen.update(row["id"] for row in rows)
+                writer.write(rows)
+                after = page["next"]
+    finally:
+        writer.close()  # what was written so far stays readable
     return len(seen)
 
 

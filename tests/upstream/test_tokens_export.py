@@ -6,6 +6,7 @@ route's ``weights`` tag travels with each row."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import msgspec
 import pyarrow.parquet as pq
 import pytest
 
+from cli.main import main
 from clients.errors import ApiError
 from clients.export import JsonlWriter, ParquetWriter, export
 from engine.core import Engine, EngineConfig
@@ -130,6 +132,12 @@ async def test_pages_are_bounded_and_a_bad_page_request_is_an_error(
                 assert resp.status == 400
                 assert body["error"]["code"] == "invalid_value"
                 assert body["error"]["param"] == "limit"
+        out = tmp_path / "cli.jsonl"
+        argv = ["export", "--url", server.base_url, "--key", ALICE, "--out", str(out)]
+        assert await asyncio.to_thread(main, argv) == 0  # the command itself, as a user runs it
+        with open(out, "rb") as file:  # noqa: ASYNC230
+            assert sorted(msgspec.json.decode(line)["id"] for line in file) == sorted(ids)
+        assert await asyncio.to_thread(main, [*argv[:-2], "--key", "sk-nobody"]) == 1
         with pytest.raises(ApiError) as failed:  # a key the server does not know
             await export(server.base_url, "sk-nobody", JsonlWriter(open(tmp_path / "x", "wb")))  # noqa: ASYNC230, SIM115 - the writer closes it
         assert failed.value.status == 401

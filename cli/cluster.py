@@ -316,8 +316,9 @@ def _haproxy_parts(servers: Sequence[str]) -> dict[str, str]:
 
 
 def _nginx_parts(servers: Sequence[str]) -> dict[str, str]:
-    """The balanced pool (least_conn), a turn-state route per node, and per node an upstream that is that
-    node first and the others as backups (a token naming a failed node still gets served)."""
+    """The balanced pool (least_conn), a turn-state route per node, and per node an upstream
+    that is that node first and the others as backups (a token naming a failed node still
+    gets served)."""
     names = [node_id(i) for i in range(len(servers))]
     opts = "max_fails=1 fail_timeout=2s"
     pool = [f"        server {a} {opts};" for a in servers]

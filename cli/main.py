@@ -1,4 +1,4 @@
-"""``rollout serve | agent | bench | cluster``: parse the subcommand, hand it to its side.
+"""``rollout serve | agent | bench | cluster | export``: parse the subcommand, hand it to its side.
 
 Each side is imported only when its subcommand runs: ``rollout serve`` never loads the clients
 (rich, the benchmark) and ``rollout bench`` never loads the server it starts in a subprocess.
@@ -42,7 +42,20 @@ def _cluster(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Handle
     return run_cluster
 
 
-COMMANDS = {"serve": _serve, "agent": _agent, "bench": _bench, "cluster": _cluster}
+def _export(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Handler:
+    from clients.export import add_export_parser, run_export
+
+    add_export_parser(sub)
+    return run_export
+
+
+COMMANDS = {
+    "serve": _serve,
+    "agent": _agent,
+    "bench": _bench,
+    "cluster": _cluster,
+    "export": _export,
+}
 DESCRIPTION = "The rollout engine: serve the Responses API, run the demo agent, benchmark a server."
 
 

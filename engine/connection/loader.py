@@ -27,6 +27,7 @@ from engine.shared.hydration import CachedContext
 from engine.shared.parking import Parked
 from engine.store import Hydrated, StoreError
 from engine.store.errors import wire_error
+from engine.store.framing import OwnerFilter
 from protocol.errors import InvalidRequest, previous_response_not_found, response_not_found
 from protocol.items import InputItem
 
@@ -137,7 +138,7 @@ async def load_conversation(
     return Found(Path.STORE, stored=stored)
 
 
-async def load_stored(engine: Engine, response_id: str, *, owner: str | None) -> Hydrated:
+async def load_stored(engine: Engine, response_id: str, *, owner: OwnerFilter) -> Hydrated:
     """A stored response's whole chain, for a route that names it (``GET …/tokens``, TOK-8):
     the owner is checked before any decode, and an unknown id or another owner's is 404
     ``response_not_found`` (OWN-2). The one other reader of chains besides the loader above."""

@@ -25,6 +25,7 @@ key (``models.qwen.base_url: field required``). Example::
     history = "exact"                       # exact | rerender (TOK-4)
     sglang_stream = "auto"                  # auto | cumulative | incremental (TOK-32)
     llamacpp_stream = false                 # api = "llamacpp": stream (lossy, TOK-44)
+    weights = "qwen3-8b-step-1200"          # optional tag stored with trajectories (EXPORT-4)
 
     [models.gpt-oss]
     backend = "tokens"
@@ -149,6 +150,7 @@ class TokensRoute(_UpstreamRoute):
     history: Literal["exact", "rerender"] = "exact"
     sglang_stream: Literal["auto", "cumulative", "incremental"] = "auto"  # TOK-32
     llamacpp_stream: bool = False  # TOK-44: llama.cpp's stream drops ids; one answer instead
+    weights: str = ""  # a tag naming the served checkpoint, stored with trajectories (EXPORT-4)
 
     @pydantic.model_validator(mode="after")
     def _template_fits(self) -> TokensRoute:
@@ -297,6 +299,7 @@ def _backend(route: AnyRoute, pool: HttpPool) -> Backend:
             sglang_stream=route.sglang_stream,
             llamacpp_stream=route.llamacpp_stream,
             params=dict(route.params),
+            weights=route.weights,
         )
         tokenizer = None  # harmony: its own encoding, loaded by the backend
         if route.tokenizer is not None:

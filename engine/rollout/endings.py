@@ -18,6 +18,7 @@ from typing import Protocol
 from engine.conversation.context import Context
 from engine.conversation.pipeline import Pipeline
 from engine.core import Engine
+from engine.models.base import Backend
 from engine.observe.accounting import safety_report
 from engine.observe.postinference import UsageRecord
 from engine.rollout.accounting import Accounting
@@ -50,6 +51,7 @@ class Rollout(Protocol):
     state: RolloutState
     owner: str | None
     response_ids: list[str]
+    backend: Backend
 
     async def open_turn(self, turn: Turn) -> None: ...
 
@@ -162,6 +164,8 @@ class Endings:
         trajectory = ctx.model_tokens
         if trajectory is not None and trajectory.covered == len(ctx.items):
             record.tokens = trajectory.segment(snapshot=not record.links)
+            if record.tokens is not None:  # only a tokens backend names its weights (EXPORT-4)
+                record.tokens.weights = getattr(self._rollout.backend, "weights", "")
         return record
 
     async def _unstored(self, turn: Turn, exc: StoreError) -> None:

@@ -24,6 +24,7 @@ from engine.server import (
     turn_state,
 )
 from engine.server.config import ServerConfig
+from engine.server.export import export_tokens
 from engine.server.identity import PRESENTED
 from engine.server.keys import (
     BACKGROUND,
@@ -216,6 +217,7 @@ def create_app(
     app.router.add_post("/v1/responses", http.create_response)
     app.router.add_post("/v1/responses/compact", http.compact_response)
     app.router.add_post("/v1/responses/input_tokens", http.input_tokens)
+    app.router.add_get("/v1/responses/tokens/export", export_tokens)  # before {response_id}
     app.router.add_get("/v1/responses/{response_id}", background.retrieve)
     app.router.add_delete("/v1/responses/{response_id}", http.delete_response)
     app.router.add_post("/v1/responses/{response_id}/cancel", background.cancel)

@@ -17,13 +17,13 @@ from aiohttp import web
 from engine.connection.context_requests import compact_context, count_input_tokens
 from engine.connection.loader import load_stored
 from engine.connection.session import Session
-from engine.conversation.trajectory import Trajectory
 from engine.core import Engine
 from engine.inspector.read_model import note_event
 from engine.observe.benchclock import TimedSink
 from engine.observe.metrics import CONTENT_TYPE
 from engine.rollout.turn import ClientGone
 from engine.server import background, codex_headers, idempotency, identity, ratelimits
+from engine.server.export import tokens_body
 from engine.server.keys import (
     BACKGROUND,
     DRAINING,
@@ -265,30 +265,10 @@ async def response_tokens(request: web.Request) -> web.Response:
     response, read back from the store; owner-checked like every id route (OWN-2)."""
     engine, response_id = _stored(request)
     hydrated = await load_stored(engine, response_id, owner=await identity.owner(request))
-    record = hydrated.record
     if not hydrated.tokens:
         message = f"Response '{response_id}' has no token trajectory (not a tokens route)."
         raise NotFound("response_tokens_not_found", message, None)
-    trajectory = Trajectory.from_segments(hydrated.tokens)
-    sampled = trajectory.mask()
-    scores = iter(trajectory.logprobs)
-    logprobs = [next(scores, None) if was_sampled else None for was_sampled in sampled]
-    return json_response(
-        {
-            "object": "response.tokens",
-            "id": response_id,
-            "model": record.response.model,
-            "prompt_tokens": trajectory.prompt,
-            "token_ids": trajectory.all_ids(),
-            "sampled": sampled,
-            "logprobs": logprobs,
-            # Turn boundaries: each sampled run and why it ended (TOK-43).
-            "samples": [
-                {"start": start, "end": end, "finish_reason": finish}
-                for start, end, finish in trajectory.samples()
-            ],
-        }
-    )
+    return json_response(tokens_body(response_id, hydrated))
 
 
 async def list_input_items(request: web.Request) -> web.Response:

@@ -172,10 +172,9 @@ ContinuedListener = Callable[[str], None]  # a response continued from the store
 T = TypeVar("T")
 
 
-class ResponseStore(abc.ABC):
-    """What the engine (and the hydration cache) use. Every method may raise
-    ``StoreUnavailable``; ``get``/``hydrate`` may raise ``RecordCorrupt``; ``put`` may raise
-    ``RecordTooLarge``. ``put`` returns only once the record is durable (STORE-6)."""
+class _StoreCore(abc.ABC):
+    """What every part of ``ResponseStore`` stands on: its state, the backend primitives each
+    backend implements, and the availability guard."""
 
     kind: ClassVar[str]
     reads_prefixes: ClassVar[bool] = False  # ``_read_head`` may return only a blob's start
@@ -193,6 +192,141 @@ class ResponseStore(abc.ABC):
         self._continued_listeners: list[ContinuedListener] = []
         # Rate-limit counters (RATE-7): this process's; a shared store replaces them with its own.
         self.limits: Counters = LocalCounters()
+
+    # ------------------------------------------------------------------ backend primitives
+    @abc.abstractmethod
+    async def _write(
+        self, key: str, blob: bytes, links: Sequence[str], refresh: bool, expires_at: float | None
+    ) -> None:
+        """Store ``blob`` durably under ``key`` until ``expires_at``; with ``refresh``, extend
+        the expiry of ``links`` (the records its context needs) to at least that (STORE-7)."""
+
+    @abc.abstractmethod
+    async def _read(self, keys: Sequence[str]) -> list[bytes | None]:
+        """The blobs of ``keys`` in order, None for missing or expired ones, in one round trip."""
+
+    async def _read_one(self, key: str) -> bytes | None:
+        """One blob; backends with a cheaper single read override it."""
+        (blob,) = await self._read([key])
+        return blob
+
+    async def _read_chain(self, key: str) -> tuple[bytes, dict[str, bytes | None] | None] | None:
+        """A record's blob and, where one query can fetch them with it, the blobs of the
+        records it links by id (a missing id: gone); None for the links means "read them
+        next" (one batched ``_read``). None when the record itself is missing."""
+        blob = await self._read_one(key)
+        return None if blob is None else (blob, None)
+
+    async def _read_head(self, key: str) -> bytes | None:
+        """At least the first ``MAX_HEAD`` bytes of a blob (its head line, STORE-20); backends
+        that can read a prefix override it and set ``reads_prefixes``."""
+        return await self._read_one(key)
+
+    async def _load_salt(self, fresh: bytes) -> bytes:
+        """The store's owner salt: the one already kept, else ``fresh``, now kept (OWN-6). A
+        backend that keeps nothing across instances (memory) keeps it per instance."""
+        return fresh
+
+    @abc.abstractmethod
+    async def _scan(self, cursor: str, limit: int) -> tuple[list[tuple[str, bytes]], str | None]:
+        """Up to ``limit`` live keys from ``cursor`` ("" = the start) with their first
+        ``MAX_HEAD`` bytes, and the next cursor (None: done). SQL and memory backends go in
+        id order; Redis by its ``SCAN`` cursor, which may repeat a key (EXPORT-2)."""
+
+    @abc.abstractmethod
+    async def _replace(self, key: str, blob: bytes) -> None:
+        """Overwrite an existing ``key`` keeping its expiry (nothing if it has gone)."""
+
+    @abc.abstractmethod
+    async def _remove(self, key: str) -> bool: ...
+
+    @abc.abstractmethod
+    async def _ping(self) -> None: ...
+
+    async def _guard(self, op: Awaitable[T]) -> T:
+        """Track availability: a failure marks the store down, the next success up again."""
+        try:
+            result = await op
+        except StoreUnavailable:
+            if self.available:
+                log.warning("store (%s) unavailable", self.kind)
+            self.available = False
+            raise
+        if not self.available:
+            log.info("store (%s) available again", self.kind)
+        self.available = True
+        return result
+
+
+class _IdempotencyKeys(_StoreCore):
+    """The store's idempotency keys, kept beside the records (IDEM-3)."""
+
+    async def claim_key(self, key: str, entry: bytes, ttl_s: float) -> bytes | None:
+        """Claim an idempotency key for ``ttl_s`` (IDEM-3): None if this caller now holds it
+        (``entry`` stored), else the live entry another request stored first. Atomic across
+        every process sharing the store. Entries live beside the records, under keys
+        prefixed ``IDEM_PREFIX``, behind a tombstone's head line (STORE-20): a response route
+        given such a key finds nothing, reads nothing and deletes nothing."""
+        held = await self._guard(
+            self._claim(IDEM_PREFIX + key, _IDEM_HEAD + entry, time.time() + ttl_s)
+        )
+        return None if held is None else held[len(_IDEM_HEAD) :]
+
+    async def settle_key(self, key: str, entry: bytes, ttl_s: float) -> None:
+        """Replace a claimed key's entry (its outcome), for ``ttl_s`` from now (IDEM-3)."""
+        blob, expires_at = _IDEM_HEAD + entry, time.time() + ttl_s
+        await self._guard(self._write(IDEM_PREFIX + key, blob, (), False, expires_at))
+
+    async def release_key(self, key: str) -> None:
+        """Forget a claimed key: its request did no work, so the next one with it runs."""
+        await self._guard(self._remove(IDEM_PREFIX + key))
+
+    async def _claim(self, key: str, blob: bytes, expires_at: float) -> bytes | None:
+        """Store ``blob`` unless a live value is there; return that value. This default is
+        atomic only where ``_read`` and ``_write`` never suspend (memory); shared backends
+        override it with one atomic operation."""
+        held = await self._read_one(key)
+        if held is not None:
+            return held
+        await self._write(key, blob, (), False, expires_at)
+        return None
+
+
+class _ParkedElsewhere(_StoreCore):
+    """Which node parks a rollout, and the proof that a node shares this store (PARK-20..22)."""
+
+    async def register_parked(self, response_id: str, address: str, ttl_s: float) -> None:
+        """Note for ``ttl_s`` that the rollout suspended behind ``response_id`` is parked by the
+        node answering at ``address`` (PARK-20). A single-process store has nobody to tell."""
+        await self._guard(self._set_parked(response_id, address, ttl_s))
+
+    async def parked_at(self, response_id: str) -> str | None:
+        """The address of the node parking ``response_id``'s rollout, if one registered it."""
+        return await self._guard(self._get_parked(response_id))
+
+    async def unregister_parked(self, response_id: str) -> None:
+        await self._guard(self._set_parked(response_id, None, 0))
+
+    async def node_token(self, message: str) -> str:
+        """A proof that the sender shares this store (PARK-22): HMAC-sha256 of ``message``
+        under a key derived from the store's owner salt, which no client ever sees (OWN-6)."""
+        if self._salt is None:
+            self._salt = await self._guard(self._load_salt(secrets.token_bytes(SALT_BYTES)))
+        key = hmac.new(self._salt, b"rollout node-to-node", hashlib.sha256).digest()
+        return hmac.new(key, message.encode(), hashlib.sha256).hexdigest()
+
+    async def _set_parked(self, response_id: str, address: str | None, ttl_s: float) -> None:
+        """Keep (``address``) or drop (None) a parked rollout's address; nothing by default."""
+        return None
+
+    async def _get_parked(self, response_id: str) -> str | None:
+        return None
+
+
+class ResponseStore(_IdempotencyKeys, _ParkedElsewhere):
+    """What the engine (and the hydration cache) use. Every method may raise
+    ``StoreUnavailable``; ``get``/``hydrate`` may raise ``RecordCorrupt``; ``put`` may raise
+    ``RecordTooLarge``. ``put`` returns only once the record is durable (STORE-6)."""
 
     # ------------------------------------------------------------------ lifecycle
     async def open(self) -> None:
@@ -290,6 +424,24 @@ class ResponseStore(abc.ABC):
             tokens = None
         return Hydrated(record, items, record.point, tokens)
 
+    async def owned_ids(
+        self, owner: OwnerFilter, cursor: str, limit: int
+    ) -> tuple[list[str], str | None]:
+        """One page of the live records ``owner`` may read (EXPORT-2), judged by head lines
+        alone (nothing is decoded), and the cursor of the next page (None: no more). ``cursor``
+        "" starts; a page may hold fewer than ``limit`` ids (others' records are skipped).
+        Callers read each id back owner-checked (``hydrate``), as every id route does."""
+        heads, after = await self._guard(self._scan(cursor, limit))
+        ids = []
+        for key, blob in heads:
+            if blob[:1] == b"{":  # a record from before head lines: its owner is in the body
+                ids.append(key)  # so the caller's owner-checked read decides (hydrate)
+                continue
+            head = peek(blob)
+            if readable_by(head, owner) and not (head is not None and head.deleted):
+                ids.append(key)
+        return ids, after
+
     async def delete(self, response_id: str, owner: OwnerFilter = ANY_OWNER) -> bool:
         """The response is gone for every reader; its context items stay, as a tombstone, only
         while later records link it (until its expiry, STORE-7), so the responses continued
@@ -323,37 +475,6 @@ class ResponseStore(abc.ABC):
         )
         await self._guard(self._replace(response_id, _encode(tombstone)))
         return True
-
-    # ------------------------------------------------------------------ idempotency keys
-    async def claim_key(self, key: str, entry: bytes, ttl_s: float) -> bytes | None:
-        """Claim an idempotency key for ``ttl_s`` (IDEM-3): None if this caller now holds it
-        (``entry`` stored), else the live entry another request stored first. Atomic across
-        every process sharing the store. Entries live beside the records, under keys
-        prefixed ``IDEM_PREFIX``, behind a tombstone's head line (STORE-20): a response route
-        given such a key finds nothing, reads nothing and deletes nothing."""
-        held = await self._guard(
-            self._claim(IDEM_PREFIX + key, _IDEM_HEAD + entry, time.time() + ttl_s)
-        )
-        return None if held is None else held[len(_IDEM_HEAD) :]
-
-    async def settle_key(self, key: str, entry: bytes, ttl_s: float) -> None:
-        """Replace a claimed key's entry (its outcome), for ``ttl_s`` from now (IDEM-3)."""
-        blob, expires_at = _IDEM_HEAD + entry, time.time() + ttl_s
-        await self._guard(self._write(IDEM_PREFIX + key, blob, (), False, expires_at))
-
-    async def release_key(self, key: str) -> None:
-        """Forget a claimed key: its request did no work, so the next one with it runs."""
-        await self._guard(self._remove(IDEM_PREFIX + key))
-
-    async def _claim(self, key: str, blob: bytes, expires_at: float) -> bytes | None:
-        """Store ``blob`` unless a live value is there; return that value. This default is
-        atomic only where ``_read`` and ``_write`` never suspend (memory); shared backends
-        override it with one atomic operation."""
-        held = await self._read_one(key)
-        if held is not None:
-            return held
-        await self._write(key, blob, (), False, expires_at)
-        return None
 
     async def health(self) -> bool:
         """Reachable now? Updates ``available``."""
@@ -408,92 +529,6 @@ class ResponseStore(abc.ABC):
     async def _publish_continued(self, response_id: str) -> None:
         """Reach the other processes sharing this store; nothing to reach by default."""
         return None
-
-    # ------------------------------------------------------------------ parked elsewhere
-    async def register_parked(self, response_id: str, address: str, ttl_s: float) -> None:
-        """Note for ``ttl_s`` that the rollout suspended behind ``response_id`` is parked by the
-        node answering at ``address`` (PARK-20). A single-process store has nobody to tell."""
-        await self._guard(self._set_parked(response_id, address, ttl_s))
-
-    async def parked_at(self, response_id: str) -> str | None:
-        """The address of the node parking ``response_id``'s rollout, if one registered it."""
-        return await self._guard(self._get_parked(response_id))
-
-    async def unregister_parked(self, response_id: str) -> None:
-        await self._guard(self._set_parked(response_id, None, 0))
-
-    async def node_token(self, message: str) -> str:
-        """A proof that the sender shares this store (PARK-22): HMAC-sha256 of ``message``
-        under a key derived from the store's owner salt, which no client ever sees (OWN-6)."""
-        if self._salt is None:
-            self._salt = await self._guard(self._load_salt(secrets.token_bytes(SALT_BYTES)))
-        key = hmac.new(self._salt, b"rollout node-to-node", hashlib.sha256).digest()
-        return hmac.new(key, message.encode(), hashlib.sha256).hexdigest()
-
-    async def _set_parked(self, response_id: str, address: str | None, ttl_s: float) -> None:
-        """Keep (``address``) or drop (None) a parked rollout's address; nothing by default."""
-        return None
-
-    async def _get_parked(self, response_id: str) -> str | None:
-        return None
-
-    # ------------------------------------------------------------------ backend primitives
-    @abc.abstractmethod
-    async def _write(
-        self, key: str, blob: bytes, links: Sequence[str], refresh: bool, expires_at: float | None
-    ) -> None:
-        """Store ``blob`` durably under ``key`` until ``expires_at``; with ``refresh``, extend
-        the expiry of ``links`` (the records its context needs) to at least that (STORE-7)."""
-
-    @abc.abstractmethod
-    async def _read(self, keys: Sequence[str]) -> list[bytes | None]:
-        """The blobs of ``keys`` in order, None for missing or expired ones, in one round trip."""
-
-    async def _read_one(self, key: str) -> bytes | None:
-        """One blob; backends with a cheaper single read override it."""
-        (blob,) = await self._read([key])
-        return blob
-
-    async def _read_chain(self, key: str) -> tuple[bytes, dict[str, bytes | None] | None] | None:
-        """A record's blob and, where one query can fetch them with it, the blobs of the
-        records it links by id (a missing id: gone); None for the links means "read them
-        next" (one batched ``_read``). None when the record itself is missing."""
-        blob = await self._read_one(key)
-        return None if blob is None else (blob, None)
-
-    async def _read_head(self, key: str) -> bytes | None:
-        """At least the first ``MAX_HEAD`` bytes of a blob (its head line, STORE-20); backends
-        that can read a prefix override it and set ``reads_prefixes``."""
-        return await self._read_one(key)
-
-    async def _load_salt(self, fresh: bytes) -> bytes:
-        """The store's owner salt: the one already kept, else ``fresh``, now kept (OWN-6). A
-        backend that keeps nothing across instances (memory) keeps it per instance."""
-        return fresh
-
-    @abc.abstractmethod
-    async def _replace(self, key: str, blob: bytes) -> None:
-        """Overwrite an existing ``key`` keeping its expiry (nothing if it has gone)."""
-
-    @abc.abstractmethod
-    async def _remove(self, key: str) -> bool: ...
-
-    @abc.abstractmethod
-    async def _ping(self) -> None: ...
-
-    async def _guard(self, op: Awaitable[T]) -> T:
-        """Track availability: a failure marks the store down, the next success up again."""
-        try:
-            result = await op
-        except StoreUnavailable:
-            if self.available:
-                log.warning("store (%s) unavailable", self.kind)
-            self.available = False
-            raise
-        if not self.available:
-            log.info("store (%s) available again", self.kind)
-        self.available = True
-        return result
 
 
 def _encode(record: ResponseRecord) -> bytes:

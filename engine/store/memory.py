@@ -14,6 +14,7 @@ from engine.store.base import (
     DEFAULT_TTL_S,
     ResponseStore,
 )
+from engine.store.framing import MAX_HEAD
 
 
 class MemoryStore(ResponseStore):
@@ -53,6 +54,17 @@ class MemoryStore(ResponseStore):
                 held = None
             out.append(None if held is None else held[0])
         return out
+
+    async def _scan(self, cursor: str, limit: int) -> tuple[list[tuple[str, bytes]], str | None]:
+        # Sorting per page is O(n log n); this backend is for tests and throwaway runs.
+        now = time.time()
+        live = sorted(
+            (key, held[0][:MAX_HEAD])
+            for key, held in self._data.items()
+            if key > cursor and (held[1] is None or held[1] > now)
+        )
+        page = live[:limit]
+        return page, (page[-1][0] if len(live) > limit else None)
 
     async def _replace(self, key: str, blob: bytes) -> None:
         held = self._data.get(key)

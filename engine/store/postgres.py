@@ -32,6 +32,7 @@ from engine.store.base import (
     ResponseStore,
     StoreUnavailable,
 )
+from engine.store.framing import MAX_HEAD
 
 log = logging.getLogger("rollout.store.postgres")
 
@@ -90,6 +91,10 @@ _UPSERT_AND_EXTEND = (
     " WHERE id = ANY(%(refresh)s) AND expires_at IS NOT NULL"
 )
 _READ_MANY = f"SELECT id, record FROM {TABLE} WHERE id = ANY(%(ids)s) AND {_LIVE}"
+_SCAN = (
+    f"SELECT id, substring(record from 1 for {MAX_HEAD}) FROM {TABLE}"
+    f" WHERE id > %(after)s AND {_LIVE} ORDER BY id LIMIT %(limit)s"
+)
 _READ_ONE = f"SELECT record FROM {TABLE} WHERE id = %(id)s AND {_LIVE}"
 # Insert this node's salt unless one is kept, and return the kept one, in one statement: a
 # row inserted by a concurrent node is seen by the SELECT after the conflict.
@@ -279,6 +284,17 @@ class PostgresStore(ResponseStore):
             raise StoreUnavailable("the idempotency key could not be claimed or read")
 
         return await self._run(op)
+
+    async def _scan(self, cursor: str, limit: int) -> tuple[list[tuple[str, bytes]], str | None]:
+        params = {"after": cursor, "limit": limit + 1, "now": time.time()}
+
+        async def op(conn: Conn) -> list[tuple[str, bytes]]:
+            cur = await conn.execute(_SCAN, params, binary=True)
+            return [(row[0], bytes(row[1])) for row in await cur.fetchall()]
+
+        rows = await self._run(op)
+        page = rows[:limit]
+        return page, (page[-1][0] if len(rows) > limit else None)
 
     async def _replace(self, key: str, blob: bytes) -> None:
         params = {"id": key, "record": blob}

@@ -157,6 +157,23 @@ class RedisStore(ResponseStore):
         head: bytes = await self._call(op)
         return head or None  # a missing key reads as empty; no record is
 
+    async def _scan(self, cursor: str, limit: int) -> tuple[list[tuple[str, bytes]], str | None]:
+        """``SCAN`` (its cursor, opaque to callers; a key may come twice) then ``GETRANGE``s
+        of the head lines in one pipeline."""
+
+        async def op(client: aioredis.Redis) -> tuple[int, list[bytes], list[bytes]]:
+            after, keys = await client.scan(int(cursor or 0), match=KEY_PREFIX + "*", count=limit)
+            async with client.pipeline(transaction=False) as pipe:
+                for key in keys:
+                    pipe.getrange(key, 0, MAX_HEAD - 1)
+                heads = await pipe.execute()
+            return after, keys, heads
+
+        after, keys, heads = await self._call(op)
+        skip = len(KEY_PREFIX)
+        page = [(key.decode()[skip:], head) for key, head in zip(keys, heads, strict=True) if head]
+        return page, (None if after == 0 else str(after))
+
     async def _load_salt(self, fresh: bytes) -> bytes:
         async def op(client: aioredis.Redis) -> bytes:
             async with client.pipeline(transaction=True) as pipe:

@@ -31,6 +31,7 @@ from engine.store.base import (
     ResponseStore,
     StoreUnavailable,
 )
+from engine.store.framing import MAX_HEAD
 from engine.store.sqlite_checkpoint import BACKSTOP_PAGES, WAL_LIMIT_BYTES, Checkpointer
 from engine.store.sqlite_checkpoint import EVERY_S as CHECKPOINT_EVERY_S
 from engine.store.sqlite_inline import InlineConnection
@@ -219,6 +220,21 @@ class SqliteStore(ResponseStore):
 
         held: bytes | None = await self._submit(op, writes=True)
         return held
+
+    async def _scan(self, cursor: str, limit: int) -> tuple[list[tuple[str, bytes]], str | None]:
+        now = time.time()
+
+        def op(conn: sqlite3.Connection) -> list[tuple[str, bytes]]:
+            rows = conn.execute(
+                "SELECT id, substr(record, 1, ?) FROM responses WHERE id > ?"
+                " AND (expires_at IS NULL OR expires_at > ?) ORDER BY id LIMIT ?",
+                (MAX_HEAD, cursor, now, limit + 1),
+            ).fetchall()
+            return [(row[0], bytes(row[1])) for row in rows]
+
+        rows: list[tuple[str, bytes]] = await self._submit(op, writes=False)
+        page = rows[:limit]
+        return page, (page[-1][0] if len(rows) > limit else None)
 
     async def _replace(self, key: str, blob: bytes) -> None:
         def op(conn: sqlite3.Connection) -> None:

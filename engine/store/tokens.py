@@ -28,6 +28,9 @@ class TokenSegment(msgspec.Struct, kw_only=True):
     tail: str = ""  # template text owed after the last sampled ids (its turn close)
     header: str = ""  # digest of the instructions and tools it was rendered with
     prompt: int = 0  # the length of the last prompt sent (the rest was sampled)
+    # The route's ``weights`` tag when this segment was sampled (EXPORT-4): which checkpoint
+    # produced it, for a trainer reading the export; "" when the route names none.
+    weights: str = ""
 
 
 def joined(segments: list[TokenSegment | None]) -> list[TokenSegment] | None:

@@ -74,7 +74,14 @@ ROUTES: dict[tuple[str, str], list[Call] | None] = {
     ("GET", ID + "/tokens"): [by_path("GET", ID + "/tokens")],  # TOK-8
     ("HEAD", ID + "/tokens"): [by_path("HEAD", ID + "/tokens")],
     ("HEAD", ID + "/input_items"): [by_path("HEAD", ID + "/input_items")],
+    # Names no id: scoped per key (EXPORT-1), tests/upstream/test_tokens_export.py.
+    ("GET", "/v1/responses/tokens/export"): None,
+    ("HEAD", "/v1/responses/tokens/export"): None,
     ("HEAD", "/v1/responses"): None,
+    # Node to node only (refused by the balancers, CLUSTER-12): a node token bound to the id and
+    # the asking owner, and the parking node hands over only to that owner (PARK-22);
+    # tests/cluster/test_parked_across_nodes.py.
+    ("POST", "/cluster/v1/handover"): None,
     ("GET", "/v1/models"): None,
     ("HEAD", "/v1/models"): None,
     ("GET", "/healthz"): None,

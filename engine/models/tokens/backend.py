@@ -68,6 +68,7 @@ class TokensOptions:
     sglang_stream: str = "auto"  # auto | cumulative | incremental (TOK-32)
     llamacpp_stream: bool = False  # llama.cpp answers whole unless told to stream (TOK-44)
     params: dict[str, Any] = field(default_factory=dict)
+    weights: str = ""  # the route's checkpoint tag, stored with each segment (EXPORT-4)
 
 
 class TokensBackend:
@@ -87,6 +88,7 @@ class TokensBackend:
         self.tokenizer = tokenizer
         self.options = options
         self.supports = supports
+        self.weights = options.weights  # stored with each trajectory segment (EXPORT-4)
         self.renderer: TurnRenderer | HarmonyRenderer
         if tokenizer is None:  # ``template = "harmony"``: harmony's own encoding (HARMONY-1)
             self.renderer = HarmonyRenderer(harmony_encoding(), options.rerender)

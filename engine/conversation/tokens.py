@@ -94,6 +94,11 @@ class TokenBuffer:
         self._data[self._len : need] = ids
         self._len = need
 
+    @property
+    def capacity_bytes(self) -> int:
+        """What the buffer occupies, spare capacity included (MEM-10)."""
+        return int(self._data.nbytes) + 112  # the array object's header
+
     def view(self) -> TokenArray:
         """The ids held, without a copy (read-only use)."""
         return self._data[: self._len]

@@ -32,6 +32,12 @@ class ServerConfig:
         help="open WebSockets; over -> 503 before the upgrade (LIM-10)",
         group="limits",
     )
+    max_connections_per_key: int = setting(
+        512,
+        "--max-connections-per-key",
+        help="open WebSockets of one API key; over -> 429 before the upgrade (LIM-30; 0: off)",
+        group="limits",
+    )
     websocket_enabled: bool = setting(
         True,
         "--no-websocket",

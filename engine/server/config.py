@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import logging
 import os
 from dataclasses import dataclass, field
@@ -12,7 +13,6 @@ from engine.server.turn_state import check_node_id
 from engine.settings import setting
 
 log = logging.getLogger("rollout.server")
-LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
 @dataclass(frozen=True)
@@ -115,8 +115,29 @@ def load_api_keys(path: Path | None, env_var: str | None) -> frozenset[str]:
     return frozenset(keys)
 
 
-def warn_if_open(config: ServerConfig, host: str) -> None:
-    if not config.keyed and host not in LOOPBACK:
-        log.warning(
-            "no API key configured and listening on %s: anyone who can reach it can use it", host
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False
+
+
+def refuse_if_open(config: ServerConfig, host: str, allow_anonymous: bool) -> str | None:
+    """AUTH-10: a node reachable from elsewhere does not start without keys, unless told to
+    with ``--allow-anonymous``; the reason it refuses, or None."""
+    if config.keyed or is_loopback(host):
+        return None
+    if not allow_anonymous:
+        return (
+            f"refusing to listen on {host} without API keys: anyone who can reach it could use "
+            "it and read every stored response. Set ROLLOUT_API_KEYS (or --api-keys-file), "
+            "or pass --allow-anonymous."
         )
+    log.warning(
+        "no API key configured and listening on %s (--allow-anonymous): anyone who can reach it "
+        "can use it",
+        host,
+    )
+    return None

@@ -109,8 +109,9 @@ async def test_no_key_reaches_the_log(keyed_node: tuple[int, asyncio.subprocess.
             assert r.status == 401
         async with http.post(f"{base}/inspect/login", data={"key": PROBE}) as r:
             assert r.status == 401
-        async with http.post(f"{base}/inspect/login", data={"key": KEY}) as r:
-            assert r.status == 200  # redirected to the page, signed in
+        login = f"{base}/inspect/login"
+        async with http.post(login, data={"key": KEY}, allow_redirects=False) as r:
+            assert r.status == 303  # signed in: sent to the page with the cookie
     log = await _stop(proc)
     assert '"GET /v1/models HTTP/1.1" 401' in log  # the access log is on and has the requests
     assert '"POST /inspect/login HTTP/1.1" 303' in log

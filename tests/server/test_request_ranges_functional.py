@@ -87,14 +87,16 @@ BIG_INPUTS = [
 async def test_big_inputs_tokenize_over_http_and_ws(
     server: LiveServer, params: dict[str, Any]
 ) -> None:
-    """What answered 500 ``server_error`` before (issue 24): now a completed response whose
-    input tokens are the count of the whole text."""
+    """What answered 500 ``server_error`` before (issue 24): now a response whose input tokens
+    are the count of the whole text. The answer is capped: the simulator's answer grows with
+    its input, and the input is what is tested here."""
+    capped = {"max_output_tokens": 16, **params}
     async with sdk_client(server) as client:
         counted = await client.responses.input_tokens.count(model="sim", **params)
-        response = await client.responses.create(model="sim", store=False, **params)
-        assert response.status == "completed"
+        response = await client.responses.create(model="sim", store=False, **capped)
+        assert response.status in ("completed", "incomplete")
         assert response.usage is not None
         assert response.usage.input_tokens == counted.input_tokens > 100_000
-        events = await _ws_events(client, **params)
-    assert events[-1].type == "response.completed"
+        events = await _ws_events(client, **capped)
+    assert events[-1].type in ("response.completed", "response.incomplete")
     assert events[-1].response.usage.input_tokens == counted.input_tokens

@@ -26,7 +26,7 @@ LIST_SLOT = 8
 SET_ENTRY = 24
 
 # The fixed part of a Context (the object, its empty dicts/sets/lists, the header array's
-# object), measured with tracemalloc on an empty context and rounded up.
+# object): getsizeof of each, summed and rounded up.
 CONTEXT_OVERHEAD = 2048
 
 # Objects the interpreter shares: never charged to an item.

@@ -44,7 +44,7 @@ class Parkable(Protocol):
 log = logging.getLogger("rollout.parking")
 
 # What a parked rollout holds besides its context (MEM-11): the suspended coroutine's frames,
-# its task, turn, response stream and lane, measured with tracemalloc and rounded up.
+# its task, turn, response stream and lane: an estimate, not yet checked against RSS.
 PARKED_OVERHEAD = 32 * 1024
 
 # Ids continued elsewhere that this lot remembers (PARK-9): enough to cover the sockets that

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from engine.conversation.pipeline import StageStats
@@ -16,6 +16,7 @@ from engine.observe.metrics import Metrics
 from engine.observe.postinference import PostInference
 from engine.observe.tracing import Tracing
 from engine.settings import duration, setting
+from engine.shared.budget import MemoryBudget
 from engine.shared.handover import Handover
 from engine.shared.hydration import HydrationCache
 from engine.shared.parking import ParkingBounds, ParkingLot
@@ -120,12 +121,22 @@ class EngineConfig:
         group=ENGINE,
         metavar="URL",
     )
-    hydration_cache_bytes: int = setting(
-        256 * 1024 * 1024,
-        "--hydration-cache-bytes",
-        help="per-process cache of recent stored contexts (HYD-2, LIM-21; 0: off)",
+    memory_budget: int = setting(
+        1024 * 1024 * 1024,
+        "--memory-budget",
+        help="what the hydration cache, parked rollouts and background event logs hold together, "
+        "measured as real bytes (MEM-12)",
         group=LIMITS,
         unit="bytes",
+    )
+    # None: its share of the memory budget (MEM-12)
+    hydration_cache_bytes: int | None = setting(
+        None,
+        "--hydration-cache-bytes",
+        help="per-process cache of recent stored contexts (HYD-2, LIM-21; 0: off; "
+        "default: half of --memory-budget)",
+        group=LIMITS,
+        parse=int,
     )
     park_seconds: float = setting(
         60.0,
@@ -134,8 +145,13 @@ class EngineConfig:
         group=LIMITS,
         unit="s",
     )
-    # count and bytes, per owner and per process (PARK-7)
-    park_bounds: ParkingBounds = field(default_factory=ParkingBounds)
+    # count and bytes, per owner and per process (PARK-7); None: the budget's share (MEM-12)
+    park_bounds: ParkingBounds | None = None
+
+    @property
+    def budget(self) -> MemoryBudget:
+        """The memory budget's split (MEM-12); an explicit bound wins over its share."""
+        return MemoryBudget.split(self.memory_budget, self.hydration_cache_bytes, self.park_bounds)
 
 
 class Engine:
@@ -161,11 +177,12 @@ class Engine:
             if count_into is not None:
                 count_into(self.counters)
         self.metrics = Metrics(self.counters)
-        self.hydrated = HydrationCache(self.config.hydration_cache_bytes, self.counters)
+        budget = self.config.budget
+        self.hydrated = HydrationCache(budget.hydration, self.counters)
         # PARK-20..PARK-22: where parked rollouts are, for a node that is asked to continue one
         self.handover = Handover(self.store, self.counters, self.config.park_seconds)
         self.parking = ParkingLot(
-            self.config.park_seconds, self.counters, self.config.park_bounds, self.handover
+            self.config.park_seconds, self.counters, budget.parking, self.handover
         )
         self._event_sync: asyncio.Task[None] | None = None
         self.store.on_delete(self._forget)

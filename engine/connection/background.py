@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import time
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
 import msgspec
 
 from engine.connection.session import Session
+from engine.conversation.footprint import LIST_SLOT
 from engine.core import Engine
 from engine.shared.ratelimit import Quota
 from engine.store import ResponseRecord, StoreError, chain_record, listing_form
@@ -50,14 +52,51 @@ class EventsExpired(Exception):
     """The reader asked for events that have left the bounded log (BG-5)."""
 
 
+def frame_bytes(data: bytes) -> int:
+    """What one kept frame occupies (MEM-10): the bytes object and its deque slot."""
+    return sys.getsizeof(data) + LIST_SLOT
+
+
+class LogBudget:
+    """The bytes every background event log of this process holds, live and finished, in total
+    and per owner (MEM-14). A log over either bound first gives up finished logs (``shed``,
+    set by ``BackgroundRuns``), then its own oldest frames."""
+
+    def __init__(self, total: int, per_owner: int) -> None:
+        self.total = total
+        self.per_owner = per_owner
+        self.nbytes = 0
+        self._owners: dict[str | None, int] = {}
+        self.shed: Callable[[str | None], bool] = lambda _owner: False
+
+    def charge(self, owner: str | None, nbytes: int) -> None:
+        self.nbytes += nbytes
+        held = self._owners.get(owner, 0) + nbytes
+        if held:
+            self._owners[owner] = held
+        else:
+            self._owners.pop(owner, None)
+
+    def over(self, owner: str | None) -> bool:
+        return self.nbytes > self.total or self._owners.get(owner, 0) > self.per_owner
+
+    def owned(self, owner: str | None) -> int:
+        return self._owners.get(owner, 0)
+
+
 class EventLog:
-    """A run's events as SSE frames, numbered by ``sequence_number``, bounded in bytes.
+    """A run's events as SSE frames, numbered by ``sequence_number``, bounded in bytes: its own
+    bound (LIM-17) and the process's log budget, per owner (MEM-14).
 
     It is the run's sink: the rollout appends and never waits. Readers are woken by resolving
     the futures they parked on; nothing is allocated per event when nobody follows."""
 
-    def __init__(self, max_bytes: int) -> None:
+    def __init__(
+        self, max_bytes: int, budget: LogBudget | None = None, owner: str | None = None
+    ) -> None:
         self.max_bytes = max_bytes
+        self.budget = budget if budget is not None else LogBudget(max_bytes, max_bytes)
+        self.owner = owner
         self.frames: deque[bytes] = deque()
         self.first_seq = 0  # sequence_number of frames[0]
         self.size = 0
@@ -84,10 +123,27 @@ class EventLog:
 
     def _append(self, data: bytes) -> None:
         self.frames.append(data)
-        self.size += len(data)
-        while self.size > self.max_bytes and len(self.frames) > 1:
-            self.size -= len(self.frames.popleft())
+        self._charge(frame_bytes(data))
+        budget = self.budget
+        while len(self.frames) > 1:
+            if self.size <= self.max_bytes and not budget.over(self.owner):
+                return
+            if self.size <= self.max_bytes and budget.shed(self.owner):
+                continue  # a finished log went first (MEM-14)
+            self._charge(-frame_bytes(self.frames.popleft()))
             self.first_seq += 1
+
+    def _charge(self, nbytes: int) -> None:
+        self.size += nbytes
+        self.budget.charge(self.owner, nbytes)
+
+    def release(self) -> None:
+        """The log is forgotten: its frames leave the budget (readers still following keep
+        the frames they hold)."""
+        self.budget.charge(self.owner, -self.size)
+        self.size = 0
+        self.first_seq += len(self.frames)  # a late reader is told they expired (BG-5)
+        self.frames.clear()
 
     def close(self) -> None:
         self.closed = True
@@ -145,7 +201,7 @@ class BackgroundRun:
         self,
         engine: Engine,
         params: CreateParams,
-        log_bytes: int,
+        log: EventLog,
         owner: str | None = None,
         quota: Quota | None = None,
         traceparent: str | None = None,
@@ -153,7 +209,7 @@ class BackgroundRun:
         self.engine = engine
         self.params = params
         self.owner = owner  # the API-key identity that created it (OWN-1)
-        self.log = EventLog(log_bytes)
+        self.log = log
         self.session = Session(engine, self.log, transport="http", owner=owner, quota=quota)
         self.session.traceparent = traceparent  # the creating request's (OTEL-2)
         self.session.on_admitted = self._admitted
@@ -256,6 +312,9 @@ class BackgroundRuns:
         self.live: dict[str, BackgroundRun] = {}
         self._starting: set[BackgroundRun] = set()
         self.finished: OrderedDict[str, EventLog] = OrderedDict()
+        budget = engine.config.budget
+        self.budget = LogBudget(budget.background, budget.background_per_owner)
+        self.budget.shed = self._shed_finished
 
     async def start(
         self,
@@ -272,8 +331,8 @@ class BackgroundRuns:
                 f"At most {config.max_background_runs} background responses run at once.",
                 None,
             )
-        limits = config.background_log_bytes
-        run = BackgroundRun(self.engine, params, limits, owner, quota, traceparent)
+        log = EventLog(config.background_log_bytes, self.budget, owner)
+        run = BackgroundRun(self.engine, params, log, owner, quota, traceparent)
         self._starting.add(run)
         run.task = asyncio.create_task(run.main(), name="background")
         run.task.add_done_callback(lambda _: self._reap(run))
@@ -297,10 +356,24 @@ class BackgroundRuns:
 
     def _keep_log(self, run: BackgroundRun) -> None:
         if run.turn is None:
+            run.log.release()
             return
         self.finished[run.response.id] = run.log
         while len(self.finished) > KEEP_FINISHED_LOGS:
-            self.finished.popitem(last=False)
+            self.finished.popitem(last=False)[1].release()
+        while self.budget.over(run.owner) and self._shed_finished(run.owner):
+            pass
+
+    def _shed_finished(self, owner: str | None) -> bool:
+        """Forget the oldest finished log that frees what is over the budget (MEM-14): the
+        owner's own when the owner is over its part, else any. False when none is left."""
+        mine = self.budget.owned(owner) > self.budget.per_owner
+        for response_id, log in self.finished.items():
+            if not mine or log.owner == owner:
+                del self.finished[response_id]
+                log.release()
+                return True
+        return False
 
     def event_log(self, response_id: str) -> EventLog | None:
         run = self.live.get(response_id)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from engine.conversation.footprint import CONTEXT_OVERHEAD
 from engine.conversation.safety import Finding
 from engine.conversation.tokens import TokenArray, TokenBuffer
 from engine.conversation.trajectory import Trajectory
@@ -32,8 +33,8 @@ class Context:
     header_key: tuple[str | None, Toolset] | None = None
     header: TokenArray = field(default_factory=lambda: np.empty(0, dtype=np.int32))
     stored: ChainPoint | None = None  # items[:stored.length] are a stored chain (STORE-5)
-    # What the context holds in bytes (LIM-21): its items' encoded size plus 4 bytes a token.
-    # Kept as items are committed, so caches bound contexts in bytes without re-measuring.
+    # What the context's items and ledger entries occupy (LIM-21, MEM-10), measured once as
+    # each item is committed, so caches bound contexts in bytes without re-measuring.
     nbytes: int = 0
     # The ``tokens`` backend's ids in the model's own tokenizer (TOK-7); None for other backends.
     model_tokens: Trajectory | None = None
@@ -44,8 +45,12 @@ class Context:
 
     @property
     def retained_bytes(self) -> int:
-        """What caching this context costs in memory (HYD-2, PARK-7): items, tokens, header."""
-        return self.nbytes + self.header.nbytes
+        """What caching this context costs in memory (HYD-2, PARK-7, MEM-10): its items and
+        ledgers, the token buffers at their capacity (spare room is memory too), the header."""
+        size = CONTEXT_OVERHEAD + self.nbytes + self.tokens.capacity_bytes + self.header.nbytes
+        if self.model_tokens is not None:
+            size += self.model_tokens.retained_bytes
+        return size
 
     def fork(self) -> Context:
         """An independent copy (token array copied once; items shared, they are immutable)."""

@@ -21,6 +21,7 @@ import msgspec
 import numpy as np
 
 from engine.conversation.context import Context
+from engine.conversation.footprint import DICT_ENTRY, LIST_SLOT, SET_ENTRY, deep_size
 from engine.conversation.render import estimate_header, estimate_item, render_header, render_item
 from engine.conversation.safety import Finding, keep_findings, redact, scan_text
 from engine.conversation.tokens import TokenArray
@@ -30,7 +31,6 @@ from engine.conversation.validation import (
     validate_tool_choice,
     validate_tools,
 )
-from protocol.codec import encode  # an item's size, as the wire and the store hold it (LIM-21)
 from protocol.items import (
     ContentPart,
     CustomToolCall,
@@ -271,20 +271,24 @@ class Pipeline:
         size = 0
         for item, ids in zip(items, rendered, strict=True):
             ctx.items.append(item)
-            size += len(encode(item))
+            # what the item really occupies, its ledger entries included (MEM-10)
+            size += deep_size(item) + LIST_SLOT
             ctx.tokens.extend(ids)
             total += len(ids)
             item_id = getattr(item, "id", None)
             if item_id:
                 ctx.by_id[item_id] = item
+                size += DICT_ENTRY
             if isinstance(item, ToolCall):
                 ctx.calls[item.call_id] = item
+                size += 2 * DICT_ENTRY
                 if item.call_id not in ctx.answered:
                     ctx.unanswered[item.call_id] = item
             elif isinstance(item, ToolOutput):
                 ctx.answered.add(item.call_id)
+                size += SET_ENTRY
                 ctx.unanswered.pop(item.call_id, None)
-        ctx.nbytes += size + 4 * total
+        ctx.nbytes += size
         keep_findings(ctx.findings, findings)
         self.log.note(findings)
         self.stats.tokens_rendered += total

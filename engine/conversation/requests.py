@@ -6,6 +6,7 @@ every request that carries an input: a create on either transport, ``/compact`` 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from engine.conversation.pipeline import ItemTexts
@@ -43,6 +44,7 @@ def check_supported(
             "rollout_mode",
         )
     check_metadata(params.metadata)
+    check_sampling(params)
     items = parse_input(params.input)
     if len(items) > max_items:
         raise InvalidRequest(
@@ -59,6 +61,43 @@ def check_supported(
 
 
 MAX_METADATA_KEYS, MAX_METADATA_KEY, MAX_METADATA_VALUE = 16, 64, 512
+
+
+# The ranges OpenAI's API reference documents for the sampling parameters (VAL-10, VAL-11):
+# (name, lowest, highest, integer). ``max_output_tokens`` has no documented maximum; its floor
+# here is 1, not api.openai.com's 16 (VAL-12).
+SAMPLING_RANGES: tuple[tuple[str, float, float, bool], ...] = (
+    ("temperature", 0.0, 2.0, False),
+    ("top_p", 0.0, 1.0, False),
+    ("top_logprobs", 0, 20, True),
+    ("max_output_tokens", 1, math.inf, True),
+)
+
+
+def check_sampling(params: CreateParams) -> None:
+    """VAL-10: a sampling parameter outside its documented range is a 400 naming it, with
+    api.openai.com's codes and message shape; ``1e308`` and ``-1`` never reach a model."""
+    for name, lowest, highest, integer in SAMPLING_RANGES:
+        value = getattr(params, name)
+        if value is None or lowest <= value <= highest:  # NaN fails both comparisons
+            continue
+        kind = "integer" if integer else "decimal"
+        if value > highest:
+            code, rule, bound = f"{kind}_above_max_value", "above maximum", f"<= {highest:g}"
+        else:
+            code, rule, bound = f"{kind}_below_min_value", "below minimum", f">= {lowest:g}"
+        raise InvalidRequest(
+            code,
+            f"Invalid '{name}': {kind} {rule} value. Expected a value {bound}, "
+            f"but got {_shown(value)} instead.",
+            name,
+        )
+
+
+def _shown(value: float) -> str:
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e16:
+        return str(int(value))
+    return repr(value)
 
 
 def check_metadata(metadata: dict[str, Any] | None) -> None:

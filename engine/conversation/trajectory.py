@@ -69,6 +69,14 @@ class Trajectory:
     def __len__(self) -> int:
         return len(self.ids)
 
+    @property
+    def retained_bytes(self) -> int:
+        """What the trajectory occupies (MEM-10): ids at capacity, their JSON, the spans and
+        logprobs (a list slot and a float object each)."""
+        floats = 32 * len(self.logprobs)
+        spans = 8 * len(self.sampled)  # small ints are mostly cached; a slot each
+        return self.ids.capacity_bytes + len(self.ids_json) + spans + floats + 512
+
     def given(self, ids: list[int]) -> None:
         self._extend(ids)
 

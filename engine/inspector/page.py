@@ -281,3 +281,18 @@ PAGE = (
     + _SCRIPT
     + "</script></body></html>\n"
 )
+
+
+# The inspector's login (AUTH-13): the key goes in a POST body, so it never sits in a URL, an
+# access log or the browser's history; ``{retry}`` is replaced by a note after a refusal.
+LOGIN_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>rollout inspector: sign in</title>
+<style>body{font:14px system-ui,sans-serif;margin:15vh auto;max-width:360px;color:#222}
+input{width:100%;padding:8px;margin:8px 0;box-sizing:border-box}</style></head>
+<body><h1>rollout inspector</h1>{retry}
+<form method="post" action="/inspect/login">
+<label for="key">API key</label>
+<input id="key" name="key" type="password" autocomplete="current-password" autofocus required>
+<button type="submit">Open the inspector</button>
+</form></body></html>
+"""

@@ -102,22 +102,33 @@ async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
         scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
         if scheme.lower() == "bearer":
             key: str | None = presented.strip()
-        else:  # the inspector's page and feed also take ?key= or their cookie (INSP-2)
+        else:  # the inspector's page and feed also take their cookie (INSP-2, AUTH-13)
             key = inspector.browser_key(request)
         if key is None or not config.key_allowed(key):
+            if request.path == inspector.PAGE_PATH and request.method == "GET":
+                return inspector.login_form(request)  # a browser signs in with a form
             raise Unauthorized("invalid_api_key", _key_hint(request.path), None)
+        if request.path in OPERATOR_PATHS and not config.is_admin(key):
+            raise HttpStatusError(
+                403,
+                "operator_key_required",
+                "This endpoint answers operator keys only (--admin-keys-file).",
+            )  # every tenant's figures (AUTH-11)
         request[PRESENTED] = key  # who the request is, for every route after (OWN-1)
     return await handler(request)
 
 
 def _key_hint(path: str) -> str:
     if path in inspector.INSPECT_PATHS:
-        return "Incorrect or missing API key (open /inspect?key=<key>)."
+        return "Incorrect or missing API key (sign in at /inspect)."
     return "Incorrect or missing API key (use Authorization: Bearer)."
 
 
-# The hand-over route is opened by a node token instead of an API key (PARK-22).
-_OPEN_PATHS = frozenset({"/healthz", HANDOVER_PATH})
+# The hand-over route is opened by a node token instead of an API key (PARK-22); the login
+# form checks the key it is posted itself (AUTH-13).
+_OPEN_PATHS = frozenset({"/healthz", HANDOVER_PATH, inspector.LOGIN_PATH})
+# What shows every tenant's figures: only an operator key reads it on a keyed server (AUTH-11).
+OPERATOR_PATHS = frozenset({"/metrics", "/debug/stats", "/v1/bench/timings"})
 
 
 async def responses_get(request: web.Request) -> web.StreamResponse:

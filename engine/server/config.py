@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import logging
 import os
 from collections.abc import Mapping
@@ -14,7 +15,6 @@ from engine.settings import setting
 from engine.store.limits import Limits
 
 log = logging.getLogger("rollout.server")
-LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,12 @@ class ServerConfig:
         1024,
         "--max-connections",
         help="open WebSockets; over -> 503 before the upgrade (LIM-10)",
+        group="limits",
+    )
+    max_connections_per_key: int = setting(
+        512,
+        "--max-connections-per-key",
+        help="open WebSockets of one API key; over -> 429 before the upgrade (LIM-30; 0: off)",
         group="limits",
     )
     websocket_enabled: bool = setting(
@@ -195,8 +201,29 @@ def _key_lines(path: Path) -> list[str]:
     return [line for line in lines if line]
 
 
-def warn_if_open(config: ServerConfig, host: str) -> None:
-    if not config.keyed and host not in LOOPBACK:
-        log.warning(
-            "no API key configured and listening on %s: anyone who can reach it can use it", host
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False
+
+
+def refuse_if_open(config: ServerConfig, host: str, allow_anonymous: bool) -> str | None:
+    """AUTH-10: a node reachable from elsewhere does not start without keys, unless told to
+    with ``--allow-anonymous``; the reason it refuses, or None."""
+    if config.keyed or is_loopback(host):
+        return None
+    if not allow_anonymous:
+        return (
+            f"refusing to listen on {host} without API keys: anyone who can reach it could use "
+            "it and read every stored response. Set ROLLOUT_API_KEYS (or --api-keys-file), "
+            "or pass --allow-anonymous."
         )
+    log.warning(
+        "no API key configured and listening on %s (--allow-anonymous): anyone who can reach it "
+        "can use it",
+        host,
+    )
+    return None

@@ -61,6 +61,12 @@ class ServeOptions:
         help="env var with comma-separated operator keys (AUTH-4)",
         group=NETWORK,
     )
+    allow_anonymous: bool = setting(
+        False,
+        "--allow-anonymous",
+        help="serve without API keys on a non-loopback address (AUTH-10; otherwise refused)",
+        group=NETWORK,
+    )
     backlog: int = setting(128, "--backlog", help="listen queue of pending connects", group=NETWORK)
     announce_port: bool = setting(
         False,

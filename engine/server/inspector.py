@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import msgspec
 from aiohttp import WSCloseCode, WSMsgType, web
 
-from engine.inspector.page import PAGE
+from engine.inspector.page import LOGIN_PAGE, PAGE
 from engine.inspector.read_model import ErrorLogHandler, Inspector
 from engine.server import identity
 from engine.server.keys import INSPECTOR, SERVER
@@ -27,7 +27,7 @@ from engine.store.framing import ANY_OWNER, OwnerFilter
 from protocol.errors import HttpStatusError, Unavailable
 
 log = logging.getLogger("rollout.inspect")
-PAGE_PATH, FEED_PATH = "/inspect", "/inspect/feed"
+PAGE_PATH, FEED_PATH, LOGIN_PATH = "/inspect", "/inspect/feed", "/inspect/login"
 INSPECT_PATHS = frozenset({PAGE_PATH, FEED_PATH})
 COOKIE = "rollout_inspect_key"
 TICK_S = 0.5  # 2 Hz (INSP-3)
@@ -43,10 +43,38 @@ _CSP = (
 
 def browser_key(request: web.Request) -> str | None:
     """The API key a browser presents on the inspector paths, where it cannot send a bearer
-    header on a WebSocket: ``?key=`` or the page's cookie (INSP-2)."""
+    header on a WebSocket: the page's cookie, set by the login form (INSP-2, AUTH-13). Never a
+    query string: a key in a URL ends up in logs and history."""
     if request.path not in INSPECT_PATHS:
         return None
-    return request.query.get("key") or request.cookies.get(COOKIE)
+    return request.cookies.get(COOKIE)
+
+
+def login_form(request: web.Request, status: int = 401) -> web.Response:
+    """What a browser without the inspector's cookie gets on ``/inspect`` of a keyed server: a
+    form that posts the key in the body (AUTH-13)."""
+    retry = "" if status == 401 and request.method == "GET" else "<p>That key was refused.</p>"
+    return web.Response(
+        status=status,
+        text=LOGIN_PAGE.replace("{retry}", retry),
+        content_type="text/html",
+        headers={"Cache-Control": "no-store", "Content-Security-Policy": _CSP},
+    )
+
+
+async def login(request: web.Request) -> web.StreamResponse:
+    """``POST /inspect/login`` (AUTH-13): the key arrives in the form body, never in the URL;
+    a valid one becomes the HttpOnly cookie scoped to the inspector, and the browser is sent
+    to the page."""
+    _same_origin(request)
+    config = request.app[SERVER]
+    form = await request.post()
+    key = form.get("key")
+    if not isinstance(key, str) or not config.key_allowed(key.strip()):
+        return login_form(request)
+    moved = web.HTTPSeeOther(location=PAGE_PATH)
+    moved.set_cookie(COOKIE, key.strip(), path=PAGE_PATH, httponly=True, samesite="Strict")
+    raise moved
 
 
 class Feed:
@@ -114,15 +142,7 @@ LOG_HANDLER = web.AppKey("inspect_log_handler", ErrorLogHandler)
 
 
 async def page(request: web.Request) -> web.StreamResponse:
-    """The page. ``?key=K`` (already checked by the auth middleware) moves into an HttpOnly
-    cookie scoped to the inspector, and the browser is sent to the bare URL, so the key leaves
-    the address bar and the history (INSP-2)."""
-    key = request.query.get("key")
-    if key is not None:
-        moved = web.HTTPSeeOther(location=PAGE_PATH)
-        if request.app[SERVER].keyed:
-            moved.set_cookie(COOKIE, key, path=PAGE_PATH, httponly=True, samesite="Strict")
-        raise moved
+    """The page (the auth middleware has checked the cookie on a keyed server, INSP-2)."""
     return web.Response(
         text=PAGE,
         content_type="text/html",
@@ -202,6 +222,7 @@ def _same_origin(request: web.Request) -> None:
 def install(app: web.Application) -> None:
     """Routes and lifecycle of the inspector on the app that owns ``INSPECTOR``."""
     app.router.add_get(PAGE_PATH, page)
+    app.router.add_post(LOGIN_PATH, login)
     app.router.add_get(FEED_PATH, feed)
     app[FEED] = Feed(app[INSPECTOR])
     app[LOG_HANDLER] = ErrorLogHandler(app[INSPECTOR].errors)

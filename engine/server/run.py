@@ -21,7 +21,8 @@ from aiohttp import web
 
 from engine.core import Engine, EngineConfig
 from engine.models.router import Router
-from engine.server.config import ServerConfig, warn_if_open
+from engine.server.access_log import RedactingAccessLogger
+from engine.server.config import ServerConfig, refuse_if_open
 from engine.server.flags import ServeOptions, engine_config, serve_options, server_config
 from engine.server.keys import ENGINE, UNREADY
 from engine.server.workers import (
@@ -59,11 +60,13 @@ def serve(args: argparse.Namespace) -> int:
         config = engine_config(args, default_model)  # built once, with the routing's default
         tls = tls_context(options.tls_cert, options.tls_key)
         server = server_config(args)
+        refused = refuse_if_open(server, options.host, options.allow_anonymous)
+        if refused is not None:
+            raise ValueError(refused)
         store = response_store(options, config)
     except (ValueError, OSError) as exc:
         print(f"rollout serve: {exc}", file=sys.stderr)
         return 2
-    warn_if_open(server, options.host)
     app = create_app(Engine(config, router=router, store=store), server=server)
     if options.worker_index is not None:
         follow_parent()
@@ -83,6 +86,9 @@ def _serve_workers(args: argparse.Namespace, options: ServeOptions) -> int:
     try:
         models(options, args.tokens_per_second)
         tls_context(options.tls_cert, options.tls_key)
+        refused = refuse_if_open(server_config(args), options.host, options.allow_anonymous)
+        if refused is not None:
+            raise ValueError(refused)
         # each worker opens its own connection to it
         store = response_store(options, engine_config(args))
         port = reserve_port(options.host, options.port)
@@ -208,7 +214,12 @@ async def _run_app(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=server.shutdown_grace_s)
+    runner = web.AppRunner(
+        app,
+        handle_signals=False,
+        shutdown_timeout=server.shutdown_grace_s,
+        access_log_class=RedactingAccessLogger,  # no query string reaches the log (AUTH-12)
+    )
     await runner.setup()
     # Workers of one pool share the port; the kernel spreads connections over them (WORK-1).
     worker = options.worker_index is not None

@@ -25,7 +25,7 @@ from engine.server.config import ServerConfig
 from engine.server.keys import INSPECTOR, SESSIONS
 from engine.store.framing import ANY_OWNER, OwnerFilter
 from protocol.codec import decode_client_event, encode
-from protocol.errors import InvalidRequest, ProtocolError
+from protocol.errors import InvalidRequest, ProtocolError, TooManyRequests
 from protocol.events import ServerEvent
 
 log = logging.getLogger("rollout.ws")
@@ -221,6 +221,19 @@ def default_mode(request: web.Request) -> Mode:
     return Mode.APPEND if APPEND_BETA in beta else Mode.STANDARD
 
 
+def _check_key_cap(sessions: set[Session], owner: str | None, cap: int) -> None:
+    """LIM-30: one API key holds at most ``cap`` open sockets, so one tenant cannot take every
+    connection (and the memory behind them) of a node. An open server has no keys to count."""
+    if owner is None or cap <= 0:
+        return
+    if sum(1 for session in sessions if session.owner == owner) >= cap:
+        raise TooManyRequests(
+            "too_many_connections_for_key",
+            f"This API key has {cap} WebSocket connections open here, the most it may.",
+            None,
+        )
+
+
 async def serve_socket(
     request: web.Request, engine: Engine, config: ServerConfig
 ) -> web.StreamResponse:
@@ -232,8 +245,9 @@ async def serve_socket(
     )
     owner = await identity.owner(request)  # before the upgrade: a failure is an HTTP answer
     quota = await ratelimits.quota_for(request)  # its figures go on the upgrade (RATE-3)
-    await ws.prepare(request)
     sessions: set[Session] = request.app[SESSIONS]
+    _check_key_cap(sessions, owner, config.max_connections_per_key)
+    await ws.prepare(request)
     sink = _make_sink(ws, engine, config, request.app[INSPECTOR].errors, owner)
     if quota is not None and ratelimits.codex_client(request):
         ratelimits.tell_codex(quota, sink.send)

@@ -6,8 +6,9 @@ from anywhere in this process (an HTTP ``previous_response_id``, a new WebSocket
 older id on a live connection) forks that context and runs pre-inference only over its new
 items, instead of hydrating the whole chain from the store and re-processing it.
 
-Bounded in bytes, not entries: a long conversation costs what it holds (its items' encoded
-size, 4 bytes a rendered token), so an image costs its data, not a token estimate. The least
+Bounded in bytes, not entries: a long conversation costs what it holds, measured as the real
+bytes its items, ledgers and token buffers occupy (MEM-10), so an image costs its data, not a
+token estimate. The least
 recently used entries go first. The cache shares the context object with the response's lane
 cache, so it costs no copy at publication; whoever moves that context on (the compat fast path)
 must ``discard`` the entry first (HYD-3).
@@ -20,6 +21,9 @@ from dataclasses import dataclass
 
 from engine.conversation.context import Context
 from engine.models.base import Backend
+
+# The entry itself (MEM-11): its object, the LRU's link and dict slot, the response id string.
+ENTRY_OVERHEAD = 400
 
 
 @dataclass(slots=True)
@@ -44,7 +48,7 @@ class HydrationCache:
 
     def publish(self, response_id: str, ctx: Context, backend: Backend, owner: str | None) -> None:
         """Remember a finished response's context (no copy: see the module docstring)."""
-        size = max(ctx.retained_bytes, 1)
+        size = ctx.retained_bytes + ENTRY_OVERHEAD
         if size > self.max_bytes:
             return  # it would evict everything else and still not fit
         self.discard(response_id)

@@ -51,6 +51,10 @@ class Registry(Protocol):
 
 log = logging.getLogger("rollout.parking")
 
+# What a parked rollout holds besides its context (MEM-11): the suspended coroutine's frames,
+# its task, turn, response stream and lane: an estimate, not yet checked against RSS.
+PARKED_OVERHEAD = 32 * 1024
+
 # Ids continued elsewhere that this lot remembers (PARK-9): enough to cover the sockets that
 # close after their rollout's notice; ids longer than the store's notices carry are not kept.
 CONTINUED_MEMORY = 4096
@@ -112,7 +116,7 @@ class ParkingLot:
         if response_id in self._continued:  # already continued on another node (PARK-9)
             self._counters["park.continued_elsewhere"] += 1
             return False
-        size = rollout.retained_bytes
+        size = rollout.retained_bytes + PARKED_OVERHEAD
         if size > min(self.bounds.nbytes, self.bounds.nbytes_per_owner):
             log.warning("not parking %s: %d bytes is over the lot's bound", response_id, size)
             self._counters["park.refused"] += 1

@@ -127,14 +127,14 @@ async def test_budget_is_in_bytes_and_evicts_least_recent(
     """HYD-2: the cache holds at most its byte budget; the oldest entries leave first, and a
     response larger than the whole budget is not cached at all."""
     live: LiveServer = await server_factory(
-        EngineConfig(tokens_per_second=0, hydration_cache_bytes=2_000)
+        EngineConfig(tokens_per_second=0, hydration_cache_bytes=40_000)
     )
     client = AsyncOpenAI(base_url=live.base_url, api_key="x", max_retries=0)
     ids = [(await client.responses.create(model="sim", input=f"hi {n}")).id for n in range(12)]
-    big = await client.responses.create(model="sim", input="word " * 2000)
+    big = await client.responses.create(model="sim", input="word " * 20_000)
     await client.close()
     cache = live.engine.hydrated
-    assert 0 < cache.nbytes <= 2_000
+    assert 0 < cache.nbytes <= 40_000
     assert ids[-1] in cache and ids[0] not in cache
     assert big.id not in cache
     assert live.engine.counters["hydration.evicted"] > 0

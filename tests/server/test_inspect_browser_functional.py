@@ -72,8 +72,11 @@ async def test_inspector_follows_a_suspended_rollout(server_factory: Any, chromi
 
         browser = await driver.chromium.launch(executable_path=str(chromium), args=CHROMIUM_ARGS)
         page = await browser.new_page(viewport={"width": 1500, "height": 1000})
-        await page.goto(f"http://127.0.0.1:{live.port}/inspect?key={KEY}")
-        assert page.url.endswith("/inspect")  # the key moved into the page's cookie (INSP-2)
+        await page.goto(f"http://127.0.0.1:{live.port}/inspect")
+        await page.fill("#key", KEY)  # the login form: the key travels in a POST body (AUTH-13)
+        await page.click("button[type=submit]")
+        await page.wait_for_url(f"http://127.0.0.1:{live.port}/inspect")
+        assert KEY not in page.url  # never in an address (INSP-2)
         await expect(page.locator("#live")).to_have_text("● live")
 
         row = page.locator("#rollouts tr[data-rollout-id]").filter(

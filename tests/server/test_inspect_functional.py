@@ -74,17 +74,24 @@ async def test_open_server_serves_page_and_feed(server: LiveServer, http: Any) -
 
 
 async def test_keys_guard_page_and_feed(server_factory: Any, http: Any) -> None:
-    """INSP-2: the API's keys apply; a browser presents one as ?key= (moved into an HttpOnly
-    cookie) or the cookie; never on the API routes."""
+    """INSP-2, AUTH-13: the API's keys apply; a browser signs in with the login form (the key in
+    a POST body, moved into an HttpOnly cookie), never with a key in the URL."""
     live = await server_factory(server=ServerConfig(api_keys=frozenset({KEY})))
     base, feed = root(live), f"ws://127.0.0.1:{live.port}/inspect/feed"
-    for url in (f"{base}/inspect", f"{base}/inspect?key=wrong", f"{base}/inspect/feed"):
-        async with http.get(url) as resp:
-            assert resp.status == 401
-            assert (await resp.json())["error"]["code"] == "invalid_api_key"
+    for url in (f"{base}/inspect", f"{base}/inspect?key={KEY}"):
+        async with http.get(url, allow_redirects=False) as resp:
+            assert resp.status == 401 and resp.content_type == "text/html"
+            assert 'action="/inspect/login"' in await resp.text()  # the form, not the page
+            assert COOKIE not in resp.cookies
+    async with http.get(f"{base}/inspect/feed") as resp:
+        assert resp.status == 401
+        assert (await resp.json())["error"]["code"] == "invalid_api_key"
     async with http.get(f"{base}/v1/models?key={KEY}") as resp:
-        assert resp.status == 401  # the query key is for the inspector only
-    async with http.get(f"{base}/inspect?key={KEY}", allow_redirects=False) as resp:
+        assert resp.status == 401  # a query key is nobody's key
+    login = f"{base}/inspect/login"
+    async with http.post(login, data={"key": "wrong"}, allow_redirects=False) as resp:
+        assert resp.status == 401 and COOKIE not in resp.cookies
+    async with http.post(login, data={"key": KEY}, allow_redirects=False) as resp:
         assert resp.status == 303 and resp.headers["Location"] == "/inspect"
         cookie = resp.cookies[COOKIE]
     assert cookie.value == KEY and cookie["httponly"] and cookie["path"] == "/inspect"

@@ -91,6 +91,7 @@ ROUTES: dict[tuple[str, str], list[Call] | None] = {
     ("GET", "/metrics"): None,
     ("HEAD", "/metrics"): None,
     ("GET", "/inspect"): None,  # the page: no data in it
+    ("POST", "/inspect/login"): None,  # the inspector's sign-in form (AUTH-13)
     ("HEAD", "/inspect"): None,
     ("GET", "/inspect/feed"): None,  # scoped per key: INSP-9, tests/server/test_isolation_*
     ("HEAD", "/inspect/feed"): None,

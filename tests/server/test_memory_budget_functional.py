@@ -1,0 +1,107 @@
+"""MEM-10..MEM-12: the hydration cache's count is real memory, so its share of
+``--memory-budget`` bounds the process's resident size, not just a number it keeps.
+
+A real ``rollout serve`` process (SQLite store, so the records live on disk, not in its heap)
+gets stored responses of many small items, the shape where per-object overhead dominates (a
+coding agent's tool calls and outputs). While the cache fills, the server's RSS (from
+``/proc/<pid>/status``) must grow by about what the cache says it holds; driven to twice its
+share, RSS must stay near the share. Counted the old way (the encoded JSON), the growth was
+about twice the count (issue 24: 336 MB of RSS for 132 MB counted)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+MIB = 1024 * 1024
+BUDGET = 24 * MIB
+SHARE = BUDGET // 2  # the hydration cache's half (MEM-12)
+CLIENTS = 4
+
+
+def _rss(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+def _items(n: int) -> list[dict[str, Any]]:
+    """One agent's history: a task, then 15 tool calls and their outputs (31 items, ~25 KB)."""
+    items: list[dict[str, Any]] = [{"role": "user", "content": f"task {n}: fix test {n}"}]
+    for k in range(15):
+        call = f"call_{n}_{k}"
+        items.append(
+            {"type": "function_call", "call_id": call, "name": "read_file",
+             "arguments": f'{{"path": "src/mod{n}/file{k}.py"}}'}
+        )  # fmt: skip
+        output = f"def f(x):\n    return x + {k}\n" * 6
+        items.append({"type": "function_call_output", "call_id": call, "output": output})
+    return items
+
+
+@pytest.fixture
+async def node(tmp_path: Path) -> AsyncIterator[tuple[int, int]]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "cli", "serve", "--port", "0", "--announce-port", "--tps", "0",
+        "--store", f"sqlite:///{tmp_path / 'mem.db'}", "--memory-budget", str(BUDGET),
+        "--park-seconds", "0", "--log-level", "WARNING",
+        stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    try:
+        port = 0
+        while line := await asyncio.wait_for(proc.stdout.readline(), 120):
+            if line.startswith(b"PORT "):
+                port = int(line.split()[1])
+                break
+        assert port, "the server exited before announcing its port"
+        yield port, proc.pid
+    finally:
+        proc.kill()
+        await proc.wait()
+
+
+async def _drive(http: aiohttp.ClientSession, port: int, numbers: range) -> None:
+    async def one_client(start: int) -> None:
+        for n in numbers[start::CLIENTS]:
+            body = {"model": "sim", "input": _items(n), "store": True}
+            async with http.post(f"http://127.0.0.1:{port}/v1/responses", json=body) as r:
+                assert r.status == 200
+
+    await asyncio.gather(*(one_client(i) for i in range(CLIENTS)))
+
+
+async def _cache(http: aiohttp.ClientSession, port: int) -> tuple[int, int]:
+    async with http.get(f"http://127.0.0.1:{port}/debug/stats") as r:
+        stats = await r.json()
+    return stats["hydration_cache"]["bytes"], stats["counters"].get("hydration.evicted", 0)
+
+
+async def test_the_hydration_share_bounds_rss(node: tuple[int, int]) -> None:
+    port, pid = node
+    async with aiohttp.ClientSession() as http:
+        await _drive(http, port, range(40))  # warm: allocator arenas, codecs, SQLite pages
+        counted0, _ = await _cache(http, port)
+        rss0 = _rss(pid)
+        per_entry = counted0 // 40
+        filling = int(0.9 * SHARE // per_entry) - 40
+        await _drive(http, port, range(40, 40 + filling))
+        counted1, evicted1 = await _cache(http, port)
+        rss1 = _rss(pid)
+        assert evicted1 == 0 and counted1 > SHARE // 2
+        grown, counted = rss1 - rss0, counted1 - counted0
+        # the count is the memory: RSS grows by about what the cache says it added
+        assert grown < 1.35 * counted, f"RSS +{grown / MIB:.1f} MiB for {counted / MIB:.1f} counted"
+        await _drive(http, port, range(40 + filling, 40 + 3 * filling))  # past the share
+        counted2, evicted2 = await _cache(http, port)
+        rss2 = _rss(pid)
+    assert evicted2 > 0 and counted2 <= SHARE
+    # ~2x the share was pushed through; resident growth stays near the share
+    assert rss2 - rss0 < 1.35 * SHARE + 4 * MIB, f"RSS +{(rss2 - rss0) / MIB:.1f} MiB"

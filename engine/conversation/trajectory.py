@@ -80,6 +80,15 @@ class Trajectory:
     def given(self, ids: list[int]) -> None:
         self._extend(ids)
 
+    def prompted(self, ids: list[int], covered: int) -> None:
+        """The new items' ids (after the owed ``tail``) end the next prompt, which now stands
+        for the context's first ``covered`` items and awaits its answer (TOK-4)."""
+        self._extend(ids)
+        self.tail = ""
+        self.covered = covered
+        self.prompt = len(self)
+        self.open = True
+
     def sampled_ids(
         self, ids: list[int], logprobs: list[float | None], finish: str = "stop"
     ) -> None:

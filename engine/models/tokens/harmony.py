@@ -220,11 +220,7 @@ class HarmonyRenderer:
         for message in messages:
             ids += self.encoding.render(message)
         ids += self.generation_prompt
-        trajectory.given(ids)
-        trajectory.tail = ""
-        trajectory.covered = len(items)
-        trajectory.prompt = len(trajectory)
-        trajectory.open = True
+        trajectory.prompted(ids, len(items))
         self.stats["render.incremental"] += 1
         return Rendered(trajectory, len(ids), full=False)
 

@@ -109,11 +109,7 @@ class TurnRenderer:
             trajectory.answer_from = -1
         text = trajectory.tail + self._delta(items, trajectory.covered)
         ids = self.tokenizer.encode(text)
-        trajectory.given(ids)
-        trajectory.tail = ""
-        trajectory.covered = len(items)
-        trajectory.prompt = len(trajectory)
-        trajectory.open = True
+        trajectory.prompted(ids, len(items))
         self.stats["render.incremental"] += 1
         return Rendered(trajectory, len(ids), full=False)
 

@@ -110,3 +110,18 @@ def skip_space(text: str, start: int, also: str = "") -> int:
     while start < len(text) and (text[start].isspace() or text[start] in also):
         start += 1
     return start
+
+
+class ProseCounts:
+    """What a parser that emits through a ``Prose`` reports: the calls it produced and the
+    malformed ones it left as text (PARSE-3)."""
+
+    _prose: Prose
+
+    @property
+    def calls(self) -> int:
+        return self._prose.calls
+
+    @property
+    def malformed(self) -> int:
+        return self._prose.malformed

@@ -8,11 +8,17 @@ from __future__ import annotations
 from typing import Any
 
 from engine.models.base import Delta
-from engine.models.tokens.parsers.common import Prose, ToolSchemas, json_object, named_call
+from engine.models.tokens.parsers.common import (
+    Prose,
+    ProseCounts,
+    ToolSchemas,
+    json_object,
+    named_call,
+)
 from engine.models.tokens.parsers.common import partial_suffix as _partial_suffix
 
 
-class TaggedCalls:
+class TaggedCalls(ProseCounts):
     """Calls between an opening and a closing tag; ``read`` turns a body into (name,
     arguments), or None for a malformed call. Subclasses name the tags and the body's format."""
 
@@ -25,14 +31,6 @@ class TaggedCalls:
         self._prose = Prose()
         self._held = ""  # text that may be the start of a tag
         self._inside: list[str] | None = None  # a call's body being collected
-
-    @property
-    def calls(self) -> int:
-        return self._prose.calls
-
-    @property
-    def malformed(self) -> int:
-        return self._prose.malformed
 
     def feed(self, text: str) -> list[Delta]:
         out: list[Delta] = []

@@ -9,6 +9,7 @@ from __future__ import annotations
 from engine.models.base import Delta
 from engine.models.tokens.parsers.common import (
     Prose,
+    ProseCounts,
     ToolSchemas,
     json_value,
     named_call,
@@ -16,7 +17,7 @@ from engine.models.tokens.parsers.common import (
 )
 
 
-class Llama3JsonParser:
+class Llama3JsonParser(ProseCounts):
     TAG = "<|python_tag|>"
     markers = (TAG,)
 
@@ -26,14 +27,6 @@ class Llama3JsonParser:
         self._buffer = ""  # start: the held opening; calls: the calls' text
         self._pos = 0  # calls: where the next call starts in ``_buffer``
         self._tagged = False  # the calls opened with the tag (kept visible if unreadable)
-
-    @property
-    def calls(self) -> int:
-        return self._prose.calls
-
-    @property
-    def malformed(self) -> int:
-        return self._prose.malformed
 
     def feed(self, text: str) -> list[Delta]:
         if self._mode == "text":

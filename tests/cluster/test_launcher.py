@@ -110,10 +110,13 @@ async def test_a_killed_node_is_restarted_while_the_other_serves(tmp_path: Path)
     nodes = re.findall(r"127\.0\.0\.1:(\d+) \(pid (\d+)\)", banner)
     victim_port, victim = int(nodes[0][0]), int(nodes[0][1])
     os.kill(victim, signal.SIGKILL)
-    for _ in range(6):  # while node0 is down or restarting: the other node answers
-        await _answer(port)
+    # Once it is gone (reaped by the launcher): a request sent in the instant of its death may
+    # have reached it, and is not retried by the balancer (RETRY-3: only an Idempotency-Key
+    # makes that retry harmless), so the requests start after.
     restarted = await _line_with(proc.stderr, "node0 exited (-9)")
     assert "restarting in" in restarted
+    for _ in range(6):  # while node0 is down or restarting: the other node answers
+        await _answer(port)
     line = await _line_with(proc.stdout, "node0 restarted")
     pid = int(re.findall(r"pid (\d+)", line)[0])
     assert pid != victim and _alive(pid)

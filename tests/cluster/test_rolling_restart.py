@@ -24,7 +24,9 @@ DOCUMENTED = {"ws_close_1001", "server_shutting_down", "upgrade_502", "upgrade_5
 async def test_rolling_restart_loses_nothing(tmp_path: Path) -> None:
     cluster = Cluster(cluster_spec(tmp_path, "haproxy", "--bench-models"))
     await cluster.start()
-    settings = LoadSettings(connections=8, turns=30, http_clients=2, resume=True)
+    # A wave's sockets must outlive a node's drain delay (1.5 s, tests/cluster/conftest.py) for
+    # the restarts to meet live sockets: at --tps 0 a turn takes a few ms, so 150 turns a wave.
+    settings = LoadSettings(connections=8, turns=150, http_clients=2, resume=True)
     total, waves = LoadCounts(), 0
     try:
         restart = asyncio.create_task(cluster.rolling_restart())

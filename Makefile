@@ -46,7 +46,7 @@ types: $(STAMP)
 	$(BIN)/mypy
 
 unit: $(STAMP)
-	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(BIN)/pytest
+	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(BIN)/pytest --ignore=tests/upstream/test_real_llama_cpp.py
 
 # The real llama.cpp tests run last: the first run builds llama-server (see test-real).
 test: sysdeps lint types unit test-real

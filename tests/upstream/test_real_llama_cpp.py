@@ -11,7 +11,8 @@ SDK over WebSocket and HTTP:
   plus the ids llama.cpp sampled, exactly, including after a turn cut off by
   ``max_output_tokens``.
 
-Skipped unless ``ROLLOUT_LLAMA_SERVER`` names the binary (``make test-real`` sets it).
+Needs ``ROLLOUT_LLAMA_SERVER``, the binary (``make test-real`` builds it and sets it); without
+it the tests fail saying so. ``make unit`` leaves this module to ``make test-real``.
 """
 
 from __future__ import annotations
@@ -40,10 +41,7 @@ from tests.support.wait import wait_for
 from tests.upstream.conftest import StartEngine
 
 LLAMA_SERVER = os.environ.get("ROLLOUT_LLAMA_SERVER", "")
-pytestmark = [
-    pytest.mark.skipif(not LLAMA_SERVER, reason="set ROLLOUT_LLAMA_SERVER (see make test-real)"),
-    pytest.mark.timeout(300),
-]
+pytestmark = pytest.mark.timeout(300)
 INCLUDE = ["rollout.token_ids"]
 
 
@@ -77,6 +75,7 @@ async def _healthy(url: str) -> None:
 def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Llama]:
     """One llama-server for the module: one slot (its prompt cache follows one chain at a
     time), greedy, the GGUF's own chat template (``--jinja``)."""
+    assert LLAMA_SERVER, "set ROLLOUT_LLAMA_SERVER to llama-server (make test-real builds it)"
     root = tmp_path_factory.mktemp("llama")
     tokenizer = make_tokenizer(root / "tokenizer")
     model = write_gguf(root / "tiny.gguf", tokenizer)

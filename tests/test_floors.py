@@ -11,6 +11,9 @@
 * ``clients`` import no ``engine`` and no ``cli`` (the benchmark starts its server as a
   subprocess, through the ``rollout serve`` command line);
 * ``cli/main.py``, the ``rollout`` dispatcher, is the one module that imports both sides;
+* ``bench`` (in-process micro benchmarks) imports ``engine`` and ``protocol`` but no transport,
+  no ``clients`` and no ``cli``, and nothing imports ``bench``: benchmark scripts stay out of
+  the production packages;
 * and no module imports another in a circle, even within a floor.
 
 Imports are parsed with ``ast`` from every file, so an import inside a function or under
@@ -26,7 +29,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("protocol", "engine", "clients", "cli")
+PACKAGES = ("protocol", "engine", "clients", "cli", "bench")
 AIOHTTP_SERVER = ("aiohttp.web", "aiohttp.web_", "aiohttp.worker")
 
 
@@ -114,6 +117,20 @@ def test_clients_speak_the_wire_only() -> None:
         return None
 
     assert _violations("clients", forbidden) == []
+
+
+def test_bench_sits_beside_the_engine() -> None:
+    def forbidden(module: str, name: str) -> str | None:
+        if _is(name, "clients", "cli", "engine.server"):
+            return "an in-process benchmark drives engine parts, not transports or clients"
+        return None
+
+    assert _violations("bench", forbidden) == []
+    imported = []
+    for package in PACKAGES:
+        if package != "bench":
+            imported += _violations(package, lambda m, n: "bench" if _is(n, "bench") else None)
+    assert imported == [], "nothing imports the benchmarks"
 
 
 def test_only_the_dispatcher_imports_both_sides() -> None:

@@ -1,7 +1,7 @@
 """What reading the sampled ids costs: CPU seconds per 1,000 sampled tokens for the ``think``
 reader (incremental decode, ``<think>``, hermes calls) and the harmony reader (HARMONY-6).
 
-    python -m engine.models.tokens.parser_cpu [--tokens 200000] [--chunk 3] [--tokenizer PATH]
+    python -m bench.reader_cpu [--tokens 200000] [--chunk 3] [--tokenizer PATH]
 
 Each format's answer (reasoning, a message, a tool call) is read as one generation by a fresh
 reader, fed in chunks of ``--chunk`` ids as a server streams them, again and again until

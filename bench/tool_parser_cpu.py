@@ -1,6 +1,6 @@
 """Parser CPU per 1,000 sampled tokens, per registered tool parser (issue 23's figure).
 
-    .venv/bin/python -m engine.models.tokens.parsers.bench [--repeat N]
+    .venv/bin/python -m bench.tool_parser_cpu [--repeat N]
 
 Each parser is fed, one token's text at a time (cl100k pieces of ASCII text, as the decoder
 hands them over), two answers of about 1,000 tokens in its own format: ``calls`` (a sentence,

@@ -21,6 +21,7 @@ from engine.conversation.context import Context
 from engine.conversation.trajectory import Trajectory
 from engine.models.base import (
     ArgsDelta,
+    Backend,
     CallStart,
     Delta,
     Finish,
@@ -71,7 +72,7 @@ class TokensOptions:
     weights: str = ""  # the route's checkpoint tag, stored with each segment (EXPORT-4)
 
 
-class TokensBackend:
+class TokensBackend(Backend):
     name = "tokens"
     renders_own_tokens = True  # the pipeline only estimates counts (TOK-10)
 

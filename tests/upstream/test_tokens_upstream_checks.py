@@ -14,7 +14,7 @@ import openai
 import pytest
 from openai import AsyncOpenAI
 
-from engine.models.tokens.wire import ChunkReader
+from engine.models.tokens.servers.base import ChunkReader
 from tests.support.tools import WEATHER
 from tests.upstream.conftest import StartEngine
 from tests.upstream.token_peer import TokenPeer, assert_exact, backend_of, tokens_router

@@ -37,7 +37,7 @@ from engine.models.tokens.reasoning import AnswerReader, TextReader, ThinkParser
 from engine.models.tokens.render import SampledAnswer, TurnRenderer
 from engine.models.tokens.tokenizer import ModelTokenizer
 from engine.models.tokens.tool_parsers import PARSERS, ToolSchemas
-from engine.models.tokens.wire import (
+from engine.models.tokens.servers.base import (
     PATHS,
     ChunkReader,
     Sampling,

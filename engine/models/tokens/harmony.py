@@ -188,6 +188,9 @@ class HarmonyRenderer(Renderer[list[ToolDescription]]):
     def build(cls, tokenizer: ModelTokenizer | None, rerender: bool) -> HarmonyRenderer:
         return cls(harmony_encoding(), rerender)
 
+    def encode(self, text: str) -> list[int]:
+        return self.encoding.encode(text, allowed_special="all")
+
     def describe(self, defs: list[dict[str, Any]]) -> list[ToolDescription]:
         return [
             ToolDescription.new(
@@ -220,7 +223,7 @@ class HarmonyRenderer(Renderer[list[ToolDescription]]):
         messages = harmony_messages(
             items[trajectory.covered :], _call_names(items, trajectory.covered), self.stats
         )
-        ids = self.encoding.encode(trajectory.tail, allowed_special="all")
+        ids = self.encode(trajectory.tail)
         for message in messages:
             ids += self.encoding.render(message)
         ids += self.generation_prompt

@@ -56,6 +56,9 @@ class JinjaRenderer(Renderer[list[dict[str, Any]]]):
             log.warning("the chat template is not append-only: exact tokens are kept (TOK-4)")
         return cls(tokenizer, rerender)
 
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text)
+
     def describe(self, defs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return defs
 
@@ -66,14 +69,14 @@ class JinjaRenderer(Renderer[list[dict[str, Any]]]):
         self, items: list[InputItem], instructions: str | None, header: list[dict[str, Any]]
     ) -> list[int]:
         messages = template_messages(items, instructions)
-        return self.tokenizer.encode(self.tokenizer.template.render(messages, header, True))
+        return self.encode(self.tokenizer.template.render(messages, header, True))
 
     def appended(self, items: list[InputItem], trajectory: Trajectory) -> list[int]:
         if trajectory.answer_from >= 0:
             answered = items[: trajectory.covered]
             self.check_answer(answered, trajectory.answer_from, trajectory.answer_text)
             trajectory.answer_from = -1
-        return self.tokenizer.encode(trajectory.tail + self._delta(items, trajectory.covered))
+        return self.encode(trajectory.tail + self._delta(items, trajectory.covered))
 
     def _delta(self, items: list[InputItem], covered: int) -> str:
         """The template text of ``items[covered:]`` and the generation prompt."""

@@ -110,6 +110,10 @@ class Renderer(ABC, Generic[Header]):
         return header, digest
 
     @abstractmethod
+    def encode(self, text: str) -> list[int]:
+        """The format's text -> ids, its special tokens read as such."""
+
+    @abstractmethod
     def describe(self, defs: list[dict[str, Any]]) -> Header:
         """The function tools (chat completions shape) as the format renders them."""
 

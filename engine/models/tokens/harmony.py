@@ -253,8 +253,8 @@ class HarmonyFormat(ReasoningParser):
     def reader(self, schemas: ToolSchemas) -> AnswerReader:
         return HarmonyReader(self.encoding, self.stats)
 
-    @staticmethod
-    def sample(reasoning: str, answer: str, call: str, arguments: str) -> str:
+    @classmethod
+    def sample(cls, reasoning: str, answer: str, call: str, arguments: str) -> str:
         return (
             f"<|channel|>analysis<|message|>{reasoning}<|end|>"
             f"<|start|>assistant<|channel|>commentary<|message|>{answer}<|end|>"

@@ -128,9 +128,9 @@ class ReasoningParser(ABC):
     def reader(self, schemas: ToolSchemas) -> AnswerReader:
         """The reader of one generation (``schemas``: the request's function tools)."""
 
-    @staticmethod
+    @classmethod
     @abstractmethod
-    def sample(reasoning: str, answer: str, call: str, arguments: str) -> str:
+    def sample(cls, reasoning: str, answer: str, call: str, arguments: str) -> str:
         """A generation in this format: ``reasoning``, then ``answer`` and a call of ``call``
         with ``arguments`` (a JSON object) in the hermes tool format where the format leaves
         calls to the tool parser; what the reader benchmark reads (``bench/reader_cpu.py``)."""
@@ -157,8 +157,8 @@ class PlainText(ReasoningParser):
         """What reads the decoded text of one generation."""
         return self.tool_parser(schemas)
 
-    @staticmethod
-    def sample(reasoning: str, answer: str, call: str, arguments: str) -> str:
+    @classmethod
+    def sample(cls, reasoning: str, answer: str, call: str, arguments: str) -> str:
         return (
             f'{answer}\n<tool_call>\n{{"name": "{call}", "arguments": {arguments}}}\n</tool_call>'
         )

@@ -102,20 +102,20 @@ def _partial_suffix(text: str, tag: str) -> int:
     return 0
 
 
-def think_starts_open(generation_prompt: str) -> bool:
-    """The template opens the reasoning itself (DeepSeek-R1: the prompt ends with ``<think>``)."""
-    return generation_prompt.rstrip().endswith(ThinkParser.OPEN)
-
-
 class ThinkFormat(PlainText):
-    """The registry's ``think``: a ``ThinkParser`` in front of the route's tool parser."""
+    """The registry's ``think``: a ``ThinkParser`` in front of the route's tool parser. A
+    format with other tags is a subclass naming a ``ThinkParser`` subclass with them."""
 
+    parser: ClassVar[type[ThinkParser]] = ThinkParser
     markers: ClassVar[tuple[str, ...]] = (ThinkParser.OPEN, ThinkParser.CLOSE)
 
     def text(self, schemas: ToolSchemas) -> TextReasoning:
-        opened = think_starts_open(self.tokenizer.shape.generation_prompt)
-        return ThinkParser(self.tool_parser(schemas), opened, self.stats)
+        # The template opens the reasoning itself (DeepSeek-R1: the prompt ends with ``<think>``)
+        opened = self.tokenizer.shape.generation_prompt.rstrip().endswith(self.parser.OPEN)
+        return self.parser(self.tool_parser(schemas), opened, self.stats)
 
-    @staticmethod
-    def sample(reasoning: str, answer: str, call: str, arguments: str) -> str:
-        return f"<think>\n{reasoning}\n</think>\n\n" + PlainText.sample("", answer, call, arguments)
+    @classmethod
+    def sample(cls, reasoning: str, answer: str, call: str, arguments: str) -> str:
+        tags = cls.parser
+        text = PlainText.sample("", answer, call, arguments)
+        return f"{tags.OPEN}\n{reasoning}\n{tags.CLOSE}\n\n{text}"

@@ -2,10 +2,11 @@
 server (vLLM, SGLang, llama.cpp) samples (SPEC: TOK-1..TOK-9).
 
 Per sampling step: the new items are rendered once and appended to the rollout's trajectory
-(``token_render``), the whole id array goes to the server's token endpoint (``token_wire``),
-the sampled ids stream back, are read into reasoning, message text and function calls (the
-reasoning and tool parsers, ``reasoning.py``; gpt-oss harmony, ``harmony.py``), and join the
-trajectory exactly as sampled.
+(the route's renderer, ``render.py``: ``jinja.py`` or ``harmony.py``), the whole id array goes
+to the route's token server (``servers/``), the sampled ids stream back, are read into
+reasoning, message text and function calls (the route's reasoning parser, ``reasoning.py``:
+``think.py``, ``harmony.py``, with its tool parser, ``tool_parsers.py``), and join the
+trajectory exactly as sampled. Each format is named by the route and looked up in its registry.
 """
 
 from __future__ import annotations

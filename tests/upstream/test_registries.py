@@ -15,6 +15,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from engine.models.base import ArgsDelta, CallStart, Delta, ReasoningDelta, TextDelta
+from engine.models.config import ConfigError, parse_config
 from engine.models.tokens.options import TokensOptions
 from engine.models.tokens.parsers.common import ToolParser
 from engine.models.tokens.reasoning import REASONING_PARSERS, ReasoningParser
@@ -131,3 +132,28 @@ def test_each_reasoning_format_reads_its_own_sample(
     assert [kind for kind, _ in items] == ["reasoning", "text", "call", "args"], items
     assert items[0][1] == "Think first." and items[1][1].strip() == "Here it is."
     assert json.loads(items[3][1]) == ARGS and reader.calls == 1 and reader.reasoning_tokens > 0
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "known"),
+    [
+        ("api", "tgi", "unknown token server; known: llamacpp, sglang, vllm"),
+        ("template", "chatml", "unknown template; known: harmony, jinja"),
+        ("reasoning_parser", "deepthink", "unknown reasoning parser; known: harmony, think"),
+        ("tool_parser", "xml", "unknown tool parser; known: hermes, llama3_json, mistral"),
+    ],
+)
+def test_an_unknown_format_is_a_config_error_listing_the_registry(
+    key: str, value: str, known: str
+) -> None:
+    """TOK-31: each format key is a name in its registry; the config error names the key and
+    the names the registry knows."""
+    route = {
+        "backend": "tokens",
+        "api": "vllm",
+        "base_url": "http://127.0.0.1:9",
+        "tokenizer": "/x",
+    }
+    with pytest.raises(ConfigError) as caught:
+        parse_config({"models": {"m": {**route, key: value}}})
+    assert f"models.m.{key}: " in str(caught.value) and known in str(caught.value)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any
 
 import msgspec
 
@@ -71,8 +72,9 @@ class _Open:
         return "".join(self.pieces)
 
 
-class _Kind(NamedTuple):
-    """How one kind of output item streams: a row of ``_KINDS``."""
+@dataclass(frozen=True, slots=True)
+class _Kind:
+    """How one kind of output item streams: a row of ``KINDS``."""
 
     prefix: str  # of its item id
     added: Callable[[_Open], OutputItem]  # the item ``output_item.added`` carries
@@ -241,7 +243,7 @@ CUSTOM_TOOL_CALL = _Kind(  # TOOL-3: its input is free text
     text_done=_input_done,
 )
 KINDS = (MESSAGE, REASONING, FUNCTION_CALL, CUSTOM_TOOL_CALL)
-_CALLS = (FUNCTION_CALL, CUSTOM_TOOL_CALL)
+_MESSAGES, _REASONINGS, _CALLS = (MESSAGE,), (REASONING,), (FUNCTION_CALL, CUSTOM_TOOL_CALL)
 
 
 class _NumberedEvents:
@@ -377,10 +379,6 @@ class ResponseStream(_NumberedEvents):
             raise _misuse(misuse)
         return item
 
-    def _delta(self, item: _Open, delta: str) -> ev.ServerEvent:
-        item.pieces.append(delta)
-        return item.kind.delta(item, self._step(Step.OUTPUT), self.stream_id, delta)
-
     def _close(self, item: _Open, status: Any) -> tuple[OutputItem, list[ev.ServerEvent]]:
         """The kind's ``*.done``, ``content_part.done`` when it has a part, ``output_item.done``."""
         kind, self._open = item.kind, None
@@ -418,11 +416,16 @@ class ResponseStream(_NumberedEvents):
     def add_message(self) -> list[ev.ServerEvent]:
         return self._add(MESSAGE)
 
+    # The deltas are the hot path (one per sampled piece): each checks and appends inline.
     def text_delta(self, delta: str) -> ev.ServerEvent:
-        return self._delta(self._current((MESSAGE,), "text_delta without an open message"), delta)
+        item = self._open
+        if item is None or item.kind is not MESSAGE:
+            raise _misuse("text_delta without an open message")
+        item.pieces.append(delta)
+        return _text_delta(item, self._step(Step.OUTPUT), self.stream_id, delta)
 
     def finish_message(self, status: Any = "completed") -> list[ev.ServerEvent]:
-        item = self._current((MESSAGE,), "finish_message without an open message")
+        item = self._current(_MESSAGES, "finish_message without an open message")
         return self._close(item, status)[1]
 
     # ------------------------------------------------------------------ reasoning items
@@ -433,11 +436,14 @@ class ResponseStream(_NumberedEvents):
         return self._add(REASONING)
 
     def reasoning_delta(self, delta: str) -> ev.ServerEvent:
-        misuse = "reasoning_delta without an open reasoning item"
-        return self._delta(self._current((REASONING,), misuse), delta)
+        item = self._open
+        if item is None or item.kind is not REASONING:
+            raise _misuse("reasoning_delta without an open reasoning item")
+        item.pieces.append(delta)
+        return _reasoning_delta(item, self._step(Step.OUTPUT), self.stream_id, delta)
 
     def finish_reasoning(self, status: Any = "completed") -> list[ev.ServerEvent]:
-        item = self._current((REASONING,), "finish_reasoning without an open reasoning item")
+        item = self._current(_REASONINGS, "finish_reasoning without an open reasoning item")
         return self._close(item, status)[1]
 
     # ------------------------------------------------------------------ tool calls
@@ -450,8 +456,11 @@ class ResponseStream(_NumberedEvents):
         return added
 
     def arguments_delta(self, delta: str) -> ev.ServerEvent:
-        misuse = "arguments_delta without an open function call"
-        return self._delta(self._current(_CALLS, misuse), delta)
+        item = self._open
+        if item is None or item.kind not in _CALLS:
+            raise _misuse("arguments_delta without an open function call")
+        item.pieces.append(delta)
+        return item.kind.delta(item, self._step(Step.OUTPUT), self.stream_id, delta)
 
     def finish_function_call(self) -> tuple[ToolCall, list[ev.ServerEvent]]:
         item = self._current(_CALLS, "finish_function_call without an open function call")

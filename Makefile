@@ -39,8 +39,8 @@ agent: $(STAMP)
 	$(BIN)/rollout agent --url http://$(HOST):$(PORT)/v1
 
 lint: $(STAMP)
-	$(BIN)/ruff check protocol engine clients cli tests
-	$(BIN)/ruff format --check protocol engine clients cli tests
+	$(BIN)/ruff check protocol engine clients cli bench tests
+	$(BIN)/ruff format --check protocol engine clients cli bench tests
 
 types: $(STAMP)
 	$(BIN)/mypy

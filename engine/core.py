@@ -173,9 +173,7 @@ class Engine:
         self.counters: Counter[str] = Counter()  # create paths and cache events, for /metrics
         self.store.count_into(self.counters)  # and the store's (store.*, OBS-2)
         for backend in self.router.backends():  # and the token routes' (PARSE-3, TOK-33)
-            count_into = getattr(backend, "count_into", None)
-            if count_into is not None:
-                count_into(self.counters)
+            backend.count_into(self.counters)
         self.metrics = Metrics(self.counters)
         budget = self.config.budget
         self.hydrated = HydrationCache(budget.hydration, self.counters)

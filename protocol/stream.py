@@ -9,6 +9,8 @@ lifecycle events. It performs no I/O; the engine encodes and sends what it retur
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -35,76 +37,219 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(16)}"
 
 
-class _OpenMessage:
-    __slots__ = ("content_index", "item_id", "output_index", "pieces")
+# ---------------------------------------------------------------------- the open items, per kind
+# Every streamed output item opens with ``output_item.added`` (and ``content_part.added`` when
+# it has a content part), takes deltas, and closes with its ``*.done`` event, the part's
+# ``content_part.done`` and ``output_item.done`` (ORD-1..ORD-5, REASON-2, TOOL-3). What differs
+# between kinds is data, so it is one table (``KINDS``, a ``_Kind`` per row), as ``states.py``
+# keeps the transitions: the id prefix, the item as added and as done, the content part, the
+# delta and done events. Another streamed kind is one more row.
 
-    def __init__(self, item_id: str, output_index: int) -> None:
-        self.item_id = item_id
-        self.output_index = output_index
-        self.content_index = 0
-        self.pieces: list[str] = []
-
-
-class _OpenReasoning:
-    __slots__ = ("item_id", "output_index", "pieces")
-
-    def __init__(self, item_id: str, output_index: int) -> None:
-        self.item_id = item_id
-        self.output_index = output_index
-        self.pieces: list[str] = []
-
-    def item(self, status: Any) -> Reasoning:
-        text = ReasoningText(text="".join(self.pieces))
-        return Reasoning(id=self.item_id, summary=[], content=[text], status=status)
+Part = OutputText | ReasoningText
 
 
-class _OpenCall:
-    """An open function call, or (``custom``) a custom tool call whose input is free text."""
+class _Open:
+    """The one item being streamed: its kind, ids, the call it names (calls only) and the
+    pieces of text (message or reasoning text, call arguments or custom input) so far."""
 
-    __slots__ = ("call_id", "custom", "item_id", "name", "namespace", "output_index", "pieces")
+    __slots__ = ("call_id", "item_id", "kind", "name", "namespace", "output_index", "pieces")
 
     def __init__(
         self,
+        kind: _Kind,
         item_id: str,
         output_index: int,
-        call_id: str,
-        name: str,
-        namespace: str | None,
-        custom: bool,
+        call: tuple[str, str, str | None] | None,
     ) -> None:
+        self.kind = kind
         self.item_id = item_id
         self.output_index = output_index
-        self.call_id = call_id
-        self.name = name
-        self.namespace = namespace
-        self.custom = custom
+        self.call_id, self.name, self.namespace = call or ("", "", None)
         self.pieces: list[str] = []
 
-    def item(self, status: Any) -> ToolCall:
-        text = "".join(self.pieces)
-        if self.custom:
-            return CustomToolCall(
-                id=self.item_id,
-                call_id=self.call_id,
-                name=self.name,
-                input=text,
-                status=status,
-                namespace=self.namespace,
-            )
-        return FunctionCall(
-            id=self.item_id,
-            call_id=self.call_id,
-            name=self.name,
-            arguments=text,
-            status=status,
-            namespace=self.namespace,
-        )
+    @property
+    def text(self) -> str:
+        return "".join(self.pieces)
+
+
+@dataclass(frozen=True, slots=True)
+class _Kind:
+    """How one kind of output item streams: a row of ``KINDS``."""
+
+    prefix: str  # of its item id
+    added: Callable[[_Open], OutputItem]  # the item ``output_item.added`` carries
+    done: Callable[[_Open, Any], OutputItem]  # the item with its text, in a status
+    part: Callable[[str], Part] | None  # its one content part (index 0), or none (calls)
+    delta: Callable[[_Open, int, str | None, str], ev.ServerEvent]
+    text_done: Callable[[_Open, int, str | None, OutputItem], ev.ServerEvent]
+
+
+def _output_text(text: str) -> OutputText:
+    return OutputText(text=text, annotations=[], logprobs=[])
+
+
+def _message_done(o: _Open, status: Any) -> Message:
+    return Message(id=o.item_id, role="assistant", status=status, content=[_output_text(o.text)])
+
+
+def _reasoning_done(o: _Open, status: Any) -> Reasoning:
+    content = [ReasoningText(text=o.text)]
+    return Reasoning(id=o.item_id, summary=[], content=content, status=status)
+
+
+def _function_call(o: _Open, status: Any) -> FunctionCall:
+    return FunctionCall(
+        id=o.item_id,
+        call_id=o.call_id,
+        name=o.name,
+        arguments=o.text,
+        status=status,
+        namespace=o.namespace,
+    )
+
+
+def _custom_call(o: _Open, status: Any) -> CustomToolCall:
+    return CustomToolCall(
+        id=o.item_id,
+        call_id=o.call_id,
+        name=o.name,
+        input=o.text,
+        status=status,
+        namespace=o.namespace,
+    )
+
+
+def _text_delta(o: _Open, seq: int, stream_id: str | None, delta: str) -> ev.ServerEvent:
+    return ev.OutputTextDelta(
+        sequence_number=seq,
+        stream_id=stream_id,
+        item_id=o.item_id,
+        output_index=o.output_index,
+        content_index=0,
+        delta=delta,
+        logprobs=_EMPTY,
+    )
+
+
+def _text_done(o: _Open, seq: int, stream_id: str | None, item: OutputItem) -> ev.ServerEvent:
+    return ev.OutputTextDone(
+        sequence_number=seq,
+        stream_id=stream_id,
+        content_index=0,
+        text=o.text,
+        logprobs=[],
+        item_id=o.item_id,
+        output_index=o.output_index,
+    )
+
+
+def _reasoning_delta(o: _Open, seq: int, stream_id: str | None, delta: str) -> ev.ServerEvent:
+    return ev.ReasoningTextDelta(
+        sequence_number=seq,
+        stream_id=stream_id,
+        item_id=o.item_id,
+        output_index=o.output_index,
+        content_index=0,
+        delta=delta,
+    )
+
+
+def _reasoning_text_done(
+    o: _Open, seq: int, stream_id: str | None, item: OutputItem
+) -> ev.ServerEvent:
+    return ev.ReasoningTextDone(
+        sequence_number=seq,
+        stream_id=stream_id,
+        item_id=o.item_id,
+        output_index=o.output_index,
+        content_index=0,
+        text=o.text,
+    )
+
+
+def _arguments_delta(o: _Open, seq: int, stream_id: str | None, delta: str) -> ev.ServerEvent:
+    return ev.FunctionCallArgumentsDelta(
+        sequence_number=seq,
+        stream_id=stream_id,
+        item_id=o.item_id,
+        output_index=o.output_index,
+        delta=delta,
+    )
+
+
+def _arguments_done(o: _Open, seq: int, stream_id: str | None, item: OutputItem) -> ev.ServerEvent:
+    assert isinstance(item, FunctionCall)
+    return ev.FunctionCallArgumentsDone(
+        sequence_number=seq,
+        stream_id=stream_id,
+        item_id=o.item_id,
+        output_index=o.output_index,
+        arguments=item.arguments,
+        name=o.name,
+    )
+
+
+def _input_delta(o: _Open, seq: int, stream_id: str | None, delta: str) -> ev.ServerEvent:
+    return ev.CustomToolCallInputDelta(
+        sequence_number=seq,
+        stream_id=stream_id,
+        item_id=o.item_id,
+        output_index=o.output_index,
+        delta=delta,
+    )
+
+
+def _input_done(o: _Open, seq: int, stream_id: str | None, item: OutputItem) -> ev.ServerEvent:
+    assert isinstance(item, CustomToolCall)
+    return ev.CustomToolCallInputDone(
+        sequence_number=seq,
+        stream_id=stream_id,
+        item_id=o.item_id,
+        output_index=o.output_index,
+        input=item.input,
+    )
+
+
+MESSAGE = _Kind(
+    prefix="msg",
+    added=lambda o: Message(id=o.item_id, role="assistant", status="in_progress", content=[]),
+    done=_message_done,
+    part=_output_text,
+    delta=_text_delta,
+    text_done=_text_done,
+)
+REASONING = _Kind(  # REASON-2
+    prefix="rs",
+    added=lambda o: Reasoning(id=o.item_id, summary=[], content=[], status="in_progress"),
+    done=_reasoning_done,
+    part=lambda text: ReasoningText(text=text),
+    delta=_reasoning_delta,
+    text_done=_reasoning_text_done,
+)
+FUNCTION_CALL = _Kind(
+    prefix="fc",
+    added=lambda o: _function_call(o, "in_progress"),
+    done=_function_call,
+    part=None,
+    delta=_arguments_delta,
+    text_done=_arguments_done,
+)
+CUSTOM_TOOL_CALL = _Kind(  # TOOL-3: its input is free text
+    prefix="ctc",
+    added=lambda o: _custom_call(o, "in_progress"),
+    done=_custom_call,
+    part=None,
+    delta=_input_delta,
+    text_done=_input_done,
+)
+KINDS = (MESSAGE, REASONING, FUNCTION_CALL, CUSTOM_TOOL_CALL)
+_MESSAGES, _REASONINGS, _CALLS = (MESSAGE,), (REASONING,), (FUNCTION_CALL, CUSTOM_TOOL_CALL)
 
 
 class _NumberedEvents:
     """One response's event numbering and state, and the notices that take a number without
     being part of its items (inject, steering). ``ResponseStream`` adds the items and the
-    lifecycle on top."""
+    lifecycle."""
 
     def __init__(self, response: Response, stream_id: str | None = None) -> None:
         self.response = response
@@ -178,15 +323,13 @@ class _NumberedEvents:
         )
 
 
-class _ReasoningItems(_NumberedEvents):
-    """The open item, and reasoning items (REASON-2): ``output_item.added`` (a ``reasoning``
-    item, empty ``summary`` and ``content``), ``content_part.added`` (``reasoning_text``),
-    ``reasoning_text.delta`` …, ``reasoning_text.done``, ``content_part.done``,
-    ``output_item.done`` with the whole text as the item's one ``reasoning_text`` part."""
+class ResponseStream(_NumberedEvents):
+    """Builds the event sequence of one response. One instance per response id: its lifecycle,
+    and its one open output item (ORD-5), streamed as the item's row of the table says."""
 
     def __init__(self, response: Response, stream_id: str | None = None) -> None:
         super().__init__(response, stream_id)
-        self._open: _OpenMessage | _OpenCall | _OpenReasoning | None = None
+        self._open: _Open | None = None
 
     @property
     def has_open_item(self) -> bool:
@@ -194,84 +337,136 @@ class _ReasoningItems(_NumberedEvents):
 
     @property
     def reasoning_open(self) -> bool:
-        return isinstance(self._open, _OpenReasoning)
+        return self._open is not None and self._open.kind is REASONING
 
     def _require_closed(self) -> None:
         if self._open is not None:
             raise _misuse("an output item is still open")
 
-    def add_reasoning(self) -> list[ev.ServerEvent]:
+    def _add(
+        self, kind: _Kind, call: tuple[str, str, str | None] | None = None
+    ) -> list[ev.ServerEvent]:
+        """``output_item.added``, and ``content_part.added`` when the kind has a part."""
         self._require_closed()
         first = self._step(Step.OUTPUT)  # checked before any state changes (STATE-2)
         index = len(self.response.output)
-        item_id = new_id("rs")
-        self._open = _OpenReasoning(item_id, index)
-        added = Reasoning(id=item_id, summary=[], content=[], status="in_progress")
-        return [
+        item = _Open(kind, new_id(kind.prefix), index, call)
+        self._open = item
+        events: list[ev.ServerEvent] = [
             ev.OutputItemAdded(
-                sequence_number=first, stream_id=self.stream_id, output_index=index, item=added
-            ),
-            ev.ContentPartAdded(
-                sequence_number=self._step(Step.OUTPUT),
+                sequence_number=first,
                 stream_id=self.stream_id,
-                item_id=item_id,
                 output_index=index,
-                content_index=0,
-                part=ReasoningText(text=""),
-            ),
+                item=kind.added(item),
+            )
         ]
+        if kind.part is not None:
+            events.append(
+                ev.ContentPartAdded(
+                    sequence_number=self._step(Step.OUTPUT),
+                    stream_id=self.stream_id,
+                    item_id=item.item_id,
+                    output_index=index,
+                    content_index=0,
+                    part=kind.part(""),
+                )
+            )
+        return events
 
-    def reasoning_delta(self, delta: str) -> ev.ReasoningTextDelta:
+    def _current(self, kinds: tuple[_Kind, ...], misuse: str) -> _Open:
         item = self._open
-        if not isinstance(item, _OpenReasoning):
-            raise _misuse("reasoning_delta without an open reasoning item")
-        item.pieces.append(delta)
-        return ev.ReasoningTextDelta(
-            sequence_number=self._step(Step.OUTPUT),
-            stream_id=self.stream_id,
-            item_id=item.item_id,
-            output_index=item.output_index,
-            content_index=0,
-            delta=delta,
-        )
+        if item is None or item.kind not in kinds:
+            raise _misuse(misuse)
+        return item
 
-    def finish_reasoning(self, status: Any = "completed") -> list[ev.ServerEvent]:
-        item = self._open
-        if not isinstance(item, _OpenReasoning):
-            raise _misuse("finish_reasoning without an open reasoning item")
-        self._open = None
-        done = item.item(status)
+    def _close(self, item: _Open, status: Any) -> tuple[OutputItem, list[ev.ServerEvent]]:
+        """The kind's ``*.done``, ``content_part.done`` when it has a part, ``output_item.done``."""
+        kind, self._open = item.kind, None
+        done = kind.done(item, status)
         self.response.output.append(done)
-        part = ReasoningText(text="".join(item.pieces))
-        item_id, index = item.item_id, item.output_index
-        return [
-            ev.ReasoningTextDone(
-                sequence_number=self._step(Step.OUTPUT),
-                stream_id=self.stream_id,
-                item_id=item_id,
-                output_index=index,
-                content_index=0,
-                text=part.text,
-            ),
-            ev.ContentPartDone(
-                sequence_number=self._step(Step.OUTPUT),
-                stream_id=self.stream_id,
-                item_id=item_id,
-                output_index=index,
-                content_index=0,
-                part=part,
-            ),
+        events = [kind.text_done(item, self._step(Step.OUTPUT), self.stream_id, done)]
+        if kind.part is not None:
+            events.append(
+                ev.ContentPartDone(
+                    sequence_number=self._step(Step.OUTPUT),
+                    stream_id=self.stream_id,
+                    item_id=item.item_id,
+                    output_index=item.output_index,
+                    content_index=0,
+                    part=kind.part(item.text),
+                )
+            )
+        events.append(
             ev.OutputItemDone(
                 sequence_number=self._step(Step.OUTPUT),
                 stream_id=self.stream_id,
                 output_index=item.output_index,
                 item=done,
-            ),
-        ]
+            )
+        )
+        return done, events
 
+    def _abandon_open_item(self) -> None:
+        """On failure, keep what was produced so far as an ``incomplete`` item (ORD-8)."""
+        item, self._open = self._open, None
+        if item is not None:
+            self.response.output.append(item.kind.done(item, "incomplete"))
 
-class ResponseStream(_ReasoningItems):
-    """Builds the event sequence of one response. One instance per response id."""
+    # ------------------------------------------------------------------ message items
+    def add_message(self) -> list[ev.ServerEvent]:
+        return self._add(MESSAGE)
+
+    # The deltas are the hot path (one per sampled piece): each checks and appends inline.
+    def text_delta(self, delta: str) -> ev.ServerEvent:
+        item = self._open
+        if item is None or item.kind is not MESSAGE:
+            raise _misuse("text_delta without an open message")
+        item.pieces.append(delta)
+        return _text_delta(item, self._step(Step.OUTPUT), self.stream_id, delta)
+
+    def finish_message(self, status: Any = "completed") -> list[ev.ServerEvent]:
+        item = self._current(_MESSAGES, "finish_message without an open message")
+        return self._close(item, status)[1]
+
+    # ------------------------------------------------------------------ reasoning items
+    def add_reasoning(self) -> list[ev.ServerEvent]:
+        """REASON-2: a ``reasoning`` item (empty ``summary`` and ``content``), a
+        ``reasoning_text`` part, ``reasoning_text.delta`` …, ``reasoning_text.done``, and the
+        whole text as the item's one ``reasoning_text`` part."""
+        return self._add(REASONING)
+
+    def reasoning_delta(self, delta: str) -> ev.ServerEvent:
+        item = self._open
+        if item is None or item.kind is not REASONING:
+            raise _misuse("reasoning_delta without an open reasoning item")
+        item.pieces.append(delta)
+        return _reasoning_delta(item, self._step(Step.OUTPUT), self.stream_id, delta)
+
+    def finish_reasoning(self, status: Any = "completed") -> list[ev.ServerEvent]:
+        item = self._current(_REASONINGS, "finish_reasoning without an open reasoning item")
+        return self._close(item, status)[1]
+
+    # ------------------------------------------------------------------ tool calls
+    def add_function_call(
+        self, name: str, call_id: str, namespace: str | None = None, custom: bool = False
+    ) -> ev.ServerEvent:
+        """Open a function call (``custom``: a custom tool call, TOOL-3)."""
+        kind = CUSTOM_TOOL_CALL if custom else FUNCTION_CALL
+        (added,) = self._add(kind, (call_id, name, namespace))
+        return added
+
+    def arguments_delta(self, delta: str) -> ev.ServerEvent:
+        item = self._open
+        if item is None or item.kind not in _CALLS:
+            raise _misuse("arguments_delta without an open function call")
+        item.pieces.append(delta)
+        return item.kind.delta(item, self._step(Step.OUTPUT), self.stream_id, delta)
+
+    def finish_function_call(self) -> tuple[ToolCall, list[ev.ServerEvent]]:
+        item = self._current(_CALLS, "finish_function_call without an open function call")
+        done, events = self._close(item, "completed")
+        assert isinstance(done, FunctionCall | CustomToolCall)
+        return done, events
 
     # ------------------------------------------------------------------ lifecycle
     def created(self) -> ev.ResponseCreated:
@@ -337,152 +532,6 @@ class ResponseStream(_ReasoningItems):
         self.response.usage = usage
         self.response.completed_at = completed_at
 
-    # ------------------------------------------------------------------ message items
-    def add_message(self) -> list[ev.ServerEvent]:
-        self._require_closed()
-        first = self._step(Step.OUTPUT)  # checked before any state changes (STATE-2)
-        index = len(self.response.output)
-        item_id = new_id("msg")
-        self._open = _OpenMessage(item_id, index)
-        added_item = Message(id=item_id, role="assistant", status="in_progress", content=[])
-        part = OutputText(text="", annotations=[], logprobs=[])
-        return [
-            ev.OutputItemAdded(
-                sequence_number=first,
-                stream_id=self.stream_id,
-                output_index=index,
-                item=added_item,
-            ),
-            ev.ContentPartAdded(
-                sequence_number=self._step(Step.OUTPUT),
-                stream_id=self.stream_id,
-                item_id=item_id,
-                output_index=index,
-                content_index=0,
-                part=part,
-            ),
-        ]
-
-    def text_delta(self, delta: str) -> ev.OutputTextDelta:
-        item = self._open
-        if not isinstance(item, _OpenMessage):
-            raise _misuse("text_delta without an open message")
-        item.pieces.append(delta)
-        return ev.OutputTextDelta(
-            sequence_number=self._step(Step.OUTPUT),
-            stream_id=self.stream_id,
-            item_id=item.item_id,
-            output_index=item.output_index,
-            content_index=item.content_index,
-            delta=delta,
-            logprobs=_EMPTY,
-        )
-
-    def finish_message(self, status: Any = "completed") -> list[ev.ServerEvent]:
-        item = self._open
-        if not isinstance(item, _OpenMessage):
-            raise _misuse("finish_message without an open message")
-        self._open = None
-        text = "".join(item.pieces)
-        part = OutputText(text=text, annotations=[], logprobs=[])
-        done = Message(id=item.item_id, role="assistant", status=status, content=[part])
-        self.response.output.append(done)
-        return [
-            ev.OutputTextDone(
-                sequence_number=self._step(Step.OUTPUT),
-                stream_id=self.stream_id,
-                content_index=0,
-                text=text,
-                logprobs=[],
-                item_id=item.item_id,
-                output_index=item.output_index,
-            ),
-            ev.ContentPartDone(
-                sequence_number=self._step(Step.OUTPUT),
-                stream_id=self.stream_id,
-                content_index=0,
-                part=part,
-                item_id=item.item_id,
-                output_index=item.output_index,
-            ),
-            ev.OutputItemDone(
-                sequence_number=self._step(Step.OUTPUT),
-                stream_id=self.stream_id,
-                output_index=item.output_index,
-                item=done,
-            ),
-        ]
-
-    # ------------------------------------------------------------------ tool calls
-    def add_function_call(
-        self, name: str, call_id: str, namespace: str | None = None, custom: bool = False
-    ) -> ev.OutputItemAdded:
-        """Open a function call (``custom``: a custom tool call, TOOL-3)."""
-        self._require_closed()
-        seq = self._step(Step.OUTPUT)  # checked before any state changes (STATE-2)
-        index = len(self.response.output)
-        item_id = new_id("ctc" if custom else "fc")
-        call = _OpenCall(item_id, index, call_id, name, namespace, custom)
-        self._open = call
-        return ev.OutputItemAdded(
-            sequence_number=seq,
-            stream_id=self.stream_id,
-            output_index=index,
-            item=call.item("in_progress"),
-        )
-
-    def arguments_delta(
-        self, delta: str
-    ) -> ev.FunctionCallArgumentsDelta | ev.CustomToolCallInputDelta:
-        call = self._open
-        if not isinstance(call, _OpenCall):
-            raise _misuse("arguments_delta without an open function call")
-        call.pieces.append(delta)
-        kind = ev.CustomToolCallInputDelta if call.custom else ev.FunctionCallArgumentsDelta
-        return kind(
-            sequence_number=self._step(Step.OUTPUT),
-            stream_id=self.stream_id,
-            item_id=call.item_id,
-            output_index=call.output_index,
-            delta=delta,
-        )
-
-    def finish_function_call(self) -> tuple[ToolCall, list[ev.ServerEvent]]:
-        call = self._open
-        if not isinstance(call, _OpenCall):
-            raise _misuse("finish_function_call without an open function call")
-        self._open = None
-        done = call.item("completed")
-        self.response.output.append(done)
-        seq = self._step(Step.OUTPUT)
-        finished: ev.ServerEvent
-        if isinstance(done, CustomToolCall):
-            finished = ev.CustomToolCallInputDone(
-                sequence_number=seq,
-                stream_id=self.stream_id,
-                item_id=call.item_id,
-                output_index=call.output_index,
-                input=done.input,
-            )
-        else:
-            finished = ev.FunctionCallArgumentsDone(
-                sequence_number=seq,
-                stream_id=self.stream_id,
-                item_id=call.item_id,
-                output_index=call.output_index,
-                arguments=done.arguments,
-                name=call.name,
-            )
-        return done, [
-            finished,
-            ev.OutputItemDone(
-                sequence_number=self._step(Step.OUTPUT),
-                stream_id=self.stream_id,
-                output_index=call.output_index,
-                item=done,
-            ),
-        ]
-
     # ------------------------------------------------------------------ compaction
     def add_compaction(self, item: Compaction) -> list[ev.ServerEvent]:
         """A compaction item (COMPACT-3, COMPACT-7): it is complete when it appears, so
@@ -509,18 +558,6 @@ class ResponseStream(_ReasoningItems):
                 item=item,
             ),
         ]
-
-    # ------------------------------------------------------------------ helpers
-    def _abandon_open_item(self) -> None:
-        """On failure, keep what was produced so far as an ``incomplete`` item (ORD-8)."""
-        item, self._open = self._open, None
-        if isinstance(item, _OpenMessage):
-            part = OutputText(text="".join(item.pieces), annotations=[], logprobs=[])
-            self.response.output.append(
-                Message(id=item.item_id, role="assistant", status="incomplete", content=[part])
-            )
-        elif isinstance(item, _OpenCall | _OpenReasoning):
-            self.response.output.append(item.item("incomplete"))
 
 
 def _misuse(what: str) -> Exception:

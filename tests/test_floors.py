@@ -11,6 +11,9 @@
 * ``clients`` import no ``engine`` and no ``cli`` (the benchmark starts its server as a
   subprocess, through the ``rollout serve`` command line);
 * ``cli/main.py``, the ``rollout`` dispatcher, is the one module that imports both sides;
+* ``bench`` (in-process micro benchmarks) imports ``engine`` and ``protocol`` but no transport,
+  no ``clients`` and no ``cli``, and nothing imports ``bench``: benchmark scripts stay out of
+  the production packages;
 * and no module imports another in a circle, even within a floor.
 
 Imports are parsed with ``ast`` from every file, so an import inside a function or under
@@ -26,7 +29,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("protocol", "engine", "clients", "cli")
+PACKAGES = ("protocol", "engine", "clients", "cli", "bench")
 AIOHTTP_SERVER = ("aiohttp.web", "aiohttp.web_", "aiohttp.worker")
 
 
@@ -114,6 +117,20 @@ def test_clients_speak_the_wire_only() -> None:
         return None
 
     assert _violations("clients", forbidden) == []
+
+
+def test_bench_sits_beside_the_engine() -> None:
+    def forbidden(module: str, name: str) -> str | None:
+        if _is(name, "clients", "cli", "engine.server"):
+            return "an in-process benchmark drives engine parts, not transports or clients"
+        return None
+
+    assert _violations("bench", forbidden) == []
+    imported = []
+    for package in PACKAGES:
+        if package != "bench":
+            imported += _violations(package, lambda m, n: "bench" if _is(n, "bench") else None)
+    assert imported == [], "nothing imports the benchmarks"
 
 
 def test_only_the_dispatcher_imports_both_sides() -> None:
@@ -374,3 +391,108 @@ def test_model_rooms_stay_apart() -> None:
             if _is(module, room):
                 found += [f"{module} imports {name}" for name in imported if _is(name, *forbidden)]
     assert sorted(found) == []
+
+
+# Capabilities are declared, not probed (ARCH-1): ``engine.models.base.Backend`` declares each
+# optional capability with its default, so no caller asks ``getattr(backend, ...)`` or
+# ``hasattr(backend, ...)``.
+def backend_probes(root: Path) -> list[str]:
+    found = []
+    for package in PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if not (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Name)
+                    and node.func.id in ("getattr", "hasattr")
+                    and node.args
+                ):
+                    continue
+                probed = ast.unparse(node.args[0])
+                if "backend" in probed.rsplit(".", 1)[-1].lower():
+                    found.append(f"{path.relative_to(root)}:{node.lineno} {ast.unparse(node)}")
+    return found
+
+
+def test_no_caller_probes_a_backend() -> None:
+    assert backend_probes(ROOT) == [], "declare the capability on Backend (engine/models/base.py)"
+
+
+# One registry per extension point (ARCH-1): a tokens route's formats (``api``, ``template``,
+# ``tool_parser``, ``reasoning_parser``) are looked up in their registries, never told apart by
+# comparing a name in engine/models/tokens (no ``if api == "vllm"``, no ``== "think"``), and no
+# format is implied by another field (``tokenizer is None`` meant harmony).
+FORMAT_FIELDS = frozenset({"api", "template", "tool_parser", "reasoning_parser", "tokenizer"})
+FORMAT_NAMES = frozenset(
+    {"vllm", "sglang", "llamacpp", "jinja", "harmony", "think", "hermes", "qwen3_coder"}
+    | {"llama3_json", "mistral"}
+)
+
+
+def format_dispatch(folder: Path) -> list[str]:
+    def named(node: ast.expr) -> str | None:
+        if isinstance(node, ast.Name):
+            return node.id
+        if isinstance(node, ast.Attribute):
+            return node.attr
+        return None
+
+    found = []
+    for path in sorted(folder.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        # an assert states what the config already checked; it dispatches nothing
+        asserted = {id(n) for a in ast.walk(tree) if isinstance(a, ast.Assert) for n in ast.walk(a)}
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Compare) or id(node) in asserted:
+                continue
+            sides = [node.left, *node.comparators]
+            fields = {named(side) for side in sides} & FORMAT_FIELDS
+            names = {
+                c.value
+                for side in sides
+                for c in ast.walk(side)
+                if isinstance(c, ast.Constant) and isinstance(c.value, str)
+            } & FORMAT_NAMES
+            if fields or names:
+                found.append(f"{path.relative_to(folder.parent)}:{node.lineno} {ast.unparse(node)}")
+    return found
+
+
+def test_token_formats_are_dispatched_by_their_registries() -> None:
+    assert format_dispatch(ROOT / "engine" / "models" / "tokens") == []
+
+
+def test_the_dispatch_checks_find_a_comparison_and_a_probe(tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens"
+    tokens.mkdir()
+    (tokens / "a.py").write_text(
+        'if options.api == "llamacpp":\n    pass\nif tokenizer is None:\n    pass\n'
+        'ok = channel == "analysis"\nassert tokenizer is not None\n'
+    )
+    assert format_dispatch(tokens) == [
+        "tokens/a.py:1 options.api == 'llamacpp'",
+        "tokens/a.py:3 tokenizer is None",
+    ]
+    for package in PACKAGES:
+        (tmp_path / package).mkdir(exist_ok=True)
+    (tmp_path / "engine" / "b.py").write_text('w = getattr(self._rollout.backend, "weights", "")\n')
+    assert backend_probes(tmp_path) == [
+        "engine/b.py:1 getattr(self._rollout.backend, 'weights', '')"
+    ]
+
+
+# Benchmark scripts live in ``bench/``, not in the production packages: no module of engine,
+# protocol or cli parses its own command line as a script (``if __name__ == "__main__"``).
+def scripts_in(root: Path, packages: tuple[str, ...]) -> list[str]:
+    found = []
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            if path.name != "__main__.py" and '__name__ == "__main__"' in path.read_text(
+                encoding="utf-8"
+            ):
+                found.append(str(path.relative_to(root)))
+    return found
+
+
+def test_no_script_in_the_production_packages() -> None:
+    assert scripts_in(ROOT, ("protocol", "engine")) == []

@@ -2,16 +2,22 @@
 
 A backend receives the rollout's processed context (items and rendered tokens) and settings, and
 yields deltas. It never builds wire events: the rollout hands deltas to the pure stream builder.
+What a backend may do beyond streaming is declared on ``Backend`` with its default (its own
+compaction, its counters, its own token render, its weights tag), so callers ask the backend,
+never probe it.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+from collections import Counter
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal
 
 from engine.conversation.context import Context
 from protocol.errors import ProtocolError
+from protocol.items import Compaction, InputItem
 from protocol.tools import ToolChoice, Toolset
 
 FinishReason = Literal["stop", "tool_calls", "length"]
@@ -98,19 +104,51 @@ class SampleRequest:
     top_p: float | None = None
 
 
-class Backend(Protocol):
-    """What every model backend provides."""
+@dataclass(frozen=True)
+class CompactRequest:
+    model: str
+    context: Context  # the prepared context: references resolved, rendered
+    keep_round: bool = True  # False for a compaction_trigger (COMPACT-7)
+
+
+@dataclass(frozen=True)
+class Compacted:
+    items: list[InputItem]  # the new window: what replaces the context
+    item: Compaction  # the compaction item in it (the first, for an upstream's window)
+    input_tokens: int
+    output_tokens: int
+
+
+class Backend(ABC):
+    """What every model backend provides: ``stream``; and its optional capabilities, each
+    declared here with the default of a backend that lacks it."""
 
     name: str
     # content kinds it can read ("text", "image", "file") and HOSTED_TOOLS if it runs them
     supports: frozenset[str]
+    # It renders the model's own tokens, so the pipeline only estimates counts (TOK-10).
+    renders_own_tokens: bool = False
+    # The route's checkpoint tag, stored with each trajectory segment (EXPORT-4).
+    weights: str = ""
+    # Its own counters (requests, dropped items, renders …), listed by the stats route; None:
+    # it keeps none.
+    stats: Counter[str] | None = None
 
+    @abstractmethod
     def stream(self, request: SampleRequest) -> AsyncGenerator[Delta, None]:
         """Yield deltas for one sampling step; must end with exactly one ``Finish``.
 
         Cancellation (the consuming task being cancelled) must stop generation promptly.
         """
-        ...
+
+    async def compact(self, request: CompactRequest) -> Compacted | None:
+        """Its own compaction (COMPACT-5); None: the engine's digest (COMPACT-1)."""
+        return None
+
+    def count_into(self, counters: Counter[str]) -> None:
+        """Join the events it counts to the engine's counters, which ``/metrics`` serves
+        (PARSE-3, TOK-33); a backend that counts none joins nothing."""
+        return None
 
 
 class BackendError(Exception):

@@ -4,14 +4,13 @@ otherwise the documented digest of ``engine.conversation.compaction``."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-
 from engine.conversation.compaction import Window, digest, seal, split, window_items
 from engine.conversation.context import Context
 from engine.conversation.tokens import count
 from engine.models.base import Backend, Finish, SampleRequest, TextDelta
-from protocol.items import Compaction, InputItem, InputText, Message
+from engine.models.base import Compacted as Compacted
+from engine.models.base import CompactRequest as CompactRequest
+from protocol.items import Compaction, InputText, Message
 from protocol.stream import new_id
 from protocol.tools import EMPTY_TOOLSET
 
@@ -19,24 +18,6 @@ SUMMARY_PROMPT = (
     "Summarise the conversation above for your own later use: the facts, decisions, tool "
     "results and open questions a continuation needs. Write plain text, no preamble."
 )
-
-
-@dataclass(frozen=True)
-class CompactRequest:
-    model: str
-    context: Context  # the prepared context: references resolved, rendered
-    keep_round: bool = True  # False for a compaction_trigger (COMPACT-7)
-
-
-@dataclass(frozen=True)
-class Compacted:
-    items: list[InputItem]  # the new window: what replaces the context
-    item: Compaction  # the compaction item in it (the first, for an upstream's window)
-    input_tokens: int
-    output_tokens: int
-
-
-Compactor = Callable[[CompactRequest], Awaitable[Compacted]]
 
 
 def compacted_with(
@@ -48,9 +29,9 @@ def compacted_with(
 
 async def compact(backend: Backend, request: CompactRequest) -> Compacted:
     """Compact ``request.context`` with the backend's own compaction, else the digest."""
-    own: Compactor | None = getattr(backend, "compact", None)
+    own = await backend.compact(request)
     if own is not None:
-        return await own(request)
+        return own
     window = split(request.context.items, request.keep_round)
     summary = digest(window.replaced)
     return compacted_with(window, summary, request.context.prompt_tokens, count(summary))

@@ -53,8 +53,13 @@ from engine.models.base import Backend
 from engine.models.router import Router
 from engine.models.sim.scenarios import SCENARIOS
 from engine.models.sim.simulator import SimulatedModel
-from engine.models.tokens.backend import TokensBackend, TokensOptions
+from engine.models.tokens.backend import TokensBackend
 from engine.models.tokens.harmony import HarmonySetupError
+from engine.models.tokens.options import TokensOptions
+from engine.models.tokens.reasoning import REASONING_PARSERS
+from engine.models.tokens.registry import Registry
+from engine.models.tokens.render import RENDERERS
+from engine.models.tokens.servers import SERVERS
 from engine.models.tokens.tokenizer import TokenizerError, load_tokenizer
 from engine.models.tokens.tool_parsers import PARSERS
 from engine.models.upstreams.chat import ChatBackend
@@ -139,14 +144,21 @@ class ResponsesRoute(_UpstreamRoute):
     pass_reasoning: bool = False
 
 
+def _known(value: str, registry: Registry[Any], what: str) -> str:
+    """A name its registry knows (one registry per extension point, TOK-2)."""
+    if value not in registry:
+        raise ValueError(f"unknown {what}; known: {registry.known()}")
+    return value
+
+
 class TokensRoute(_UpstreamRoute):
     backend: Literal["tokens"]
-    api: Literal["vllm", "sglang", "llamacpp"]
+    api: str  # a token server (``tokens.servers.SERVERS``, TOK-2)
     tokenizer: str | None = None  # required unless ``template = "harmony"``
     chat_template: str | None = None
-    template: Literal["jinja", "harmony"] = "jinja"  # HARMONY-1
+    template: str = "jinja"  # a renderer (``tokens.render.RENDERERS``): jinja | harmony (HARMONY-1)
     tool_parser: str = "hermes"
-    reasoning_parser: Literal["think", "harmony"] | None = None  # REASON-1
+    reasoning_parser: str | None = None  # ``tokens.reasoning.REASONING_PARSERS`` (REASON-1)
     history: Literal["exact", "rerender"] = "exact"
     sglang_stream: Literal["auto", "cumulative", "incremental"] = "auto"  # TOK-32
     llamacpp_stream: bool = False  # TOK-44: llama.cpp's stream drops ids; one answer instead
@@ -154,24 +166,43 @@ class TokensRoute(_UpstreamRoute):
 
     @pydantic.model_validator(mode="after")
     def _template_fits(self) -> TokensRoute:
-        if self.template == "harmony":
-            if self.reasoning_parser not in (None, "harmony"):
-                raise ValueError("reasoning_parser: harmony reads its own channels; omit it")
+        renderer = RENDERERS[self.template]
+        if not renderer.needs_tokenizer:
             if self.tokenizer is not None or self.chat_template is not None:
-                raise ValueError("tokenizer: harmony brings its own encoding; omit it")
-        else:
-            if self.tokenizer is None:
-                raise ValueError("tokenizer: required key is missing")
-            if self.reasoning_parser == "harmony":
-                raise ValueError('reasoning_parser: "harmony" needs template = "harmony"')
+                raise ValueError(f"tokenizer: {self.template} brings its own encoding; omit it")
+        elif self.tokenizer is None:
+            raise ValueError("tokenizer: required key is missing")
+        if self.reasoning_parser is not None:
+            wanted = REASONING_PARSERS[self.reasoning_parser].template
+            if renderer.reasoning not in (None, self.reasoning_parser):
+                raise ValueError(
+                    f"reasoning_parser: {self.template} reads its own channels; omit it"
+                )
+            if wanted != self.template:
+                raise ValueError(
+                    f'reasoning_parser: "{self.reasoning_parser}" needs template = "{wanted}"'
+                )
         return self
+
+    @pydantic.field_validator("api")
+    @classmethod
+    def _known_server(cls, value: str) -> str:
+        return _known(value, SERVERS, "token server")
+
+    @pydantic.field_validator("template")
+    @classmethod
+    def _known_template(cls, value: str) -> str:
+        return _known(value, RENDERERS, "template")
+
+    @pydantic.field_validator("reasoning_parser")
+    @classmethod
+    def _known_reasoning(cls, value: str | None) -> str | None:
+        return value if value is None else _known(value, REASONING_PARSERS, "reasoning parser")
 
     @pydantic.field_validator("tool_parser")
     @classmethod
     def _known_parser(cls, value: str) -> str:
-        if value not in PARSERS:
-            raise ValueError(f"unknown tool parser; known: {', '.join(sorted(PARSERS))}")
-        return value
+        return _known(value, PARSERS, "tool parser")
 
 
 AnyRoute = SimRoute | ChatRoute | ResponsesRoute | TokensRoute
@@ -293,6 +324,7 @@ def _backend(route: AnyRoute, pool: HttpPool) -> Backend:
         options = TokensOptions(
             api=route.api,
             model=route.model,
+            template=route.template,
             tool_parser=route.tool_parser,
             rerender=route.history == "rerender",
             reasoning_parser=route.reasoning_parser,
@@ -301,7 +333,7 @@ def _backend(route: AnyRoute, pool: HttpPool) -> Backend:
             params=dict(route.params),
             weights=route.weights,
         )
-        tokenizer = None  # harmony: its own encoding, loaded by the backend
+        tokenizer = None  # a template with its own encoding (harmony) needs none
         if route.tokenizer is not None:
             tokenizer = load_tokenizer(route.tokenizer, route.chat_template)
         return TokensBackend(route.endpoint(), pool, tokenizer, options, supports)

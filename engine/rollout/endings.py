@@ -165,7 +165,7 @@ class Endings:
         if trajectory is not None and trajectory.covered == len(ctx.items):
             record.tokens = trajectory.segment(snapshot=not record.links)
             if record.tokens is not None:  # only a tokens backend names its weights (EXPORT-4)
-                record.tokens.weights = getattr(self._rollout.backend, "weights", "")
+                record.tokens.weights = self._rollout.backend.weights
         return record
 
     async def _unstored(self, turn: Turn, exc: StoreError) -> None:

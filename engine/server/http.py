@@ -363,7 +363,7 @@ def _backend_stats(engine: Engine) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     seen: set[int] = set()
     for name, backend in sorted(engine.router.routes.items()):
-        counters = getattr(backend, "stats", None)
+        counters = backend.stats
         if counters is not None and id(backend) not in seen:
             seen.add(id(backend))
             out[name] = dict(counters)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import aiohttp
@@ -11,6 +11,7 @@ from openai.resources.responses.responses import AsyncResponsesConnection
 
 from engine.models.base import (
     ArgsDelta,
+    Backend,
     BackendError,
     CallStart,
     Delta,
@@ -44,7 +45,7 @@ WEATHER: dict[str, Any] = {
 CLOCK: dict[str, Any] = {**WEATHER, "name": "get_time"}
 
 
-class BrokenModel:
+class BrokenModel(Backend):
     """A backend that fails: before any output, mid-message, or mid-function-call."""
 
     name = "broken"
@@ -54,7 +55,7 @@ class BrokenModel:
         self.where = where
         self.calls = 0
 
-    async def stream(self, request: SampleRequest) -> AsyncIterator[Delta]:
+    async def stream(self, request: SampleRequest) -> AsyncGenerator[Delta, None]:
         self.calls += 1
         if self.where == "message":
             yield TextDelta("partial ")
@@ -65,14 +66,14 @@ class BrokenModel:
         raise BackendError("upstream exploded: secret-internal-detail")
 
 
-class ThinkingModel:
+class ThinkingModel(Backend):
     """Reasoning, then an answer (REASON-2), as a ``tokens`` route with a reasoning parser
     streams it."""
 
     name = "thinking"
     supports = frozenset({"text"})
 
-    async def stream(self, request: SampleRequest) -> AsyncIterator[Delta]:
+    async def stream(self, request: SampleRequest) -> AsyncGenerator[Delta, None]:
         yield ReasoningDelta("Let me ")
         yield ReasoningDelta("think.")
         yield TextDelta("Done.")

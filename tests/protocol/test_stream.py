@@ -160,3 +160,91 @@ def test_compaction_item_is_added_and_done_at_once() -> None:
     for event in events:
         assert DECODER.decode(encode(event)) == event
         sdk_parse(encode(event))
+
+
+def _row(delta: str, done: str, part: bool) -> list[str]:
+    """An item's events with two deltas: added, its part, the deltas, done, part done, done."""
+    parts = ["response.content_part.added"] if part else []
+    closes = ["response.content_part.done"] if part else []
+    return [
+        "response.output_item.added",
+        *parts,
+        delta,
+        delta,
+        done,
+        *closes,
+        "response.output_item.done",
+    ]
+
+
+_ROWS = {
+    "message": (
+        "msg_",
+        "text",
+        _row("response.output_text.delta", "response.output_text.done", True),
+    ),
+    "reasoning": (
+        "rs_",
+        "text",
+        _row("response.reasoning_text.delta", "response.reasoning_text.done", True),
+    ),
+    "function_call": (
+        "fc_",
+        "arguments",
+        _row(
+            "response.function_call_arguments.delta",
+            "response.function_call_arguments.done",
+            False,
+        ),
+    ),
+    "custom_tool_call": (
+        "ctc_",
+        "input",
+        _row(
+            "response.custom_tool_call_input.delta",
+            "response.custom_tool_call_input.done",
+            False,
+        ),
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", list(_ROWS))
+def test_each_kind_of_open_item_streams_as_its_row_says(kind: str) -> None:
+    """ORD-1..ORD-5, REASON-2, TOOL-3: every kind of streamed item (one row of the builder's
+    table) opens, takes deltas and closes with its own events, one item id throughout, the
+    streamed text whole in its ``*.done`` event and in the item, each event as the SDK reads
+    it."""
+    stream = ResponseStream(Response(id="resp_x", created_at=1, model="m"), None)
+    stream.created()
+    stream.in_progress()
+    events: list[Any] = []
+    if kind == "message":
+        events += [*stream.add_message(), stream.text_delta("Hel"), stream.text_delta("lo")]
+        events += stream.finish_message()
+    elif kind == "reasoning":
+        events += [*stream.add_reasoning(), stream.reasoning_delta("Hel")]
+        events += [stream.reasoning_delta("lo"), *stream.finish_reasoning()]
+    else:
+        custom = kind == "custom_tool_call"
+        events.append(stream.add_function_call("f", "call_1", custom=custom))
+        events += [stream.arguments_delta("Hel"), stream.arguments_delta("lo")]
+        events += stream.finish_function_call()[1]
+    prefix, field, types = _ROWS[kind]
+    wire = [msgspec.json.decode(encode(e)) for e in events]
+    assert [e["type"] for e in wire] == types
+    assert {e["item"]["id"] if "item" in e else e["item_id"] for e in wire} == {
+        wire[0]["item"]["id"]
+    }
+    assert wire[0]["item"]["id"].startswith(prefix) and wire[0]["item"]["type"] == kind
+    done_item = wire[-1]["item"]
+    assert done_item["type"] == kind and done_item["status"] == "completed"
+    finished = next(
+        e for e in wire if e["type"].endswith(".done") and "item" not in e and "part" not in e
+    )
+    assert finished[field] == "Hello"
+    if kind in ("message", "reasoning"):
+        assert done_item["content"][0]["text"] == "Hello"
+        assert wire[-2]["part"] == done_item["content"][0]
+    for event in wire:
+        sdk_parse(event)

@@ -14,9 +14,10 @@ from tokenizers import Tokenizer
 
 from engine.models.base import ArgsDelta, CallEnd, CallStart, Delta, ReasoningDelta, TextDelta
 from engine.models.tokens.harmony import HarmonyReader, harmony_encoding
-from engine.models.tokens.reasoning import AnswerReader, TextReader, ThinkParser
+from engine.models.tokens.parsers.hermes import HermesParser
+from engine.models.tokens.reasoning import AnswerReader, TextReader
+from engine.models.tokens.think import ThinkParser
 from engine.models.tokens.tokenizer import IncrementalDecoder
-from engine.models.tokens.tool_parsers import HermesParser
 
 Item = tuple[str, str]
 CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'

@@ -14,7 +14,7 @@ import openai
 import pytest
 from openai import AsyncOpenAI
 
-from engine.models.tokens.wire import ChunkReader
+from engine.models.tokens.servers.llamacpp import LlamacppReader
 from tests.support.tools import WEATHER
 from tests.upstream.conftest import StartEngine
 from tests.upstream.token_peer import TokenPeer, assert_exact, backend_of, tokens_router
@@ -137,7 +137,7 @@ async def test_a_lossless_peer_is_not_flagged(
 def test_llamacpp_whole_answer_aligns_the_probabilities_it_kept() -> None:
     """TOK-44: llama.cpp answers whole by default; it keeps no probability for a token that
     ends inside a UTF-8 character, so the ids it skipped get None, the rest their own."""
-    reader = ChunkReader("llamacpp")
+    reader = LlamacppReader("llamacpp")
     chunk = {
         "tokens": [5, 7, 7, 9],
         "completion_probabilities": [

@@ -1,6 +1,6 @@
 """A token-in/token-out upstream for tests: vLLM's ``/inference/v1/generate``, SGLang's
 ``/generate`` and llama.cpp's ``/completion``, each in the shape its source documents (see
-``engine/models/tokens/wire.py`` for the files), with a tokenizer the test trains and a
+``engine/models/tokens/servers/`` for the files), with a tokenizer the test trains and a
 Qwen-style chat template the test writes (nothing is downloaded).
 
 It checks what arrives: every prompt is recorded with the ids the peer sampled for it, and

@@ -107,7 +107,7 @@ def _prose_deltas() -> tuple[TextDelta, ...]:
     return tuple(TextDelta(piece) for piece in token_pieces(_PROSE))
 
 
-class LongTextModel:
+class LongTextModel(Backend):
     """Streams a text answer of a fixed number of tokens at the simulator's pacing."""
 
     name = "bench-text"
@@ -135,7 +135,7 @@ def bench_router(tokens_per_second: float) -> Router:
     return router
 
 
-class BenchModels:
+class BenchModels(Backend):
     """The bench server's default route: picks a bench model from the requested name.
 
     ``stream`` returns the chosen model's generator itself, so dispatch adds no per-delta cost."""

@@ -11,13 +11,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator, Sequence
 
-from engine.models.base import Delta, Finish, SampleRequest
+from engine.models.base import Backend, Delta, Finish, SampleRequest
 
 # A float pauses that many seconds (to test cancellation); an Event holds the stream until set.
 Step = Delta | BaseException | float | asyncio.Event
 
 
-class ScriptedModel:
+class ScriptedModel(Backend):
     name = "scripted"
     supports = frozenset({"text", "image", "file"})
 

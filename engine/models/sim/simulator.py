@@ -29,6 +29,7 @@ from functools import lru_cache
 from engine.conversation.tokens import encode, encoding
 from engine.models.base import (
     ArgsDelta,
+    Backend,
     CallEnd,
     CallStart,
     Delta,
@@ -90,7 +91,7 @@ def _hint(text: str) -> str:
     return chosen
 
 
-class SimulatedModel:
+class SimulatedModel(Backend):
     """Deterministic simulated model; see the module docstring for its documented policy."""
 
     name = "sim"

@@ -2,10 +2,11 @@
 server (vLLM, SGLang, llama.cpp) samples (SPEC: TOK-1..TOK-9).
 
 Per sampling step: the new items are rendered once and appended to the rollout's trajectory
-(``token_render``), the whole id array goes to the server's token endpoint (``token_wire``),
-the sampled ids stream back, are read into reasoning, message text and function calls (the
-reasoning and tool parsers, ``reasoning.py``; gpt-oss harmony, ``harmony.py``), and join the
-trajectory exactly as sampled.
+(the route's renderer, ``render.py``: ``jinja.py`` or ``harmony.py``), the whole id array goes
+to the route's token server (``servers/``), the sampled ids stream back, are read into
+reasoning, message text and function calls (the route's reasoning parser, ``reasoning.py``:
+``think.py``, ``harmony.py``, with its tool parser, ``tool_parsers.py``), and join the
+trajectory exactly as sampled. Each format is named by the route and looked up in its registry.
 """
 
 from __future__ import annotations
@@ -14,13 +15,12 @@ import contextlib
 import logging
 from collections import Counter
 from collections.abc import AsyncGenerator
-from dataclasses import dataclass, field
-from typing import Any
 
 from engine.conversation.context import Context
 from engine.conversation.trajectory import Trajectory
 from engine.models.base import (
     ArgsDelta,
+    Backend,
     CallStart,
     Delta,
     Finish,
@@ -31,19 +31,13 @@ from engine.models.base import (
     TextDelta,
 )
 from engine.models.compaction import Compacted, CompactRequest, summarise_with_model
-from engine.models.tokens.harmony import HarmonyReader, HarmonyRenderer, harmony_encoding
-from engine.models.tokens.reasoning import AnswerReader, TextReader, ThinkParser, think_starts_open
-from engine.models.tokens.render import SampledAnswer, TurnRenderer
+from engine.models.tokens.options import TokensOptions
+from engine.models.tokens.reasoning import reasoning_parser
+from engine.models.tokens.render import RENDERERS, SampledAnswer
+from engine.models.tokens.servers import SERVERS
+from engine.models.tokens.servers.base import Sampling, Step, TokenCountMismatch
 from engine.models.tokens.tokenizer import ModelTokenizer
-from engine.models.tokens.tool_parsers import PARSERS, ToolSchemas
-from engine.models.tokens.wire import (
-    PATHS,
-    ChunkReader,
-    Sampling,
-    Step,
-    TokenCountMismatch,
-    body,
-)
+from engine.models.tokens.tool_parsers import ToolSchemas
 from engine.models.upstreams.chat import _with_namespace
 from engine.models.upstreams.endpoint import (
     Endpoint,
@@ -58,20 +52,7 @@ from protocol.tools import Toolset
 log = logging.getLogger("rollout.upstream.tokens")
 
 
-@dataclass(frozen=True)
-class TokensOptions:
-    api: str = "vllm"
-    model: str | None = None  # None: the client's model name
-    tool_parser: str = "hermes"
-    rerender: bool = False  # ``history = "rerender"`` (TOK-4)
-    reasoning_parser: str | None = None  # "think" (REASON-1); harmony reads its own channels
-    sglang_stream: str = "auto"  # auto | cumulative | incremental (TOK-32)
-    llamacpp_stream: bool = False  # llama.cpp answers whole unless told to stream (TOK-44)
-    params: dict[str, Any] = field(default_factory=dict)
-    weights: str = ""  # the route's checkpoint tag, stored with each segment (EXPORT-4)
-
-
-class TokensBackend:
+class TokensBackend(Backend):
     name = "tokens"
     renders_own_tokens = True  # the pipeline only estimates counts (TOK-10)
 
@@ -89,34 +70,14 @@ class TokensBackend:
         self.options = options
         self.supports = supports
         self.weights = options.weights  # stored with each trajectory segment (EXPORT-4)
-        self.renderer: TurnRenderer | HarmonyRenderer
-        if tokenizer is None:  # ``template = "harmony"``: harmony's own encoding (HARMONY-1)
-            self.renderer = HarmonyRenderer(harmony_encoding(), options.rerender)
-        else:
-            self.renderer = TurnRenderer(tokenizer, options.rerender)
-            if not tokenizer.shape.append_only:
-                log.warning("the chat template is not append-only: exact tokens are kept (TOK-4)")
+        self.server = SERVERS[options.api](options)  # TOK-2
+        self.renderer = RENDERERS[options.template].build(tokenizer, options.rerender)
         self.stats: Counter[str] = self.renderer.stats  # renders, drift, requests …
         self.events: Counter[str] = Counter()  # the engine's, once bound (``count_into``)
-        self.parser_factory = PARSERS[options.tool_parser]
-        self.parser_name = options.tool_parser if tokenizer is not None else "harmony"
-        # Special tokens hidden from text: all but the markers a parser reads (TOK-30); once.
-        markers = [*self.parser_factory({}).markers]
-        if options.reasoning_parser == "think":
-            markers += [ThinkParser.OPEN, ThinkParser.CLOSE]
-        self.hidden_ids = tokenizer.hidden_ids(markers) if tokenizer is not None else frozenset()
-
-    def reader(self, schemas: ToolSchemas) -> AnswerReader:
-        """What reads one generation's sampled ids (REASON-1, HARMONY-3)."""
-        renderer = self.renderer
-        if isinstance(renderer, HarmonyRenderer):
-            return HarmonyReader(renderer.encoding, self.stats)
-        decoder = renderer.tokenizer.decoder(self.hidden_ids)
-        parser = self.parser_factory(schemas)
-        if self.options.reasoning_parser == "think":
-            opened = think_starts_open(renderer.tokenizer.shape.generation_prompt)
-            return TextReader(decoder, ThinkParser(parser, opened, self.stats))
-        return TextReader(decoder, parser)
+        # REASON-1, HARMONY-3: what reads the sampled ids (the route's tool parser inside)
+        self.reasoning = reasoning_parser(
+            options.reasoning_parser, self.renderer, options.tool_parser, self.stats
+        )
 
     def stream(self, request: SampleRequest) -> AsyncGenerator[Delta, None]:
         """Renders once; a retried attempt resends the same ids."""
@@ -129,9 +90,8 @@ class TokensBackend:
             temperature=request.temperature,
             top_p=request.top_p,
             params=dict(self.options.params),
-            stream=self.options.api != "llamacpp" or self.options.llamacpp_stream,
         )
-        payload = body(self.options.api, trajectory.ids_json, sampling)
+        payload = self.server.body(trajectory.ids_json, sampling)
         self.stats["requests"] += 1
         self.stats["prompt_ids_sent"] += len(trajectory)
         self.stats["prompt_ids_rendered"] += rendered.fresh
@@ -141,7 +101,7 @@ class TokensBackend:
         def attempt(_number: int) -> AsyncGenerator[Delta, None]:
             answer = _TokenAnswer(self, ctx, trajectory, request.tools, rendered.fresh)
             answers[:] = [answer]
-            return relay(self.pool, self.endpoint, PATHS[self.options.api], payload, answer)
+            return relay(self.pool, self.endpoint, self.server.path, payload, answer)
 
         return _kept(answers, retry_before_first(attempt, self.endpoint))
 
@@ -196,8 +156,8 @@ class _TokenAnswer:
         self._ctx = ctx
         self._trajectory = trajectory
         self._tools = tools
-        self._reader = ChunkReader(backend.options.api, backend.options.sglang_stream)
-        self._parsing = backend.reader(_schemas(tools))
+        self._reader = backend.server.reader()
+        self._parsing = backend.reasoning.reader(_schemas(tools))
         self._first_item = len(ctx.items)
         self.ids: list[int] = []
         self.logprobs: list[float | None] = []
@@ -254,7 +214,7 @@ class _TokenAnswer:
             raise
         deltas = self._counted(self._parsing.finish())
         if self._parsing.malformed:
-            name = self._backend.parser_name
+            name = self._backend.reasoning.call_parser
             self._backend.count(f"tokens.malformed_call.{name}", self._parsing.malformed)
         prompt = self._trajectory.prompt
         view = self._trajectory.ids.view()

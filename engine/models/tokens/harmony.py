@@ -50,11 +50,12 @@ from openai_harmony import (
 from openai_harmony import Message as HarmonyMessage
 
 from engine.conversation.compaction import summary_text
-from engine.conversation.context import Context
-from engine.conversation.trajectory import Trajectory, header_digest
+from engine.conversation.trajectory import Trajectory
 from engine.models.base import ArgsDelta, CallEnd, CallStart, Delta, ReasoningDelta, TextDelta
-from engine.models.tokens.render import Rendered, SampledAnswer, needs_full_render
-from engine.models.upstreams.chat_wire import functions_for
+from engine.models.tokens.reasoning import AnswerReader, ReasoningParser
+from engine.models.tokens.render import Renderer, SampledAnswer
+from engine.models.tokens.tokenizer import ModelTokenizer
+from engine.models.tokens.tool_parsers import ToolSchemas
 from protocol.items import (
     Compaction,
     CustomToolCall,
@@ -66,7 +67,6 @@ from protocol.items import (
     reasoning_text,
     text_of,
 )
-from protocol.tools import Toolset
 
 ENCODINGS_ENV = "TIKTOKEN_ENCODINGS_BASE"
 _VOCAB = "o200k_base.tiktoken"
@@ -171,28 +171,28 @@ def _assistant(text: str, channel: str) -> HarmonyMessage:
     return HarmonyMessage.from_role_and_content(Role.ASSISTANT, text).with_channel(channel)
 
 
-class HarmonyRenderer:
+class HarmonyRenderer(Renderer[list[ToolDescription]]):
     """Items -> harmony prompt ids, rendered once and appended (HARMONY-2, TOK-4)."""
 
+    reasoning = "harmony"  # harmony's channels carry the reasoning (HARMONY-3)
+    needs_tokenizer = False  # its own encoding (HARMONY-1)
+
     def __init__(self, encoding: HarmonyEncoding, rerender: bool = False) -> None:
+        super().__init__(rerender)
         self.encoding = encoding
-        self.rerender = rerender
-        self.stats: Counter[str] = Counter()
         empty = Conversation.from_messages([])
         self.generation_prompt = encoding.render_conversation_for_completion(empty, Role.ASSISTANT)
         self.stop_ids = frozenset(encoding.stop_tokens_for_assistant_actions())
-        self._end = encoding.encode("<|end|>", allowed_special="all")
-        self._call_end = encoding.encode("<|call|>", allowed_special="all")
-        self._header_cache: tuple[Toolset, str | None, list[ToolDescription], str] | None = None
 
-    def _header(
-        self, instructions: str | None, tools: Toolset
-    ) -> tuple[list[ToolDescription], str]:
-        cached = self._header_cache
-        if cached is not None and cached[0] == tools and cached[1] == instructions:
-            return cached[2], cached[3]
-        defs = functions_for(tools, Counter())
-        described = [
+    @classmethod
+    def build(cls, tokenizer: ModelTokenizer | None, rerender: bool) -> HarmonyRenderer:
+        return cls(harmony_encoding(), rerender)
+
+    def encode(self, text: str) -> list[int]:
+        return self.encoding.encode(text, allowed_special="all")
+
+    def describe(self, defs: list[dict[str, Any]]) -> list[ToolDescription]:
+        return [
             ToolDescription.new(
                 d["function"]["name"],
                 d["function"].get("description", ""),
@@ -200,67 +200,67 @@ class HarmonyRenderer:
             )
             for d in defs
         ]
-        digest = header_digest(f"harmony\x00{instructions or ''}\x00{json.dumps(defs)}")
-        self._header_cache = (tools, instructions, described, digest)
-        return described, digest
 
-    def prompt(self, ctx: Context, tools: Toolset, trajectory: Trajectory | None) -> Rendered:
-        instructions = ctx.header_key[0] if ctx.header_key is not None else None
-        described, digest = self._header(instructions, tools)
-        items = ctx.items
-        if self.rerender or needs_full_render(trajectory, digest, len(items)):
-            if trajectory is not None and not self.rerender:
-                self.stats["rerender.stale"] += 1
-            return self._full(items, instructions, described, digest)
-        assert trajectory is not None
-        messages = harmony_messages(
-            items[trajectory.covered :], _call_names(items, trajectory.covered), self.stats
-        )
-        ids = self.encoding.encode(trajectory.tail, allowed_special="all")
-        for message in messages:
-            ids += self.encoding.render(message)
-        ids += self.generation_prompt
-        trajectory.prompted(ids, len(items))
-        self.stats["render.incremental"] += 1
-        return Rendered(trajectory, len(ids), full=False)
+    def header_text(self, instructions: str | None, defs: list[dict[str, Any]]) -> str:
+        return f"harmony\x00{instructions or ''}\x00{json.dumps(defs)}"
 
-    def _full(
-        self,
-        items: list[InputItem],
-        instructions: str | None,
-        described: list[ToolDescription],
-        digest: str,
-    ) -> Rendered:
+    def whole(
+        self, items: list[InputItem], instructions: str | None, header: list[ToolDescription]
+    ) -> list[int]:
         head = [HarmonyMessage.from_role_and_content(Role.SYSTEM, SystemContent.new())]
-        if instructions or described:
+        if instructions or header:
             developer = DeveloperContent.new()
             if instructions:
                 developer = developer.with_instructions(instructions)
-            if described:
-                developer = developer.with_function_tools(described)
+            if header:
+                developer = developer.with_function_tools(header)
             head.append(HarmonyMessage.from_role_and_content(Role.DEVELOPER, developer))
         messages = head + harmony_messages(items, _call_names(items, 0), self.stats)
         conversation = Conversation.from_messages(messages)
-        ids = self.encoding.render_conversation_for_completion(conversation, Role.ASSISTANT)
-        trajectory = Trajectory(digest)
-        trajectory.given(ids)
-        trajectory.covered = len(items)
-        trajectory.prompt = len(trajectory)
-        trajectory.open = True
-        self.stats["render.full"] += 1
-        return Rendered(trajectory, len(trajectory), full=True)
+        return self.encoding.render_conversation_for_completion(conversation, Role.ASSISTANT)
 
-    def join(self, trajectory: Trajectory, answer: SampledAnswer) -> None:
-        """The sampled ids join the trajectory exactly. A generation cut off before its stop
-        token owes the message's close: ``<|call|>`` after a call, ``<|end|>`` otherwise."""
-        trajectory.sampled_ids(answer.ids, answer.logprobs, answer.finish)
-        tail = ""
+    def appended(self, items: list[InputItem], trajectory: Trajectory) -> list[int]:
+        messages = harmony_messages(
+            items[trajectory.covered :], _call_names(items, trajectory.covered), self.stats
+        )
+        ids = self.encode(trajectory.tail)
+        for message in messages:
+            ids += self.encoding.render(message)
+        ids += self.generation_prompt
+        return ids
+
+    def close(self, answer: SampledAnswer) -> str:
+        """A generation cut off before its stop token owes the message's close: ``<|call|>``
+        after a call, ``<|end|>`` otherwise. harmony's own re-render of an answer differs by
+        design, so nothing is kept to check it (HARMONY-2)."""
         if not answer.ids or answer.ids[-1] not in self.stop_ids:
-            tail = "<|call|>" if answer.ended_in_call else "<|end|>"
-        trajectory.tail = tail
-        trajectory.covered = answer.covered
-        trajectory.answer_from = -1  # harmony's own re-render differs by design (HARMONY-2)
-        trajectory.open = False
+            return "<|call|>" if answer.ended_in_call else "<|end|>"
+        return ""
+
+
+class HarmonyFormat(ReasoningParser):
+    """``reasoning_parser = "harmony"``: the channels carry reasoning, text and calls, read id
+    by id by ``HarmonyReader`` (HARMONY-3); no tool parser is involved."""
+
+    template = "harmony"
+
+    def __init__(self, renderer: Renderer[Any], tool_parser: str, stats: Counter[str]) -> None:
+        super().__init__(renderer, tool_parser, stats)
+        assert isinstance(renderer, HarmonyRenderer)
+        self.encoding = renderer.encoding
+        self.call_parser = "harmony"
+
+    def reader(self, schemas: ToolSchemas) -> AnswerReader:
+        return HarmonyReader(self.encoding, self.stats)
+
+    @classmethod
+    def sample(cls, reasoning: str, answer: str, call: str, arguments: str) -> str:
+        return (
+            f"<|channel|>analysis<|message|>{reasoning}<|end|>"
+            f"<|start|>assistant<|channel|>commentary<|message|>{answer}<|end|>"
+            f"<|start|>assistant<|channel|>commentary to=functions.{call} <|constrain|>json"
+            f"<|message|>{arguments}<|call|>"
+        )
 
 
 # --------------------------------------------------------------------------- parsing

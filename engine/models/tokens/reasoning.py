@@ -1,26 +1,27 @@
-"""Sampled ids -> reasoning, message text and calls, for text-format models (SPEC: REASON-1..
-REASON-5, TOK-5, TOK-6).
+"""Sampled ids -> reasoning, message text and calls (SPEC: REASON-1..REASON-5, TOK-5, TOK-6).
 
-``TextReader`` decodes the sampled ids incrementally and hands the text to the route's parser:
-the tool parser alone, or (``reasoning_parser = "think"``) ``ThinkParser`` in front of it.
+A route's ``reasoning_parser`` names a ``ReasoningParser`` in ``REASONING_PARSERS``; a route
+that names none reads with its template's own (``Renderer.reasoning``: harmony's channels) or,
+for a chat template, with ``PlainText``: the tool parser alone. A format is one module with
+one subclass and one line in the registry: ``think.py`` (``<think>…</think>``, Qwen3 and
+DeepSeek-R1) and ``harmony.py`` (gpt-oss's channels).
 
-``think`` reads ``<think>…</think>`` as Qwen3 and DeepSeek-R1 sample it. The reasoning is the
-text between the tags, without the newlines that open and close it (the templates put them back
-when they render the text, ``reasoning_content.strip('\\n')``). It starts at a ``<think>`` the
-model samples before anything but whitespace, or at once when the template's generation prompt
-already ends with ``<think>`` (DeepSeek-R1's). What follows ``</think>`` (leading whitespace
-dropped) goes to the tool parser. A ``<think>`` later in the answer is text; a reasoning span
-that never closes stays reasoning (the generation was cut short) and is counted
-(``reasoning.unclosed``).
+A text format's parser sits between the incremental decoder and the tool parser
+(``TextReasoning``); ``TextReader`` decodes the sampled ids and counts those read inside
+reasoning (REASON-3).
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections import Counter
-from typing import Protocol
+from typing import Any, ClassVar, Protocol
 
-from engine.models.base import Delta, ReasoningDelta
-from engine.models.tokens.tool_parsers import ToolParser
+from engine.models.base import Delta
+from engine.models.tokens.jinja import JinjaRenderer
+from engine.models.tokens.registry import Registry
+from engine.models.tokens.render import Renderer
+from engine.models.tokens.tool_parsers import PARSERS, ToolParser, ToolSchemas
 
 
 class IdDecoder(Protocol):
@@ -48,22 +49,11 @@ class AnswerReader(Protocol):
     def finish(self) -> list[Delta]: ...
 
 
-_START, _REASONING, _AFTER, _CONTENT = range(4)
+class TextReasoning(ABC):
+    """A text format's reasoning parser, in front of the tool parser for one generation."""
 
-
-class ThinkParser:
-    """``<think>`` reasoning, then the tool parser's text and calls (REASON-1)."""
-
-    OPEN = "<think>"
-    CLOSE = "</think>"
-
-    def __init__(self, inner: ToolParser, started: bool, stats: Counter[str]) -> None:
+    def __init__(self, inner: ToolParser) -> None:
         self._inner = inner
-        self._stats = stats
-        self._state = _REASONING if started else _START
-        self._held = ""  # a possible tag's start, or whitespace before ``<think>``
-        self._leading = True  # the reasoning's opening newlines are still dropped
-        self._newlines = ""  # newlines at the reasoning's end so far: dropped before the close
 
     @property
     def calls(self) -> int:
@@ -74,68 +64,22 @@ class ThinkParser:
         return self._inner.malformed
 
     @property
+    @abstractmethod
     def in_reasoning(self) -> bool:
-        return self._state == _REASONING
+        """The text read so far ends inside reasoning."""
 
-    def feed(self, text: str) -> list[Delta]:
-        out: list[Delta] = []
-        data, self._held = self._held + text, ""
-        while data:
-            if self._state == _START:
-                stripped = data.lstrip()
-                if len(stripped) < len(self.OPEN) and self.OPEN.startswith(stripped):
-                    self._held = data  # whitespace, or the start of ``<think>``: wait
-                    return out
-                if stripped.startswith(self.OPEN):
-                    self._state, data = _REASONING, stripped[len(self.OPEN) :]
-                else:
-                    self._state = _CONTENT
-            elif self._state == _REASONING:
-                end = data.find(self.CLOSE)
-                if end < 0:
-                    keep = _partial_suffix(data, self.CLOSE)
-                    out.extend(self._reasoning(data[: len(data) - keep]))
-                    self._held = data[len(data) - keep :]
-                    return out
-                out.extend(self._reasoning(data[:end]))
-                self._newlines = ""
-                self._state, data = _AFTER, data[end + len(self.CLOSE) :]
-            elif self._state == _AFTER:
-                data = data.lstrip()
-                if data:
-                    self._state = _CONTENT
-            else:
-                out.extend(self._inner.feed(data))
-                return out
-        return out
+    @abstractmethod
+    def feed(self, text: str) -> list[Delta]: ...
 
-    def _reasoning(self, text: str) -> list[Delta]:
-        if self._leading:
-            text = text.lstrip("\n")
-            if not text:
-                return []
-            self._leading = False
-        text = self._newlines + text
-        body = text.rstrip("\n")
-        self._newlines = text[len(body) :]
-        return [ReasoningDelta(body)] if body else []
-
-    def finish(self) -> list[Delta]:
-        held, self._held = self._held, ""
-        if self._state == _START:  # only whitespace or a partial ``<think>``: it is text
-            self._state = _CONTENT
-            return [*self._inner.feed(held), *self._inner.finish()] if held else []
-        if self._state == _REASONING:
-            self._stats["reasoning.unclosed"] += 1
-            return [*self._reasoning(held), *self._inner.finish()]
-        return self._inner.finish()
+    @abstractmethod
+    def finish(self) -> list[Delta]: ...
 
 
 class TextReader:
     """Sampled ids -> text (the incremental decoder) -> the parser's deltas. With a reasoning
     parser each id is read on its own, so the ids read inside reasoning can be counted."""
 
-    def __init__(self, decoder: IdDecoder, parser: ToolParser | ThinkParser) -> None:
+    def __init__(self, decoder: IdDecoder, parser: ToolParser | TextReasoning) -> None:
         self._decoder = decoder
         self._parser = parser
         self.reasoning_tokens = 0
@@ -151,7 +95,7 @@ class TextReader:
 
     def feed(self, ids: list[int]) -> list[Delta]:
         parser, step = self._parser, self._decoder.step
-        if not isinstance(parser, ThinkParser):
+        if not isinstance(parser, TextReasoning):
             text = "".join(step(token) for token in ids)
             return parser.feed(text) if text else []
         out: list[Delta] = []
@@ -168,14 +112,72 @@ class TextReader:
         return self._parser.finish()
 
 
-def _partial_suffix(text: str, tag: str) -> int:
-    """Length of the longest suffix of ``text`` that is a proper prefix of ``tag``."""
-    for size in range(min(len(tag) - 1, len(text)), 0, -1):
-        if tag.startswith(text[-size:]):
-            return size
-    return 0
+class ReasoningParser(ABC):
+    """A route's way of reading what its model samples, built once per route: ``reader`` makes
+    the reader of one generation."""
+
+    template: ClassVar[str] = "jinja"  # the renderer it reads after (HARMONY-1)
+
+    def __init__(self, renderer: Renderer[Any], tool_parser: str, stats: Counter[str]) -> None:
+        self.renderer = renderer
+        self.tool_parser = PARSERS[tool_parser]
+        self.stats = stats
+        self.call_parser = tool_parser  # what reads its calls, as malformed calls are counted
+
+    @abstractmethod
+    def reader(self, schemas: ToolSchemas) -> AnswerReader:
+        """The reader of one generation (``schemas``: the request's function tools)."""
+
+    @classmethod
+    @abstractmethod
+    def sample(cls, reasoning: str, answer: str, call: str, arguments: str) -> str:
+        """A generation in this format: ``reasoning``, then ``answer`` and a call of ``call``
+        with ``arguments`` (a JSON object) in the hermes tool format where the format leaves
+        calls to the tool parser; what the reader benchmark reads (``bench/reader_cpu.py``)."""
 
 
-def think_starts_open(generation_prompt: str) -> bool:
-    """The template opens the reasoning itself (DeepSeek-R1: the prompt ends with ``<think>``)."""
-    return generation_prompt.rstrip().endswith(ThinkParser.OPEN)
+class PlainText(ReasoningParser):
+    """No reasoning: the decoded text goes to the tool parser alone. ``markers`` are the texts
+    a format needs to see even when the tokenizer marks them special (TOK-30)."""
+
+    markers: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, renderer: Renderer[Any], tool_parser: str, stats: Counter[str]) -> None:
+        super().__init__(renderer, tool_parser, stats)
+        assert isinstance(renderer, JinjaRenderer)
+        self.tokenizer = renderer.tokenizer
+        # Special tokens hidden from text: all but the markers the parsers read (TOK-30); once.
+        markers = [*self.tool_parser({}).markers, *self.markers]
+        self.hidden_ids = self.tokenizer.hidden_ids(markers)
+
+    def reader(self, schemas: ToolSchemas) -> AnswerReader:
+        return TextReader(self.tokenizer.decoder(self.hidden_ids), self.text(schemas))
+
+    def text(self, schemas: ToolSchemas) -> ToolParser | TextReasoning:
+        """What reads the decoded text of one generation."""
+        return self.tool_parser(schemas)
+
+    @classmethod
+    def sample(cls, reasoning: str, answer: str, call: str, arguments: str) -> str:
+        return (
+            f'{answer}\n<tool_call>\n{{"name": "{call}", "arguments": {arguments}}}\n</tool_call>'
+        )
+
+
+# the route's ``reasoning_parser`` -> its format (REASON-1, HARMONY-3)
+REASONING_PARSERS: Registry[ReasoningParser] = Registry(
+    ReasoningParser,
+    {
+        "think": "engine.models.tokens.think:ThinkFormat",
+        "harmony": "engine.models.tokens.harmony:HarmonyFormat",
+    },
+)
+
+
+def reasoning_parser(
+    name: str | None, renderer: Renderer[Any], tool_parser: str, stats: Counter[str]
+) -> ReasoningParser:
+    """The route's reasoning parser: the one it names, else its template's own, else none."""
+    name = name or renderer.reasoning
+    kind = REASONING_PARSERS[name] if name is not None else PlainText
+    return kind(renderer, tool_parser, stats)

@@ -15,7 +15,7 @@ from collections.abc import AsyncGenerator
 
 import msgspec
 
-from engine.models.base import CallStart, Delta, SampleRequest
+from engine.models.base import Backend, CallStart, Delta, SampleRequest
 from engine.models.compaction import Compacted, CompactRequest, summarise_with_model
 from engine.models.upstreams.chat_stream import Chunk, ChunkMapper
 from engine.models.upstreams.chat_wire import ChatOptions, build_body
@@ -35,7 +35,7 @@ log = logging.getLogger("rollout.upstream.chat")
 _DONE = "[DONE]"
 
 
-class ChatBackend:
+class ChatBackend(Backend):
     name = "chat"
 
     def __init__(

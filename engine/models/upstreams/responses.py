@@ -20,7 +20,7 @@ from typing import Any
 import msgspec
 
 from engine.conversation.context import Context
-from engine.models.base import HOSTED_TOOLS, Delta, SampleRequest
+from engine.models.base import HOSTED_TOOLS, Backend, Delta, SampleRequest
 from engine.models.compaction import Compacted, CompactRequest
 from engine.models.upstreams.endpoint import (
     Endpoint,
@@ -54,7 +54,7 @@ class _Link:
     covered: int
 
 
-class ResponsesBackend:
+class ResponsesBackend(Backend):
     name = "responses"
 
     def __init__(

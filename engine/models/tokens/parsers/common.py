@@ -1,12 +1,14 @@
-"""What every tool parser shares (SPEC: PARSE-1..PARSE-3): the held-back tail that may be the
-start of a marker, message text with whitespace around calls dropped, and a call's deltas."""
+"""What every tool parser shares (SPEC: PARSE-1..PARSE-3): the ``ToolParser`` base, the
+held-back tail that may be the start of a marker, message text with whitespace around calls
+dropped, and a call's deltas."""
 
 from __future__ import annotations
 
 import json
 import secrets
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from engine.models.base import ArgsDelta, CallEnd, CallStart, Delta, TextDelta
 
@@ -112,16 +114,41 @@ def skip_space(text: str, start: int, also: str = "") -> int:
     return start
 
 
-class ProseCounts:
-    """What a parser that emits through a ``Prose`` reports: the calls it produced and the
-    malformed ones it left as text (PARSE-3)."""
+class ToolParser(ABC):
+    """One generation's decoded text -> message text and function calls (TOK-6). A parser is
+    made per generation with the request's function tools (name -> ``parameters`` schema); it
+    emits through a ``Prose``, which counts the calls it produced and the malformed ones it
+    left as text (PARSE-3). Each format carries its own sample, so one benchmark
+    (``bench/tool_parser_cpu.py``) iterates the registry."""
 
-    _prose: Prose
+    # Texts that must reach ``feed`` even when the tokenizer marks them special (TOK-30).
+    markers: ClassVar[tuple[str, ...]] = ()
+    # How the sample answer joins calls: after a sentence of text each (``sample_prose``), or
+    # calls only (a format that reads an answer as calls or as text, not both).
+    sample_prose: ClassVar[bool] = True
+    sample_separator: ClassVar[str] = "\n"
+
+    def __init__(self, tools: ToolSchemas | None = None) -> None:
+        self.tools: ToolSchemas = tools or {}
+        self._prose = Prose()
 
     @property
     def calls(self) -> int:
+        """Function calls produced so far."""
         return self._prose.calls
 
     @property
     def malformed(self) -> int:
+        """Calls that could not be read and stayed text (PARSE-3)."""
         return self._prose.malformed
+
+    @abstractmethod
+    def feed(self, text: str) -> list[Delta]: ...
+
+    @abstractmethod
+    def finish(self) -> list[Delta]: ...
+
+    @staticmethod
+    @abstractmethod
+    def sample(name: str, arguments: dict[str, Any]) -> str:
+        """One call of ``name`` with ``arguments`` as the model samples it in this format."""

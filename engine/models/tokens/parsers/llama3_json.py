@@ -6,10 +6,12 @@ JSON that never completes, stays text (counted); text after the last call is mes
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from engine.models.base import Delta
 from engine.models.tokens.parsers.common import (
-    Prose,
-    ProseCounts,
+    ToolParser,
     ToolSchemas,
     json_value,
     named_call,
@@ -17,12 +19,18 @@ from engine.models.tokens.parsers.common import (
 )
 
 
-class Llama3JsonParser(ProseCounts):
+class Llama3JsonParser(ToolParser):
     TAG = "<|python_tag|>"
     markers = (TAG,)
+    sample_prose = False  # an answer is calls or text, not both
+    sample_separator = "; "
+
+    @staticmethod
+    def sample(name: str, arguments: dict[str, Any]) -> str:
+        return json.dumps({"name": name, "parameters": arguments})
 
     def __init__(self, tools: ToolSchemas | None = None) -> None:
-        self._prose = Prose()
+        super().__init__(tools)
         self._mode = "start"  # start (undecided) | calls | text
         self._buffer = ""  # start: the held opening; calls: the calls' text
         self._pos = 0  # calls: where the next call starts in ``_buffer``

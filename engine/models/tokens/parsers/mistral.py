@@ -7,13 +7,13 @@ or ``name[ARGS]{...}`` (v11 and later; ``name{...}`` when ``[ARGS]`` is not a to
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any, Literal
 
 from engine.models.base import Delta
 from engine.models.tokens.parsers.common import (
-    Prose,
-    ProseCounts,
+    ToolParser,
     ToolSchemas,
     json_value,
     named_call,
@@ -27,13 +27,17 @@ MAX_NAME_CHARS = 256  # text after the marker without ``{`` or ``[`` this long i
 Found = tuple[list[tuple[str, Any]], int] | Literal["wait", "bad"]
 
 
-class MistralParser(ProseCounts):
+class MistralParser(ToolParser):
     MARK = "[TOOL_CALLS]"
     ARGS = "[ARGS]"
     markers = (MARK, ARGS, "[CALL_ID]")
 
+    @staticmethod
+    def sample(name: str, arguments: dict[str, Any]) -> str:
+        return f"[TOOL_CALLS]{name}[ARGS]{json.dumps(arguments)}"
+
     def __init__(self, tools: ToolSchemas | None = None) -> None:
-        self._prose = Prose()
+        super().__init__(tools)
         self._text = ""  # outside a call: held text that may start the marker
         self._call: str | None = None  # after the marker: the call's text so far
 

@@ -24,7 +24,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from engine.models.tokens.parsers.hermes import TaggedCalls
+from engine.models.tokens.parsers.tagged import TaggedCalls
 
 _FUNCTION = re.compile(r"\s*<function=([^>\n]+)>(.*?)(?:</function>\s*)?\Z", re.S)
 _PARAMETER = re.compile(
@@ -34,6 +34,14 @@ _STRINGS = frozenset({"string", "str", "text", "varchar", "char", "enum"})
 
 
 class Qwen3CoderParser(TaggedCalls):
+    @staticmethod
+    def sample(name: str, arguments: dict[str, Any]) -> str:
+        params = "".join(
+            f"<parameter={k}>\n{v if isinstance(v, str) else json.dumps(v)}\n</parameter>\n"
+            for k, v in arguments.items()
+        )
+        return f"<tool_call>\n<function={name}>\n{params}</function>\n</tool_call>"
+
     def read(self, body: str) -> tuple[str, Any] | None:
         match = _FUNCTION.match(body)
         if match is None:

@@ -1,16 +1,16 @@
 """Parser CPU per 1,000 sampled tokens, per registered tool parser (issue 23's figure).
 
-    .venv/bin/python -m engine.models.tokens.parsers.bench [--repeat N]
+    .venv/bin/python -m bench.tool_parser_cpu [--repeat N]
 
-Each parser is fed, one token's text at a time (cl100k pieces of ASCII text, as the decoder
-hands them over), two answers of about 1,000 tokens in its own format: ``calls`` (a sentence,
-then tool calls with a few arguments, repeated) and ``prose`` (plain text, no call). The CPU
+Each parser in the registry is fed, one token's text at a time (cl100k pieces of ASCII text, as
+the decoder hands them over), two answers of about 1,000 tokens in its own format (its
+``sample``): ``calls`` (a sentence, then tool calls with a few arguments, repeated) and
+``prose`` (plain text, no call). The CPU
 time (``time.process_time``) of ``feed`` and ``finish`` is divided by the tokens fed."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 from engine.conversation.tokens import encoding
@@ -33,38 +33,24 @@ PROSE = (
 )
 
 
-def call_text(parser: str) -> str:
-    """One call to ``edit_file(ARGS)`` in the parser's format."""
-    if parser == "qwen3_coder":
-        params = "".join(
-            f"<parameter={k}>\n{json.dumps(v) if not isinstance(v, str) else v}\n</parameter>\n"
-            for k, v in ARGS.items()
-        )
-        return f"<tool_call>\n<function=edit_file>\n{params}</function>\n</tool_call>"
-    if parser == "llama3_json":
-        return json.dumps({"name": "edit_file", "parameters": ARGS})
-    if parser == "mistral":
-        return "[TOOL_CALLS]edit_file[ARGS]" + json.dumps(ARGS)
-    call = {"name": "edit_file", "arguments": ARGS}
-    return f"<tool_call>\n{json.dumps(call)}\n</tool_call>"
-
-
 ANSWER_SIZE = 1000  # tokens fed per answer
 
 
 def answer(parser: str, kind: str) -> list[str]:
-    """About ``ANSWER_SIZE`` token pieces of an answer (``calls`` or ``prose``)."""
+    """About ``ANSWER_SIZE`` token pieces of an answer (``calls`` or ``prose``): the parser's
+    own sample call of ``edit_file(ARGS)``, after a sentence each unless the format reads an
+    answer as calls only."""
     enc = encoding()
+    fmt = PARSERS[parser]
     if kind == "prose":
         unit = PROSE
-    elif parser == "llama3_json":  # calls only, ``;``-separated: the format has no prose
-        unit = call_text(parser) + "; "
     else:
-        unit = PROSE + call_text(parser) + "\n"
+        call = fmt.sample("edit_file", ARGS) + fmt.sample_separator
+        unit = PROSE + call if fmt.sample_prose else call
     per_unit = len(enc.encode_ordinary(unit))
     text = unit * max(1, ANSWER_SIZE // per_unit)
-    if parser == "llama3_json" and kind == "calls":
-        text = text.removesuffix("; ")
+    if kind == "calls" and not fmt.sample_prose:
+        text = text.removesuffix(fmt.sample_separator)
     return [enc.decode([i]) for i in enc.encode_ordinary(text)]
 
 

@@ -8,7 +8,7 @@
   fast as the store takes them, while a thread samples the write-ahead log's file size every
   5 ms; the largest size seen is the figure STORE-19 bounds.
 
-``python -m engine.store.sqlite_micro put`` / ``… wal`` (see ``--help``)."""
+``python -m bench.sqlite_micro put`` / ``… wal`` (see ``--help``)."""
 
 from __future__ import annotations
 
@@ -105,7 +105,7 @@ async def bench_wal(path: Path, args: argparse.Namespace) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m engine.store.sqlite_micro")
+    parser = argparse.ArgumentParser(prog="python -m bench.sqlite_micro")
     parser.add_argument("what", choices=["put", "wal"])
     parser.add_argument("--query", default="", help="store URL options, e.g. ?inline=off")
     parser.add_argument("--puts", type=int, default=3000)

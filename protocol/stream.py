@@ -53,9 +53,15 @@ class _OpenReasoning:
         self.output_index = output_index
         self.pieces: list[str] = []
 
-    def item(self, status: Any) -> Reasoning:
+    def item(self, status: Any, encrypted_content: str | None = None) -> Reasoning:
         text = ReasoningText(text="".join(self.pieces))
-        return Reasoning(id=self.item_id, summary=[], content=[text], status=status)
+        return Reasoning(
+            id=self.item_id,
+            summary=[],
+            content=[text],
+            encrypted_content=encrypted_content,
+            status=status,
+        )
 
 
 class _OpenCall:
@@ -235,12 +241,22 @@ class _ReasoningItems(_NumberedEvents):
             delta=delta,
         )
 
-    def finish_reasoning(self, status: Any = "completed") -> list[ev.ServerEvent]:
+    def open_reasoning(self) -> tuple[str, str] | None:
+        """The open reasoning item's id and its text so far, if one is open."""
+        item = self._open
+        if not isinstance(item, _OpenReasoning):
+            return None
+        return item.item_id, "".join(item.pieces)
+
+    def finish_reasoning(
+        self, status: Any = "completed", encrypted_content: str | None = None
+    ) -> list[ev.ServerEvent]:
+        """``encrypted_content``: the item's sealed blob, when the client asked (SEAL-1)."""
         item = self._open
         if not isinstance(item, _OpenReasoning):
             raise _misuse("finish_reasoning without an open reasoning item")
         self._open = None
-        done = item.item(status)
+        done = item.item(status, encrypted_content)
         self.response.output.append(done)
         part = ReasoningText(text="".join(item.pieces))
         item_id, index = item.item_id, item.output_index

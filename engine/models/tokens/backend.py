@@ -34,6 +34,7 @@ from engine.models.compaction import Compacted, CompactRequest, summarise_with_m
 from engine.models.tokens.harmony import HarmonyReader, HarmonyRenderer, harmony_encoding
 from engine.models.tokens.reasoning import AnswerReader, TextReader, ThinkParser, think_starts_open
 from engine.models.tokens.render import SampledAnswer, TurnRenderer
+from engine.models.tokens.sealed import replayed
 from engine.models.tokens.tokenizer import ModelTokenizer
 from engine.models.tokens.tool_parsers import PARSERS, ToolSchemas
 from engine.models.tokens.wire import (
@@ -121,7 +122,11 @@ class TokensBackend:
     def stream(self, request: SampleRequest) -> AsyncGenerator[Delta, None]:
         """Renders once; a retried attempt resends the same ids."""
         ctx = request.context
-        rendered = self.renderer.prompt(ctx, request.tools, ctx.model_tokens)
+        rendered = (
+            replayed(self.renderer, ctx, request.tools, request.model) if ctx.sealed else None
+        )
+        if rendered is None:  # no sealed runs to continue from (SEAL-4)
+            rendered = self.renderer.prompt(ctx, request.tools, ctx.model_tokens)
         ctx.model_tokens = trajectory = rendered.trajectory
         sampling = Sampling(
             model=self.options.model or request.model,

@@ -32,6 +32,7 @@ from engine.conversation.validation import (
     validate_tool_choice,
     validate_tools,
 )
+from protocol.errors import invalid_encrypted_content
 from protocol.items import (
     ContentPart,
     CustomToolCall,
@@ -42,13 +43,12 @@ from protocol.items import (
     OpaqueItem,
     OutputText,
     Reasoning,
-    Refusal,
     ReasoningText,
+    Refusal,
     ToolCall,
     ToolOutput,
     item_texts,
 )
-from protocol.errors import invalid_encrypted_content
 from protocol.tools import EMPTY_TOOLSET, ToolChoice, Toolset
 
 FULL = "full"

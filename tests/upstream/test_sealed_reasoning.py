@@ -184,7 +184,7 @@ async def test_think_stateless_chain_over_websocket(
                         "type": "function_call_output",
                         "call_id": done[-1]["call_id"],
                         "output": "sunny",
-                    }  # fmt: skip
+                    }
                 )
     assert_exact(think_peer)
 

@@ -56,8 +56,8 @@ async def prepare(engine: Engine, params: CreateParams, *, owner: str | None) ->
     )
     history = found.stored.items if found.stored is not None else []
     stats = StageStats()
-    pipeline = Pipeline(stats, engine.config.safety_policy, keys=engine.reasoning_keys)
-    pipeline.owner = owner  # sealed reasoning opens as it would on a create (SEAL-7)
+    pipeline = Pipeline(stats, engine.config.safety_policy)
+    pipeline.seal_keys(engine.reasoning_keys, owner)  # opened as a create opens it (SEAL-7)
     ctx = Context()
     runs_hosted = HOSTED_TOOLS in backend.supports
     pipeline.render_header(

@@ -182,21 +182,19 @@ class Pipeline:
 
     ``log`` is the current response's ``TurnLog``; the rollout points it at each new turn."""
 
-    def __init__(
-        self,
-        stats: StageStats,
-        policy: str = "flag",
-        estimate: bool = False,
-        keys: KeyRing | None = None,
-    ) -> None:
+    def __init__(self, stats: StageStats, policy: str = "flag", estimate: bool = False) -> None:
         self.stats = stats
         self.policy = policy
-        self.keys = keys  # opens sealed reasoning (SEAL-4); None: blobs pass untouched
-        self.owner: str | None = None  # whose blobs open (SEAL-2); the rollout sets it
+        self.keys: KeyRing | None = None  # opens sealed reasoning (SEAL-4); None: untouched
+        self.owner: str | None = None  # whose blobs open (SEAL-2)
         self.log = TurnLog()
         # A backend that renders the model's own tokens needs only our counts (TOK-10).
         self._render = estimate_item if estimate else render_item
         self._estimate = estimate
+
+    def seal_keys(self, keys: KeyRing, owner: str | None) -> None:
+        """Open the sealed reasoning of ``owner`` with ``keys`` from now on (SEAL-4)."""
+        self.keys, self.owner = keys, owner
 
     def _timed(self, name: str, start: float) -> float:
         now = time.perf_counter()

@@ -1,7 +1,7 @@
 """Reasoning that travels sealed (SPEC §10.9: SEAL-1..SEAL-8).
 
 ``include: ["reasoning.encrypted_content"]`` gives each reasoning item an ``encrypted_content``
-blob: AES-256-GCM over the reasoning text and, on ``tokens`` routes, the exact ids of the
+blob: AES-GCM (256-bit key) over the reasoning text and, on ``tokens`` routes, the exact ids of the
 sampled run it belongs to, so a stateless continuation (``store: false``, the whole input
 again) renders what the model sampled without any store, on any node holding the key.
 
@@ -35,7 +35,7 @@ log = logging.getLogger("rollout.sealed")
 
 VERSION = "rseal1"  # SEAL-2: the format's version, the blob's first field
 PREFIX = VERSION + "."
-KEY_BYTES = 32  # AES-256
+KEY_BYTES = 32  # a 256-bit AES key
 NONCE_BYTES = 12
 INCLUDE = "reasoning.encrypted_content"
 
@@ -101,7 +101,7 @@ class KeyRing:
 
     @staticmethod
     def key_id(key: bytes) -> str:
-        """Names a key without revealing it: 8 hex digits of its SHA-256."""
+        """Names a key without revealing it: 8 hex digits of its sha256."""
         return hashlib.sha256(b"rseal key id\x00" + key).hexdigest()[:8]
 
     @classmethod

@@ -69,9 +69,7 @@ class Rollout:
         self.ctx = context if context is not None else Context()
         self.accounting = Accounting(self.id, mode, engine.bench_clock)
         estimate = getattr(backend, "renders_own_tokens", False)  # TOK-10
-        self.pipeline = Pipeline(
-            self.accounting.stats, engine.config.safety_policy, estimate, engine.reasoning_keys
-        )
+        self.pipeline = Pipeline(self.accounting.stats, engine.config.safety_policy, estimate)
         self.pipeline.log = turn.log
         self.state = RolloutState.RUNNING
         self.response_ids: list[str] = [turn.stream.id]
@@ -125,10 +123,9 @@ class Rollout:
         texts: ItemTexts | None = None,
     ) -> int:
         """Pre-inference over ``items`` onto the context; what it renders counts as fresh."""
-        supports = self.backend.supports
-        self.pipeline.owner = self.owner  # whose sealed reasoning opens (SEAL-2)
+        self.pipeline.seal_keys(self.engine.reasoning_keys, self.owner)  # SEAL-2, SEAL-4
         rendered = self.pipeline.apply(
-            self.ctx, items, path=path, supports=supports, param=param, texts=texts
+            self.ctx, items, path=path, supports=self.backend.supports, param=param, texts=texts
         )
         self.accounting.rendered(rendered)
         return rendered

@@ -107,12 +107,9 @@ class KeyRing:
     @classmethod
     def from_file(cls, path: Path | None) -> KeyRing:
         """``--reasoning-key-file``'s keys (blank lines and ``#`` comments skipped); none: a
-        random key for this process, with the warning SEAL-5 asks for."""
+        random key for this process (``rollout serve`` warns at start, ``warn_ephemeral``).
+        An unreadable file or a bad key is ``OSError`` / ``ValueError``."""
         if path is None:
-            log.warning(
-                "no --reasoning-key-file: reasoning is sealed with a random per-process key; "
-                "sealed blobs will not survive a restart or cross nodes or workers (SEAL-5)"
-            )
             return cls([os.urandom(KEY_BYTES)], ephemeral=True)
         lines = path.read_text().splitlines()
         keys = [parse_key(s) for s in lines if s.strip() and not s.lstrip().startswith("#")]
@@ -150,6 +147,14 @@ class KeyRing:
             return _DECODER.decode(plain)
         except (InvalidTag, ValueError, binascii.Error, msgspec.DecodeError):
             return None
+
+
+def warn_ephemeral() -> None:
+    """SEAL-5's startup warning, when no key file is named."""
+    log.warning(
+        "no --reasoning-key-file: reasoning is sealed with a random per-process key; sealed "
+        "blobs will not survive a restart, nor open on another node or worker (SEAL-5)"
+    )
 
 
 def is_sealed(blob: str | None) -> bool:

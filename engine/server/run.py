@@ -19,6 +19,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from engine.conversation.sealed import KeyRing, warn_ephemeral
 from engine.core import Engine, EngineConfig
 from engine.models.router import Router
 from engine.server.access_log import RedactingAccessLogger
@@ -64,6 +65,7 @@ def serve(args: argparse.Namespace) -> int:
         if refused is not None:
             raise ValueError(refused)
         store = response_store(options, config)
+        check_reasoning_keys(config)
     except (ValueError, OSError) as exc:
         print(f"rollout serve: {exc}", file=sys.stderr)
         return 2
@@ -79,6 +81,14 @@ def serve(args: argparse.Namespace) -> int:
         print(f"rollout serve: store: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def check_reasoning_keys(config: EngineConfig) -> None:
+    """A key file that cannot be read stops serve before it listens; none: SEAL-5's warning."""
+    if config.reasoning_key_file is None:
+        warn_ephemeral()
+    else:
+        KeyRing.from_file(config.reasoning_key_file)
 
 
 def _serve_workers(args: argparse.Namespace, options: ServeOptions) -> int:

@@ -89,7 +89,7 @@ class CreateRules(MachineBase):
             "forged_seal": [
                 user,
                 {"type": "reasoning", "id": "rs_1", "summary": [],
-                 "encrypted_content": "rseal1." + data.draw(forged_blobs, label="blob")},
+                 "encrypted_content": "rseal1."},
             ],
             "assistant_last": [user, {"role": "assistant", "content": "an earlier answer"}],
             "unanswered": [user, call],
@@ -103,7 +103,8 @@ class CreateRules(MachineBase):
         fault: tuple[str, str] | None = None
         if shape == "unknown_reference":
             fault = ("item_not_found", "input[1].id")
-        elif shape == "forged_seal":
+        elif shape == "forged_seal":  # drawn only here: recorded runs replay their draws
+            items[1]["encrypted_content"] += data.draw(forged_blobs, label="blob")
             fault = ("invalid_encrypted_content", "input[1].encrypted_content")
         body = self._body(data, lane, items)
         self._submit(Create(lane, body, fault=fault, fault_stage="prepare" if fault else ""))

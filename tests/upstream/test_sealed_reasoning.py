@@ -203,17 +203,17 @@ async def test_harmony_stateless_chain_is_exact(
 async def test_two_nodes_sharing_a_key_file(
     engine_for: StartEngine, think_peer: TokenPeer, qwen3_dir: Path, tmp_path: Path
 ) -> None:
-    """SEAL-5: turns alternate between two nodes that name the same key file (the second
-    lists an older key too: rotation) and stay exact; a node with another key refuses the
-    blob (SEAL-7)."""
+    """SEAL-5: turns alternate between two nodes holding the same keys, mid-rotation (one
+    still seals with the old key, the other already with the new one: each opens the other's
+    blobs with its second key) and stay exact; a node with another key refuses (SEAL-7)."""
     new, old = os.urandom(32), os.urandom(32)
     first = await engine_for(
         tokens_router(think_peer, qwen3_dir, "vllm", reasoning_parser="think"),
-        reasoning_key_file=key_file(tmp_path / "a", new, old),
+        reasoning_key_file=key_file(tmp_path / "a", old, new),
     )
     second = await engine_for(
         tokens_router(think_peer, qwen3_dir, "vllm", reasoning_parser="think"),
-        reasoning_key_file=key_file(tmp_path / "b", new),
+        reasoning_key_file=key_file(tmp_path / "b", new, old),
     )
     think_peer.script.extend(THINK_SCRIPT)
     responses = await stateless_chain([first, second])
@@ -221,7 +221,7 @@ async def test_two_nodes_sharing_a_key_file(
     assert_exact(think_peer)
     other = await engine_for(
         tokens_router(think_peer, qwen3_dir, "vllm", reasoning_parser="think"),
-        reasoning_key_file=key_file(tmp_path / "c", old),
+        reasoning_key_file=key_file(tmp_path / "c", os.urandom(32)),
     )
     history = [{"role": "user", "content": "Weather?"}, *dumped(responses[0])]
     async with client_of(other) as client:

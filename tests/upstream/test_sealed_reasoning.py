@@ -169,14 +169,21 @@ async def test_think_stateless_chain_over_websocket(
                 model="model-a", input=history, tools=[WEATHER], store=False, include=INCLUDE
             )
             done: list[Any] = []
+            events: list[Any] = []
             async for event in conn:
                 assert event.type not in ("error", "response.failed"), event
+                events.append(event)
                 if event.type == "response.output_item.done":
                     done.append(event.item.model_dump(exclude_none=True))
                 if event.type == "response.completed":
                     break
             assert done[0]["type"] == "reasoning"
             assert done[0]["encrypted_content"].startswith("rseal1.")
+            # The held deltas follow the sealed item in order (SEAL-3, ORD-*): numbered
+            # 0..n, one item at a time.
+            assert [e.sequence_number for e in events] == list(range(len(events)))
+            indices = [e.output_index for e in events if hasattr(e, "output_index")]
+            assert indices == sorted(indices)
             history += done
             if done[-1]["type"] == "function_call":
                 history.append(

@@ -104,7 +104,8 @@ async def sample(rollout: Rollout, turn: Turn, step: Step, model_timeout: float)
         async for delta in deltas:
             if seal is not None and seal.hold(turn.stream, delta):
                 if isinstance(delta, Finish):  # the run is whole: seal it, then what waited
-                    await _close_reasoning(turn, "completed", seal.blob(turn.stream, delta))
+                    if not seal.cut_in_reasoning(delta):  # else it ends incomplete (ORD-8)
+                        await _close_reasoning(turn, "completed", seal.blob(turn.stream, delta))
                     for held in seal.release():
                         await _emit(rollout, turn, step, held, seal)
                 continue

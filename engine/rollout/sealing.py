@@ -41,6 +41,10 @@ class StepSeal:
             return True
         return False
 
+    def cut_in_reasoning(self, finish: Finish) -> bool:
+        """The output limit cut the reasoning item itself: nothing followed it."""
+        return finish.reason == "length" and self.held is not None and len(self.held) == 1
+
     def release(self) -> list[Delta]:
         held, self.held, self._exact = self.held or [], None, False  # one run per step
         return held

@@ -351,3 +351,26 @@ async def test_input_tokens_opens_the_blob_too(
         assert resp.status == 400
         error = (await resp.json())["error"]
     assert error["code"] == "invalid_encrypted_content"
+
+
+async def test_a_reasoning_item_the_limit_cut_carries_no_blob(
+    engine_for: StartEngine, think_peer: TokenPeer, qwen3_dir: Path
+) -> None:
+    """SEAL-1, ORD-8: ``max_output_tokens`` cuts the reasoning itself: the item ends
+    ``incomplete`` and carries no blob, as without the include."""
+    router = tokens_router(think_peer, qwen3_dir, "vllm", reasoning_parser="think")
+    server = await engine_for(router)
+    think_peer.script.append(THINK_SCRIPT[0])
+    async with client_of(server) as client:
+        cut = await client.responses.create(
+            model="model-a",
+            input="Weather?",
+            tools=[WEATHER],
+            store=False,
+            include=INCLUDE,
+            max_output_tokens=20,
+        )
+    assert cut.status == "incomplete"
+    assert [item.type for item in cut.output] == ["reasoning"]
+    assert cut.output[0].status == "incomplete"
+    assert cut.output[0].encrypted_content is None

@@ -136,8 +136,9 @@ async def test_think_stateless_chain_is_exact_over_http(
 async def test_without_the_include_no_blob_and_a_rerender(
     engine_for: StartEngine, think_peer: TokenPeer, qwen3_dir: Path
 ) -> None:
-    """SEAL-1: no ``include``, no ``encrypted_content`` (REASON-2); the stateless continuation
-    then renders the history with the template (TOK-4), which the peer sees as not exact."""
+    """SEAL-1, SEAL-8: no ``include``, no ``encrypted_content`` (REASON-2); the stateless
+    continuation then renders the history with the template (TOK-4), which the peer sees as
+    not exact (so the exact chains above owe their exactness to the blobs)."""
     router = tokens_router(think_peer, qwen3_dir, "vllm", reasoning_parser="think")
     server = await engine_for(router)
     think_peer.script.extend(THINK_SCRIPT[:2])

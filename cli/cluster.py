@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import shutil
 import signal
 import socket
@@ -169,6 +170,7 @@ class Cluster:
     balancer: asyncio.subprocess.Process | None = None
     port: int = 0
     _balancer_argv: list[str] = field(default_factory=list)
+    _key_args: list[str] = field(default_factory=list)  # the nodes' one reasoning key (SEAL-5)
 
     @property
     def url(self) -> str:
@@ -176,6 +178,7 @@ class Cluster:
 
     async def start(self) -> None:
         self.spec.workdir.mkdir(parents=True, exist_ok=True)
+        self._key_args = shared_key_args(self.spec.workdir, self.spec.serve_args)
         try:
             await self.start_redis()
             for index in range(self.spec.nodes):
@@ -192,7 +195,7 @@ class Cluster:
             sys.executable, "-m", "cli", "serve", "--host", "127.0.0.1", "--port", str(port),
             "--store", self.spec.store, "--drain-delay", repr(self.spec.drain_delay_s),
             "--node-id", node_id(index),
-            "--log-level", "WARNING", *self.spec.serve_args,
+            "--log-level", "WARNING", *self._key_args, *self.spec.serve_args,
         ]  # fmt: skip
         return Node(index, port, argv, self.spec.workdir / f"node{index}.log", env=self.spec.env)
 
@@ -259,6 +262,19 @@ class Cluster:
         await _terminate(balancer)
         redis, self.redis = self.redis, None
         await _terminate(redis)
+
+
+def shared_key_args(workdir: Path, serve_args: Sequence[str]) -> list[str]:
+    """Every node seals reasoning with one key (SEAL-5): unless the serve flags name a key
+    file, ``WORKDIR/reasoning.key`` (made once, mode 0600, kept across restarts)."""
+    if any(a.split("=", 1)[0] == "--reasoning-key-file" for a in serve_args):
+        return []
+    path = workdir / "reasoning.key"
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(os.urandom(32).hex() + "\n")
+    return ["--reasoning-key-file", str(path)]
 
 
 def _binary(name: str) -> str:

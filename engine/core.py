@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.conversation.pipeline import StageStats
+from engine.conversation.sealed import KeyRing
 from engine.conversation.tokens import encoding
 from engine.models.router import Router, simulator_router
 from engine.observe.benchclock import BenchClock
@@ -138,6 +139,16 @@ class EngineConfig:
         group=LIMITS,
         parse=int,
     )
+    reasoning_key_file: Path | None = setting(
+        None,
+        "--reasoning-key-file",
+        help="keys that seal reasoning.encrypted_content, one a line (64 hex digits or base64 "
+        "of 32 bytes): the first seals, all open; every node of a cluster names the same file "
+        "(SEAL-5; default: a random per-process key, blobs lost on restart)",
+        group=ENGINE,
+        parse=Path,
+        metavar="FILE",
+    )
     park_seconds: float = setting(
         60.0,
         "--park-seconds",
@@ -189,6 +200,8 @@ class Engine:
             self.metrics, self.config.post_queue_size, self.config.ledger_path
         )
         self.bench_clock = BenchClock() if self.config.bench_timings else None
+        # Seals and opens reasoning.encrypted_content (SEAL-5): one ring per process.
+        self.reasoning_keys = KeyRing.from_file(self.config.reasoning_key_file)
         if self.bench_clock is not None:
             self.post.on_accounted = self.bench_clock.post
         self._writes: set[asyncio.Task[None]] = set()  # best-effort writes (cancelled turns)

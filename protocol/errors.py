@@ -144,6 +144,16 @@ def invalid_value(value: object, param: str) -> InvalidRequest:
     return InvalidRequest("invalid_value", f"Invalid value for '{param}': {shown}.", param)
 
 
+def invalid_encrypted_content(item_id: str, param: str) -> InvalidRequest:
+    """A sealed reasoning blob of ours that does not open (SEAL-7), named by its item."""
+    return InvalidRequest(
+        "invalid_encrypted_content",
+        f"The encrypted content of reasoning item '{item_id[:64]}' could not be verified or "
+        "decrypted (tampered, truncated, or sealed for another key or owner).",
+        param,
+    )
+
+
 def require_fields(obj: dict[str, Any], fields: tuple[str, ...], where: str) -> None:
     """The fields an SDK model requires are present (else ``missing_required_parameter``)."""
     for name in fields:

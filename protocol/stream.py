@@ -52,7 +52,16 @@ class _Open:
     """The one item being streamed: its kind, ids, the call it names (calls only) and the
     pieces of text (message or reasoning text, call arguments or custom input) so far."""
 
-    __slots__ = ("call_id", "item_id", "kind", "name", "namespace", "output_index", "pieces")
+    __slots__ = (
+        "call_id",
+        "item_id",
+        "kind",
+        "name",
+        "namespace",
+        "output_index",
+        "pieces",
+        "sealed",
+    )
 
     def __init__(
         self,
@@ -66,6 +75,7 @@ class _Open:
         self.output_index = output_index
         self.call_id, self.name, self.namespace = call or ("", "", None)
         self.pieces: list[str] = []
+        self.sealed: str | None = None  # a reasoning item's blob, when the client asked (SEAL-1)
 
     @property
     def text(self) -> str:
@@ -94,7 +104,9 @@ def _message_done(o: _Open, status: Any) -> Message:
 
 def _reasoning_done(o: _Open, status: Any) -> Reasoning:
     content = [ReasoningText(text=o.text)]
-    return Reasoning(id=o.item_id, summary=[], content=content, status=status)
+    return Reasoning(
+        id=o.item_id, summary=[], content=content, encrypted_content=o.sealed, status=status
+    )
 
 
 def _function_call(o: _Open, status: Any) -> FunctionCall:
@@ -442,8 +454,19 @@ class ResponseStream(_NumberedEvents):
         item.pieces.append(delta)
         return _reasoning_delta(item, self._step(Step.OUTPUT), self.stream_id, delta)
 
-    def finish_reasoning(self, status: Any = "completed") -> list[ev.ServerEvent]:
+    def open_reasoning(self) -> tuple[str, str] | None:
+        """The open reasoning item's id and its text so far, if one is open."""
+        item = self._open
+        if item is None or item.kind is not REASONING:
+            return None
+        return item.item_id, item.text
+
+    def finish_reasoning(
+        self, status: Any = "completed", encrypted_content: str | None = None
+    ) -> list[ev.ServerEvent]:
+        """``encrypted_content``: the item's sealed blob, when the client asked (SEAL-1)."""
         item = self._current(_REASONINGS, "finish_reasoning without an open reasoning item")
+        item.sealed = encrypted_content
         return self._close(item, status)[1]
 
     # ------------------------------------------------------------------ tool calls

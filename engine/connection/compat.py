@@ -24,6 +24,7 @@ from engine.conversation.compaction import compaction_threshold, take_trigger
 from engine.conversation.context import Context
 from engine.conversation.pipeline import FULL, INCREMENTAL, ItemTexts
 from engine.conversation.requests import check_supported
+from engine.conversation.sealed import INCLUDE as SEAL_INCLUDE
 from engine.conversation.trajectory import Trajectory
 from engine.core import Engine
 from engine.models.base import Backend
@@ -78,6 +79,7 @@ def settings_from(params: CreateParams, model: str) -> Settings:
         top_p=params.top_p,
         compact_threshold=compaction_threshold(params.context_management),
         include_tokens="rollout.token_ids" in (params.include or ()),
+        seal_reasoning=SEAL_INCLUDE in (params.include or ()),
     )
 
 

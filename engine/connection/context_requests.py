@@ -57,6 +57,7 @@ async def prepare(engine: Engine, params: CreateParams, *, owner: str | None) ->
     history = found.stored.items if found.stored is not None else []
     stats = StageStats()
     pipeline = Pipeline(stats, engine.config.safety_policy)
+    pipeline.seal_keys(engine.reasoning_keys, owner)  # opened as a create opens it (SEAL-7)
     ctx = Context()
     runs_hosted = HOSTED_TOOLS in backend.supports
     pipeline.render_header(

@@ -12,6 +12,7 @@ import numpy as np
 
 from engine.conversation.footprint import CONTEXT_OVERHEAD
 from engine.conversation.safety import Finding
+from engine.conversation.sealed import SealedRun
 from engine.conversation.tokens import TokenArray, TokenBuffer
 from engine.conversation.trajectory import Trajectory
 from engine.store.base import ChainPoint
@@ -38,6 +39,9 @@ class Context:
     nbytes: int = 0
     # The ``tokens`` backend's ids in the model's own tokenizer (TOK-7); None for other backends.
     model_tokens: Trajectory | None = None
+    # Sealed runs opened from a stateless input, by the index of their first item, until the
+    # ``tokens`` backend replays them into a trajectory (SEAL-4); empty for other backends.
+    sealed: dict[int, SealedRun] = field(default_factory=dict)
 
     @property
     def prompt_tokens(self) -> int:
@@ -50,6 +54,8 @@ class Context:
         size = CONTEXT_OVERHEAD + self.nbytes + self.tokens.capacity_bytes + self.header.nbytes
         if self.model_tokens is not None:
             size += self.model_tokens.retained_bytes
+        for run in self.sealed.values():
+            size += 8 * len(run.ids) + 128  # a list slot each; small ints are cached
         return size
 
     def fork(self) -> Context:
@@ -67,6 +73,7 @@ class Context:
             stored=self.stored,
             nbytes=self.nbytes,
             model_tokens=self.model_tokens.fork() if self.model_tokens is not None else None,
+            sealed=dict(self.sealed),  # runs are immutable
         )
 
     def compact(self) -> None:

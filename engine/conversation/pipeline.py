@@ -24,6 +24,7 @@ from engine.conversation.context import Context
 from engine.conversation.footprint import DICT_ENTRY, LIST_SLOT, SET_ENTRY, deep_size
 from engine.conversation.render import estimate_header, estimate_item, render_header, render_item
 from engine.conversation.safety import Finding, keep_findings, redact, scan_text
+from engine.conversation.sealed import KeyRing, SealedRun, is_sealed
 from engine.conversation.tokens import TokenArray
 from engine.conversation.validation import (
     resolve_references,
@@ -31,6 +32,7 @@ from engine.conversation.validation import (
     validate_tool_choice,
     validate_tools,
 )
+from protocol.errors import invalid_encrypted_content
 from protocol.items import (
     ContentPart,
     CustomToolCall,
@@ -41,6 +43,7 @@ from protocol.items import (
     OpaqueItem,
     OutputText,
     Reasoning,
+    ReasoningText,
     Refusal,
     ToolCall,
     ToolOutput,
@@ -182,10 +185,16 @@ class Pipeline:
     def __init__(self, stats: StageStats, policy: str = "flag", estimate: bool = False) -> None:
         self.stats = stats
         self.policy = policy
+        self.keys: KeyRing | None = None  # opens sealed reasoning (SEAL-4); None: untouched
+        self.owner: str | None = None  # whose blobs open (SEAL-2)
         self.log = TurnLog()
         # A backend that renders the model's own tokens needs only our counts (TOK-10).
         self._render = estimate_item if estimate else render_item
         self._estimate = estimate
+
+    def seal_keys(self, keys: KeyRing, owner: str | None) -> None:
+        """Open the sealed reasoning of ``owner`` with ``keys`` from now on (SEAL-4)."""
+        self.keys, self.owner = keys, owner
 
     def _timed(self, name: str, start: float) -> float:
         now = time.perf_counter()
@@ -209,6 +218,9 @@ class Pipeline:
         t = time.perf_counter()
         given, items = items, resolve_references(ctx, items, param)
         validate(ctx, items, supports, param)
+        runs: dict[int, SealedRun] = {}
+        if param == "input" and path in (FULL, INCREMENTAL):  # what the client sent (SEAL-4)
+            items = self._open_sealed(len(ctx.items), given, items, param, runs)
         t = self._count("validate", path, len(items), t)
         # The model's own output is not scanned: the scan guards what enters from outside.
         # Nor is a compacted window: its items were scanned when they entered.
@@ -219,8 +231,43 @@ class Pipeline:
         rendered = [self._render(item) for item in items]
         self._count("render", path, len(items), t)
         total = self._commit(ctx, items, rendered, findings)
+        ctx.sealed.update(runs)
         self.stats.tokens[path] += total
         return total
+
+    def _open_sealed(
+        self,
+        base: int,
+        given: list[InputItem],
+        items: list[InputItem],
+        param: str,
+        runs: dict[int, SealedRun],
+    ) -> list[InputItem]:
+        """Open the sealed reasoning the client sent back (SEAL-4, SEAL-7): a blob of ours
+        that does not open is ``invalid_encrypted_content`` naming the item; an opened one
+        gives the item its text (clients may send the blob alone) and, for a backend that
+        renders the model's own tokens, the sampled run it belongs to. Items an
+        ``item_reference`` brought from the context were opened when they entered."""
+        keys, out = self.keys, items
+        if keys is None:
+            return items
+        for n, item in enumerate(items):
+            if not isinstance(item, Reasoning) or item is not given[n]:
+                continue
+            blob = item.encrypted_content
+            if blob is None or not is_sealed(blob):
+                continue  # someone else's opaque blob passes untouched (ITEM-5, SEAL-6)
+            sealed = keys.open(blob, self.owner, item.id)
+            if sealed is None:
+                raise invalid_encrypted_content(item.id, f"{param}[{n}].encrypted_content")
+            if not item.content:
+                if out is items:
+                    out = list(items)
+                out[n] = msgspec.structs.replace(item, content=[ReasoningText(text=sealed.text)])
+            if sealed.ids is not None and self._estimate and n >= sealed.lead:
+                run = SealedRun(sealed.ids, sealed.lead + sealed.items, sealed.model)
+                runs[base + n - sealed.lead] = run
+        return out
 
     @staticmethod
     def _redacted(ctx: Context, items: list[InputItem], found: list[Finding]) -> list[InputItem]:

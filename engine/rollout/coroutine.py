@@ -123,9 +123,9 @@ class Rollout:
         texts: ItemTexts | None = None,
     ) -> int:
         """Pre-inference over ``items`` onto the context; what it renders counts as fresh."""
-        supports = self.backend.supports
+        self.pipeline.seal_keys(self.engine.reasoning_keys, self.owner)  # SEAL-2, SEAL-4
         rendered = self.pipeline.apply(
-            self.ctx, items, path=path, supports=supports, param=param, texts=texts
+            self.ctx, items, path=path, supports=self.backend.supports, param=param, texts=texts
         )
         self.accounting.rendered(rendered)
         return rendered

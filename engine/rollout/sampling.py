@@ -34,11 +34,13 @@ from engine.models.base import (
 from engine.models.compaction import CompactRequest, compact
 from engine.models.tracecontext import TRACEPARENT
 from engine.rollout.accounting import Accounting, Step
+from engine.rollout.sealing import StepSeal
 from engine.rollout.steering import Steering
 from engine.rollout.turn import Settings, Turn
 from protocol.items import InputItem
 from protocol.response import Response, RolloutTokens, SampleTokens
 from protocol.states import ResponseState
+from protocol.stream import ResponseStream
 
 
 class Rollout(Protocol):
@@ -52,6 +54,7 @@ class Rollout(Protocol):
     pipeline: Pipeline
     accounting: Accounting
     steering: Steering
+    owner: str | None
 
     async def open_turn(self, turn: Turn) -> None: ...
 
@@ -96,8 +99,16 @@ async def sample(rollout: Rollout, turn: Turn, step: Step, model_timeout: float)
     if turn.trace is not None:  # the upstream request carries it (OTEL-4)
         TRACEPARENT.set(turn.trace.traceparent)
     deltas = rollout.backend.stream(_request(rollout))
+    seal = _step_seal(rollout, step)
     async with asyncio.timeout(model_timeout), contextlib.aclosing(deltas):
         async for delta in deltas:
+            if seal is not None and seal.hold(turn.stream, delta):
+                if isinstance(delta, Finish):  # the run is whole: seal it, then what waited
+                    if not seal.cut_in_reasoning(delta):  # else it ends incomplete (ORD-8)
+                        await _close_reasoning(turn, "completed", seal.blob(turn.stream, delta))
+                    for held in seal.release():
+                        await _emit(rollout, turn, step, held, seal)
+                continue
             if (
                 rollout.steering
                 and not step.calls
@@ -114,13 +125,13 @@ async def sample(rollout: Rollout, turn: Turn, step: Step, model_timeout: float)
                 step.clock.first_delta()
                 await rollout.open_turn(turn)
                 step.opened = True
-            await _emit(rollout, turn, step, delta)
+            await _emit(rollout, turn, step, delta, seal)
     step.clock.finished()
     if not step.opened:
         await rollout.open_turn(turn)
     if step.reason not in ("length", "steered"):  # a cut-short item ends incomplete (ORD-8)
         await _close_message(turn, "completed")
-        await _close_reasoning(turn, "completed")
+        await _close_reasoning(turn, "completed", _blob(seal, turn.stream))
     # The model's own output joins the context (rendered once, never re-encoded).
     output: list[InputItem] = list(turn.stream.output[step.first_new :])
     rollout.pipeline.apply(rollout.ctx, output, path=OUTPUT, supports=frozenset({"text"}))
@@ -143,11 +154,22 @@ def _report_tokens(response: Response, step: StepTokens, produced: Sequence[Inpu
     )
 
 
-async def _emit(rollout: Rollout, turn: Turn, step: Step, delta: Delta) -> None:
+def _step_seal(rollout: Rollout, step: Step) -> StepSeal | None:
+    """``include: ["reasoning.encrypted_content"]``: this step's sealing (SEAL-1, SEAL-3)."""
+    if not rollout.settings.seal_reasoning:
+        return None
+    exact = getattr(rollout.backend, "renders_own_tokens", False)  # TOK-10's flag
+    engine, model = rollout.engine, rollout.settings.model
+    return StepSeal(engine.reasoning_keys, rollout.owner, model, exact, step.first_new)
+
+
+async def _emit(
+    rollout: Rollout, turn: Turn, step: Step, delta: Delta, seal: StepSeal | None = None
+) -> None:
     stream, send = turn.stream, turn.sink.send
     if isinstance(delta, TextDelta):
         step.produced += 1
-        await _close_reasoning(turn, "completed")
+        await _close_reasoning(turn, "completed", _blob(seal, stream))
         if not stream.has_open_item:
             for event in stream.add_message():
                 await send(event)
@@ -164,7 +186,7 @@ async def _emit(rollout: Rollout, turn: Turn, step: Step, delta: Delta) -> None:
         await send(stream.arguments_delta(delta.text))
     elif isinstance(delta, CallStart):
         await _close_message(turn, "completed")
-        await _close_reasoning(turn, "completed")
+        await _close_reasoning(turn, "completed", _blob(seal, stream))
         await send(
             stream.add_function_call(delta.name, delta.call_id, delta.namespace, delta.custom)
         )
@@ -184,9 +206,13 @@ async def _close_message(turn: Turn, status: str) -> None:
             await turn.sink.send(event)
 
 
-async def _close_reasoning(turn: Turn, status: str) -> None:
+def _blob(seal: StepSeal | None, stream: ResponseStream) -> str | None:
+    return seal.blob(stream) if seal is not None else None
+
+
+async def _close_reasoning(turn: Turn, status: str, blob: str | None = None) -> None:
     if turn.stream.reasoning_open:
-        for event in turn.stream.finish_reasoning(status):
+        for event in turn.stream.finish_reasoning(status, blob):
             await turn.sink.send(event)
 
 

@@ -67,6 +67,7 @@ class Settings:
     compact_threshold: int | None = None  # context_management (COMPACT-3)
     compact_now: bool = False  # the input ended with a compaction_trigger (COMPACT-7)
     include_tokens: bool = False  # ``include: ["rollout.token_ids"]`` (TOK-9)
+    seal_reasoning: bool = False  # ``include: ["reasoning.encrypted_content"]`` (SEAL-1)
 
 
 def _future() -> asyncio.Future[str]:

@@ -10,15 +10,19 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
+import shutil
 import signal
 import socket
 import ssl
 import sys
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from aiohttp import web
 
+from engine.conversation.sealed import KeyRing, warn_ephemeral
 from engine.core import Engine, EngineConfig
 from engine.models.router import Router
 from engine.server.access_log import RedactingAccessLogger
@@ -64,6 +68,7 @@ def serve(args: argparse.Namespace) -> int:
         if refused is not None:
             raise ValueError(refused)
         store = response_store(options, config)
+        check_reasoning_keys(config)
     except (ValueError, OSError) as exc:
         print(f"rollout serve: {exc}", file=sys.stderr)
         return 2
@@ -79,6 +84,14 @@ def serve(args: argparse.Namespace) -> int:
         print(f"rollout serve: store: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def check_reasoning_keys(config: EngineConfig) -> None:
+    """A key file that cannot be read stops serve before it listens; none: SEAL-5's warning."""
+    if config.reasoning_key_file is None:
+        warn_ephemeral()
+    else:
+        KeyRing.from_file(config.reasoning_key_file)
 
 
 def _serve_workers(args: argparse.Namespace, options: ServeOptions) -> int:
@@ -109,7 +122,27 @@ def _serve_workers(args: argparse.Namespace, options: ServeOptions) -> int:
         # The workers get the parent's own serve arguments (``cli.main`` parsed them from
         # sys.argv), with the port made concrete.
         argv = [*sys.argv[sys.argv.index("serve") + 1 :], "--port", str(number)]
-        return run_workers(argv, options.workers, announce)
+        with _workers_key(argv, engine_config(args).reasoning_key_file is None) as argv:
+            return run_workers(argv, options.workers, announce)
+
+
+@contextlib.contextmanager
+def _workers_key(argv: list[str], ephemeral: bool) -> Iterator[list[str]]:
+    """The workers of one port seal reasoning with one key (SEAL-5): without a key file the
+    parent makes a random one for them (mode 0600), removed when they stop."""
+    if not ephemeral:
+        yield argv
+        return
+    warn_ephemeral()
+    folder = tempfile.mkdtemp(prefix="rollout-keys-")
+    try:
+        path = os.path.join(folder, "reasoning.key")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(os.urandom(32).hex() + "\n")
+        yield [*argv, "--reasoning-key-file", path]
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def response_store(options: ServeOptions, config: EngineConfig) -> ResponseStore:

@@ -34,6 +34,7 @@ from engine.models.compaction import Compacted, CompactRequest, summarise_with_m
 from engine.models.tokens.options import TokensOptions
 from engine.models.tokens.reasoning import reasoning_parser
 from engine.models.tokens.render import RENDERERS, SampledAnswer
+from engine.models.tokens.sealed import replayed
 from engine.models.tokens.servers import SERVERS
 from engine.models.tokens.servers.base import Sampling, Step, TokenCountMismatch
 from engine.models.tokens.tokenizer import ModelTokenizer
@@ -82,7 +83,11 @@ class TokensBackend(Backend):
     def stream(self, request: SampleRequest) -> AsyncGenerator[Delta, None]:
         """Renders once; a retried attempt resends the same ids."""
         ctx = request.context
-        rendered = self.renderer.prompt(ctx, request.tools, ctx.model_tokens)
+        rendered = (
+            replayed(self.renderer, ctx, request.tools, request.model) if ctx.sealed else None
+        )
+        if rendered is None:  # no sealed runs to continue from (SEAL-4)
+            rendered = self.renderer.prompt(ctx, request.tools, ctx.model_tokens)
         ctx.model_tokens = trajectory = rendered.trajectory
         sampling = Sampling(
             model=self.options.model or request.model,

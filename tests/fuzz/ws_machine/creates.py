@@ -27,6 +27,10 @@ from tests.fuzz.ws_machine.model import (
     user_texts,
 )
 
+# What follows ``rseal1.`` in a forged sealed-reasoning blob: any text, the format's own
+# alphabet (dots and base64url) weighted in (SEAL-7: no key opens it).
+forged_blobs = st.text(alphabet="abcXYZ019-_.=+/ é", max_size=80)
+
 
 class CreateRules(MachineBase):
     """Rules: stateless creates, continuations, warmups, tool round trips, bursts, full queues."""
@@ -53,12 +57,13 @@ class CreateRules(MachineBase):
         text=user_texts,
         shape=st.sampled_from(
             ["pair", "pair", "reference", "reasoning", "assistant_last", "unanswered",
-             "dup_output", "orphan_output", "unknown_reference", "image"]
+             "dup_output", "orphan_output", "unknown_reference", "image", "forged_seal"]
         ),
     )  # fmt: skip
     def create_history(self, data: st.DataObject, lane: str | None, text: str, shape: str) -> None:
         """A stateless create that carries a history (the Agents SDK's full resend): replayed
-        calls and outputs, item_reference (ITEM-4), reasoning (ITEM-5), images (VAL-3)."""
+        calls and outputs, item_reference (ITEM-4), reasoning (ITEM-5), images (VAL-3), a
+        blob in the engine's sealed format that no key opens (SEAL-7)."""
         self.tally["rule create_history"] += 1
         self.tally[f"history {shape}"] += 1
         lane = self._free_lane(data, lane)
@@ -81,6 +86,11 @@ class CreateRules(MachineBase):
                                                                   "text": "thinking"}],
                  "encrypted_content": "opaque"},
             ],
+            "forged_seal": [
+                user,
+                {"type": "reasoning", "id": "rs_1", "summary": [],
+                 "encrypted_content": "rseal1."},
+            ],
             "assistant_last": [user, {"role": "assistant", "content": "an earlier answer"}],
             "unanswered": [user, call],
             "dup_output": [user, call, output, output],
@@ -93,6 +103,9 @@ class CreateRules(MachineBase):
         fault: tuple[str, str] | None = None
         if shape == "unknown_reference":
             fault = ("item_not_found", "input[1].id")
+        elif shape == "forged_seal":  # drawn only here: recorded runs replay their draws
+            items[1]["encrypted_content"] += data.draw(forged_blobs, label="blob")
+            fault = ("invalid_encrypted_content", "input[1].encrypted_content")
         body = self._body(data, lane, items)
         self._submit(Create(lane, body, fault=fault, fault_stage="prepare" if fault else ""))
 

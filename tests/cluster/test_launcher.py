@@ -13,10 +13,14 @@ import sys
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from cli.cluster import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
+# A launcher, a redis-server, two nodes and HAProxy, each started (and restarted) as processes:
+# a minute on a loaded 2-core machine, so the hang limit is the cluster tests' own.
+pytestmark = pytest.mark.timeout(240)
 
 
 async def _launch(tmp_path: Path, stderr: bool = False) -> tuple[asyncio.subprocess.Process, str]:

@@ -46,6 +46,13 @@ def pytest_configure(config: pytest.Config) -> None:
     new sequences (FUZZ-6). It is shown in the header, beside every failure and in the summary
     of a failed run; ``--hypothesis-seed=<seed>`` replays the run's generation."""
     seed = config.getoption("hypothesis_seed")
+    worker: dict[str, Any] | None = getattr(config, "workerinput", None)
+    if seed is None and worker is not None:  # a pytest-xdist worker: the controller's seed
+        seed = worker["hypothesis_seed"]
+        config.option.hypothesis_seed = seed
+        from hypothesis import core
+
+        core.global_force_seed = int(seed)  # type: ignore[assignment]
     if seed is None:
         seed = str(secrets.randbits(32))
         config.option.hypothesis_seed = seed
@@ -53,6 +60,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
         core.global_force_seed = int(seed)  # type: ignore[assignment]
     config.stash[_SEED] = str(seed)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """pytest-xdist: every worker generates from the one seed the header shows (FUZZ-6)."""
+    node.workerinput["hypothesis_seed"] = node.config.stash[_SEED]
 
 
 def _replay_hint(config: pytest.Config) -> str:

@@ -48,7 +48,9 @@ tr.selected { background:#dceafc !important; }
 _BODY = """
 <header><h1>rollout engine &middot; inspector</h1>
 <span id="live" class="off">connecting&hellip;</span>
-<span class="meta" id="updated"></span><span class="meta" id="uptime"></span></header>
+<span class="meta" id="updated"></span><span class="meta" id="uptime"></span>
+<form method="post" action="/inspect/logout" class="meta"><button id="signout">sign out</button>
+</form></header>
 <main>
 <section class="tiles" id="tiles"></section>
 <section class="charts">
@@ -284,7 +286,8 @@ PAGE = (
 
 
 # The inspector's login (AUTH-13): the key goes in a POST body, so it never sits in a URL, an
-# access log or the browser's history; ``{retry}`` is replaced by a note after a refusal.
+# access log or the browser's history; it opens a session (AUTH-14); ``{retry}`` is replaced
+# by a note after a refusal.
 LOGIN_PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>rollout inspector: sign in</title>
 <style>body{font:14px system-ui,sans-serif;margin:15vh auto;max-width:360px;color:#222}

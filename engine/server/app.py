@@ -125,8 +125,9 @@ def _key_hint(path: str) -> str:
 
 
 # The hand-over route is opened by a node token instead of an API key (PARK-22); the login
-# form checks the key it is posted itself (AUTH-13).
-_OPEN_PATHS = frozenset({"/healthz", HANDOVER_PATH, inspector.LOGIN_PATH})
+# form checks the key it is posted itself (AUTH-13), sign-out revokes the cookie's session
+# whatever it is (AUTH-14).
+_OPEN_PATHS = frozenset({"/healthz", HANDOVER_PATH, inspector.LOGIN_PATH, inspector.LOGOUT_PATH})
 # What shows every tenant's figures: only an operator key reads it on a keyed server (AUTH-11).
 OPERATOR_PATHS = frozenset({"/metrics", "/debug/stats", "/v1/bench/timings"})
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.server.turn_state import check_node_id
-from engine.settings import setting
+from engine.settings import duration, setting
 from engine.store.limits import Limits
 
 log = logging.getLogger("rollout.server")
@@ -89,6 +89,18 @@ class ServerConfig:
         group="network",
     )
     max_inspector_viewers: int = 16  # open /inspect/feed sockets; over -> 503 (LIM-23)
+    # The inspector's sign-in sessions (AUTH-14): a session lasts this long after sign-in,
+    # and a process keeps at most this many (the oldest sign-in goes first).
+    inspector_session_ttl_s: float = setting(
+        8 * 3600.0,
+        "--inspector-session-ttl",
+        help="an inspector sign-in lasts this long: seconds or 90s/45m/12h (AUTH-14)",
+        group="limits",
+        unit="s",
+        parse=duration,
+        metavar="AGE",
+    )
+    max_inspector_sessions: int = 1024  # one session is a digest, a key reference, a float
     # After the stop signal, /healthz fails but the node keeps serving this long, so a balancer
     # takes it out of rotation before it stops listening (DRAIN-2)
     drain_delay_s: float = setting(

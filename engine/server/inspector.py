@@ -21,15 +21,17 @@ from aiohttp import WSCloseCode, WSMsgType, web
 
 from engine.inspector.page import LOGIN_PAGE, PAGE
 from engine.inspector.read_model import ErrorLogHandler, Inspector
+from engine.inspector.signins import SignIns
 from engine.server import identity
 from engine.server.keys import INSPECTOR, SERVER
 from engine.store.framing import ANY_OWNER, OwnerFilter
 from protocol.errors import HttpStatusError, Unavailable
 
 log = logging.getLogger("rollout.inspect")
-PAGE_PATH, FEED_PATH, LOGIN_PATH = "/inspect", "/inspect/feed", "/inspect/login"
+PAGE_PATH, FEED_PATH = "/inspect", "/inspect/feed"
+LOGIN_PATH, LOGOUT_PATH = "/inspect/login", "/inspect/logout"
 INSPECT_PATHS = frozenset({PAGE_PATH, FEED_PATH})
-COOKIE = "rollout_inspect_key"
+COOKIE = "rollout_inspect_session"  # a session token, never a key (AUTH-14)
 TICK_S = 0.5  # 2 Hz (INSP-3)
 MAX_REQUEST_BYTES = 4096  # the page sends only small requests ({"type":"turns",...})
 _encode = msgspec.json.Encoder().encode
@@ -42,12 +44,14 @@ _CSP = (
 
 
 def browser_key(request: web.Request) -> str | None:
-    """The API key a browser presents on the inspector paths, where it cannot send a bearer
-    header on a WebSocket: the page's cookie, set by the login form (INSP-2, AUTH-13). Never a
-    query string: a key in a URL ends up in logs and history."""
-    if request.path not in INSPECT_PATHS:
+    """The API key behind the session a browser presents on the inspector paths, where it
+    cannot send a bearer header on a WebSocket: the page's cookie holds a session token set by
+    the login form, mapped to its key here (INSP-2, AUTH-13, AUTH-14). Never a query string: a
+    key in a URL ends up in logs and history."""
+    token = request.cookies.get(COOKIE)
+    if request.path not in INSPECT_PATHS or token is None:
         return None
-    return request.cookies.get(COOKIE)
+    return request.app[SIGN_INS].key_of(token)
 
 
 def login_form(request: web.Request, status: int = 401) -> web.Response:
@@ -63,17 +67,38 @@ def login_form(request: web.Request, status: int = 401) -> web.Response:
 
 
 async def login(request: web.Request) -> web.StreamResponse:
-    """``POST /inspect/login`` (AUTH-13): the key arrives in the form body, never in the URL;
-    a valid one becomes the HttpOnly cookie scoped to the inspector, and the browser is sent
-    to the page."""
-    _same_origin(request)
+    """``POST /inspect/login`` (AUTH-13, AUTH-14): the key arrives in the form body, never in
+    the URL, from a page of this origin only; a valid one opens a session whose random token
+    becomes the HttpOnly cookie scoped to the inspector, and the browser is sent to the page."""
+    _signed_in_here(request)
     config = request.app[SERVER]
     form = await request.post()
     key = form.get("key")
     if not isinstance(key, str) or not config.key_allowed(key.strip()):
         return login_form(request)
     moved = web.HTTPSeeOther(location=PAGE_PATH)
-    moved.set_cookie(COOKIE, key.strip(), path=PAGE_PATH, httponly=True, samesite="Strict")
+    token = request.app[SIGN_INS].open(key.strip())
+    moved.set_cookie(
+        COOKIE,
+        token,
+        path=PAGE_PATH,
+        max_age=int(config.inspector_session_ttl_s),
+        secure=request.secure,  # under TLS the cookie never travels in clear (AUTH-14)
+        httponly=True,
+        samesite="Strict",
+    )
+    raise moved
+
+
+async def logout(request: web.Request) -> web.StreamResponse:
+    """``POST /inspect/logout`` (AUTH-14): the cookie's session is revoked on the server, the
+    cookie dropped, and the browser sent to the login form."""
+    _signed_in_here(request)
+    token = request.cookies.get(COOKIE)
+    if token is not None:
+        request.app[SIGN_INS].close(token)
+    moved = web.HTTPSeeOther(location=PAGE_PATH)
+    moved.del_cookie(COOKIE, path=PAGE_PATH)
     raise moved
 
 
@@ -138,6 +163,7 @@ class Feed:
 
 
 FEED = web.AppKey("inspect_feed", Feed)
+SIGN_INS = web.AppKey("inspect_sign_ins", SignIns)
 LOG_HANDLER = web.AppKey("inspect_log_handler", ErrorLogHandler)
 
 
@@ -216,6 +242,21 @@ def _same_origin(request: web.Request) -> None:
         )
 
 
+def _signed_in_here(request: web.Request) -> None:
+    """A sign-in or sign-out comes from the inspector's own page (AUTH-13): an ``Origin`` of
+    this host, or, without one, ``Sec-Fetch-Site: same-origin``. No evidence is a refusal, so
+    neither another site nor a client that hides where it posts from signs a browser in."""
+    origin = request.headers.get("Origin")
+    if origin is None:
+        same = request.headers.get("Sec-Fetch-Site") == "same-origin"
+    else:
+        same = urlsplit(origin).netloc == request.host
+    if not same:
+        raise HttpStatusError(
+            403, "cross_origin_login", "The inspector signs in from its own page only."
+        )
+
+
 # --------------------------------------------------------------------------- app wiring
 
 
@@ -223,8 +264,11 @@ def install(app: web.Application) -> None:
     """Routes and lifecycle of the inspector on the app that owns ``INSPECTOR``."""
     app.router.add_get(PAGE_PATH, page)
     app.router.add_post(LOGIN_PATH, login)
+    app.router.add_post(LOGOUT_PATH, logout)
     app.router.add_get(FEED_PATH, feed)
     app[FEED] = Feed(app[INSPECTOR])
+    config = app[SERVER]
+    app[SIGN_INS] = SignIns(config.inspector_session_ttl_s, config.max_inspector_sessions)
     app[LOG_HANDLER] = ErrorLogHandler(app[INSPECTOR].errors)
     app.on_startup.append(_start)
     app.on_shutdown.append(_stop_feed)

@@ -6,14 +6,16 @@ node the balancer picks, including after the node that made it has stopped."""
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_asyncio
 from openai import AsyncOpenAI
 
 from cli.cluster import Cluster
-from tests.cluster.conftest import node_counters
+from tests.cluster.conftest import cluster_spec, node_counters
 from tests.support.tools import WEATHER
 
 MODEL = "gpt-x"
@@ -126,23 +128,41 @@ async def test_agents_sdk_through_the_balancer(cluster: Cluster) -> None:
     assert calls == ["Paris", "Madrid"]
 
 
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def codex_cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Cluster]:
+    """One HAProxy cluster for the four Codex runs: each only reads it (a fresh Codex home and
+    its own stored chain) and counts the sockets it opened itself, so one start serves all."""
+    running = Cluster(cluster_spec(tmp_path_factory.mktemp("codex-cluster"), "haproxy"))
+    await running.start()
+    try:
+        yield running
+    finally:
+        await running.stop()
+
+
+def _sockets_opened(counters: list[dict[str, Any]]) -> int:
+    return sum(c.get("ws.connections", 0) for c in counters)
+
+
+@pytest.mark.asyncio(loop_scope="module")  # the module's cluster lives on the module's loop
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("websockets", [True, False], ids=["ws", "http"])
 @pytest.mark.parametrize("newest", [False, True], ids=["pinned", "newest"])
 async def test_codex_through_haproxy(
-    haproxy_cluster: Cluster, tmp_path: Path, websockets: bool, newest: bool
+    codex_cluster: Cluster, tmp_path: Path, websockets: bool, newest: bool
 ) -> None:
     """CLUSTER-3, CODEX-1..CODEX-3, CODEX-20: the pinned and the newest Codex CLI's two-tool
     task through HAProxy, over its WebSocket transport and over HTTP/SSE; the answer needs both
-    tools' real outputs."""
+    tools' real outputs. Its own WebSockets: at least one, or none over HTTP."""
     from tests.conformance.codex import MARKER, NEWEST, PINNED, CodexTask, exec_codex
 
     task = CodexTask(build=NEWEST if newest else PINNED)
-    done = await exec_codex(haproxy_cluster.url, tmp_path, websockets, task)
+    before = _sockets_opened(await node_counters(codex_cluster))
+    done = await exec_codex(codex_cluster.url, tmp_path, websockets, task)
     assert done.returncode == 0, done.stderr[-3000:]
     assert MARKER in done.answer, done.answer
     assert '"goal":null' in done.answer, done.answer
     assert done.proxy_attempts == []
-    counters = await node_counters(haproxy_cluster)
-    opened = sum(c.get("ws.connections", 0) for c in counters)
+    counters = await node_counters(codex_cluster)
+    opened = _sockets_opened(counters) - before
     assert (opened >= 1) if websockets else (opened == 0), json.dumps(counters)

@@ -10,13 +10,35 @@ import os
 import re
 import signal
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from cli.cluster import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
+# A launcher, a redis-server, two nodes and HAProxy, each started (and restarted) as processes:
+# a minute on a loaded 2-core machine, so the hang limit is the cluster tests' own.
+pytestmark = pytest.mark.timeout(240)
+_LAUNCHED: list[asyncio.subprocess.Process] = []
+
+
+@pytest.fixture(autouse=True)
+async def _stop_launchers() -> AsyncIterator[None]:
+    """A test that fails half-way leaves no launcher (and so no cluster) running: SIGINT stops
+    it and its children (CLUSTER-1), SIGKILL if it does not exit."""
+    yield
+    while _LAUNCHED:
+        proc = _LAUNCHED.pop()
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                await asyncio.wait_for(proc.wait(), 60)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
 
 
 async def _launch(tmp_path: Path, stderr: bool = False) -> tuple[asyncio.subprocess.Process, str]:
@@ -27,6 +49,7 @@ async def _launch(tmp_path: Path, stderr: bool = False) -> tuple[asyncio.subproc
         cwd=ROOT, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE if stderr else None,
     )  # fmt: skip
+    _LAUNCHED.append(proc)
     assert proc.stdout is not None
     banner = ""
     while not banner.endswith("\n") or not banner.splitlines()[-1].startswith("PORT "):

@@ -107,10 +107,10 @@ async def test_no_key_reaches_the_log(keyed_node: tuple[int, asyncio.subprocess.
         bearer = {"Authorization": f"Bearer {PROBE}"}
         async with http.get(f"{base}/v1/models", headers=bearer) as r:
             assert r.status == 401
-        async with http.post(f"{base}/inspect/login", data={"key": PROBE}) as r:
+        login, origin = f"{base}/inspect/login", {"Origin": base}  # its own page (AUTH-13)
+        async with http.post(login, data={"key": PROBE}, headers=origin) as r:
             assert r.status == 401
-        login = f"{base}/inspect/login"
-        async with http.post(login, data={"key": KEY}, allow_redirects=False) as r:
+        async with http.post(login, data={"key": KEY}, headers=origin, allow_redirects=False) as r:
             assert r.status == 303  # signed in: sent to the page with the cookie
     log = await _stop(proc)
     assert '"GET /v1/models HTTP/1.1" 401' in log  # the access log is on and has the requests

@@ -75,7 +75,7 @@ async def test_open_server_serves_page_and_feed(server: LiveServer, http: Any) -
 
 async def test_keys_guard_page_and_feed(server_factory: Any, http: Any) -> None:
     """INSP-2, AUTH-13: the API's keys apply; a browser signs in with the login form (the key in
-    a POST body, moved into an HttpOnly cookie), never with a key in the URL."""
+    a POST body, a session token in an HttpOnly cookie, AUTH-14), never with a key in the URL."""
     live = await server_factory(server=ServerConfig(api_keys=frozenset({KEY})))
     base, feed = root(live), f"ws://127.0.0.1:{live.port}/inspect/feed"
     for url in (f"{base}/inspect", f"{base}/inspect?key={KEY}"):
@@ -88,15 +88,17 @@ async def test_keys_guard_page_and_feed(server_factory: Any, http: Any) -> None:
         assert (await resp.json())["error"]["code"] == "invalid_api_key"
     async with http.get(f"{base}/v1/models?key={KEY}") as resp:
         assert resp.status == 401  # a query key is nobody's key
-    login = f"{base}/inspect/login"
-    async with http.post(login, data={"key": "wrong"}, allow_redirects=False) as resp:
+    login, origin = f"{base}/inspect/login", {"Origin": base}
+    async with http.post(
+        login, data={"key": "wrong"}, headers=origin, allow_redirects=False
+    ) as resp:
         assert resp.status == 401 and COOKIE not in resp.cookies
-    async with http.post(login, data={"key": KEY}, allow_redirects=False) as resp:
+    async with http.post(login, data={"key": KEY}, headers=origin, allow_redirects=False) as resp:
         assert resp.status == 303 and resp.headers["Location"] == "/inspect"
         cookie = resp.cookies[COOKIE]
-    assert cookie.value == KEY and cookie["httponly"] and cookie["path"] == "/inspect"
+    assert cookie["httponly"] and cookie["path"] == "/inspect"
     assert cookie["samesite"] == "Strict"
-    cookies = {"Cookie": f"{COOKIE}={KEY}"}
+    cookies = {"Cookie": f"{COOKIE}={cookie.value}"}
     async with http.get(f"{base}/inspect", headers=cookies) as resp:
         assert resp.status == 200
     async with http.ws_connect(feed, headers=cookies) as ws:

@@ -92,6 +92,7 @@ ROUTES: dict[tuple[str, str], list[Call] | None] = {
     ("HEAD", "/metrics"): None,
     ("GET", "/inspect"): None,  # the page: no data in it
     ("POST", "/inspect/login"): None,  # the inspector's sign-in form (AUTH-13)
+    ("POST", "/inspect/logout"): None,  # sign-out: revokes the cookie's session (AUTH-14)
     ("HEAD", "/inspect"): None,
     ("GET", "/inspect/feed"): None,  # scoped per key: INSP-9, tests/server/test_isolation_*
     ("HEAD", "/inspect/feed"): None,

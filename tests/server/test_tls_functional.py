@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ssl
-import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -15,25 +14,12 @@ from engine.core import Engine, EngineConfig
 from engine.server.app import create_app
 from engine.server.run import tls_context
 from tests.support.server import serve_app
-
-
-def _self_signed(directory: Path) -> tuple[Path, Path]:
-    cert, key = directory / "cert.pem", directory / "key.pem"
-    subprocess.run(
-        [
-            "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-            "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-            "-keyout", str(key), "-out", str(cert),
-        ],
-        check=True,
-        capture_output=True,
-    )  # fmt: skip
-    return cert, key
+from tests.support.tls import self_signed
 
 
 @pytest.fixture
 async def tls_server(tmp_path: Path) -> AsyncIterator[tuple[int, ssl.SSLContext]]:
-    cert, key = _self_signed(tmp_path)
+    cert, key = self_signed(tmp_path)
     app = create_app(Engine(EngineConfig(tokens_per_second=0)))
     runner, port = await serve_app(app, ssl_context=tls_context(cert, key))
     try:

@@ -126,7 +126,7 @@ class ServeProcess:
                         return resp.status == 200
                 return False
 
-            await wait_for(healthy, "rollout serve to start", limit=15)
+            await wait_for(healthy, "rollout serve to start", limit=60)  # a loaded machine
 
     def logs(self) -> str:
         return "\n".join(p.read_text(errors="replace") for p in self.workdir.glob("serve-*.log"))

@@ -101,6 +101,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--peers-upstream", default="responses", choices=("responses", "chat"),
         help="with --peers: the engine's route to the stub",
     )  # fmt: skip
+    p.add_argument(
+        "--peers-transports", default="ws,http_previous_id,http_stateless",
+        help="with --peers: which transports",
+    )  # fmt: skip
+    p.add_argument(
+        "--peers-profile", type=Path, default=None,
+        help="with --peers: run the engine under py-spy record --native --format raw into this "
+        "file (BENCH-11; its CPU figures then include the profiler)",
+    )  # fmt: skip
     p.add_argument("--load", action="store_true", help="load test: WS agents + HTTP (LOAD-1)")
     p.add_argument("--load-connections", type=int, default=200)
     p.add_argument("--load-turns", type=int, default=20, help="tool-call turns per connection")
@@ -289,27 +298,32 @@ def run_upstream_kind(args: argparse.Namespace) -> int:
 
 def run_peers_mode(args: argparse.Namespace) -> int:
     """``--peers``: prints the side-by-side table; ``--json``/``--png`` write it (BENCH-10)."""
-    from clients.bench.peers import TARGETS, PeerSettings, render, run_peers, write_png
+    from clients.bench import peers
 
     targets = tuple(t.strip() for t in args.peers_targets.split(",") if t.strip())
-    if not targets or any(t not in TARGETS for t in targets):
-        print(f"rollout bench: --peers-targets takes {','.join(TARGETS)}", file=sys.stderr)
+    transports = tuple(t.strip() for t in args.peers_transports.split(",") if t.strip())
+    if not targets or any(t not in peers.TARGETS for t in targets):
+        print(f"rollout bench: --peers-targets takes {','.join(peers.TARGETS)}", file=sys.stderr)
         return 2
-    settings = PeerSettings(
+    if not transports or any(t not in peers.TRANSPORTS for t in transports):
+        known = ",".join(peers.TRANSPORTS)
+        print(f"rollout bench: --peers-transports takes {known}", file=sys.stderr)
+        return 2
+    settings = peers.PeerSettings(
         turns=args.turns or 25, repeat=args.repeat, targets=targets,
-        engine_upstream=args.peers_upstream,
+        engine_upstream=args.peers_upstream, transports=transports, profile=args.peers_profile,
     )  # fmt: skip
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-            doc = runner.run(run_peers(settings))
+            doc = runner.run(peers.run_peers(settings))
     except (RuntimeError, OSError) as exc:
         print(f"rollout bench: failed: {exc}", file=sys.stderr)
         return 1
-    print(render(doc))
+    print(peers.render(doc))
     if args.json is not None:
         args.json.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     if args.png is not None and doc["summary"]:
-        write_png(args.png, doc)
+        peers.write_png(args.png, doc)
     return 0
 
 

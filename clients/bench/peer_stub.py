@@ -28,7 +28,7 @@ ARGUMENTS = json.dumps({"path": "src/dispatch.py"})
 _ids = itertools.count(1)
 
 
-def _usage(raw: bytes, chat: bool) -> dict[str, int]:
+def _usage(raw: bytes, chat: bool) -> dict[str, Any]:
     prompt, completion = len(raw) // 4, 12
     if chat:
         return {
@@ -71,14 +71,18 @@ async def chat(request: web.Request) -> web.StreamResponse:
         choice = {"index": 0, "message": message, "finish_reason": "tool_calls"}
         answer = {**head, "object": "chat.completion", "choices": [choice], "usage": usage}
         return web.json_response(answer)
+    opening = {**call, "function": {"name": TOOL, "arguments": ""}}
     deltas: list[dict[str, Any]] = [
-        {"role": "assistant", "tool_calls": [{**call, "function": {"name": TOOL, "arguments": ""}}]},
+        {"role": "assistant", "tool_calls": [opening]},
         {"tool_calls": [{"index": 0, "function": {"arguments": ARGUMENTS}}]},
     ]
-    chunks = [{**head, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
+    chunks = [
+        {**head, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas
+    ]
     end = {"index": 0, "delta": {}, "finish_reason": "tool_calls"}
     chunks += [{**head, "choices": [end]}, {**head, "choices": [], "usage": usage}]
-    return await _sse(request, [f"data: {json.dumps(c)}\n\n" for c in chunks] + ["data: [DONE]\n\n"])
+    frames = [f"data: {json.dumps(c)}\n\n" for c in chunks]
+    return await _sse(request, [*frames, "data: [DONE]\n\n"])
 
 
 async def responses(request: web.Request) -> web.StreamResponse:

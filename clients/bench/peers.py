@@ -99,7 +99,9 @@ class Peer:
     health: str  # path polled until it answers 200
     env: dict[str, str] = field(default_factory=dict)
     cwd: Path | None = None
+    profile: Path | None = None  # py-spy's raw stacks, from ready to stop (BENCH-11)
     proc: asyncio.subprocess.Process | None = None
+    spy: asyncio.subprocess.Process | None = None
 
     @property
     def base_url(self) -> str:
@@ -125,26 +127,42 @@ class Peer:
                     url = f"http://127.0.0.1:{self.port}{self.health}"
                     async with http.get(url, headers=headers) as resp:
                         if resp.status == 200:
-                            return
+                            return await self._profile()
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"{self.name} not healthy in {START_TIMEOUT_S:g} s")
                 await asyncio.sleep(0.25)
 
+    async def _profile(self) -> None:
+        """Attach py-spy once the server is ready: the profile holds serving, not startup."""
+        if self.profile is None or self.proc is None:
+            return
+        spy = shutil.which("py-spy") or _beside_python("py-spy") or "py-spy"
+        self.spy = await asyncio.create_subprocess_exec(
+            spy, "record", "--native", "--format", "raw", "--rate", "1000",
+            "-o", str(self.profile), "--pid", str(self.proc.pid),
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+        await asyncio.sleep(1.0)  # py-spy attaches
+
     async def stop(self) -> None:
+        spy, self.spy = self.spy, None
+        if spy is not None and spy.returncode is None:
+            spy.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+            await asyncio.wait_for(spy.wait(), 60.0)
         proc, self.proc = self.proc, None
         if proc is None or proc.returncode is not None:
             return
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
         try:
-            await asyncio.wait_for(proc.wait(), 15.0)
+            await asyncio.wait_for(proc.wait(), 30.0)
         except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             await proc.wait()
 
 
-def engine_peer(stub: str, work: Path, upstream: str) -> Peer:
+def engine_peer(stub: str, work: Path, upstream: str, profile: Path | None = None) -> Peer:
     config = work / "engine.toml"
     path = "/v1" if upstream in ("chat", "responses") else ""
     config.write_text(
@@ -156,7 +174,7 @@ def engine_peer(stub: str, work: Path, upstream: str) -> Peer:
         sys.executable, "-m", "cli", "serve", "--config", str(config), "--port", str(port),
         "--api-keys-env", "", "--log-level", "WARNING", "--store", "memory://",
     ]  # fmt: skip
-    return Peer("engine", command, port, "/healthz")
+    return Peer("engine", command, port, "/healthz", profile=profile)
 
 
 def smg_peer(stub: str, work: Path) -> Peer | None:
@@ -252,8 +270,9 @@ class Chain:
         if self.transport == "http_stateless":
             self.history += [o.model_dump(exclude_none=True) for o in response.output]
         self.previous = response.id
+        output = tool_output(number)
         self.pending = [
-            {"type": "function_call_output", "call_id": call.call_id, "output": tool_output(number)},
+            {"type": "function_call_output", "call_id": call.call_id, "output": output},
             {"type": "message", "role": "user", "content": "continue"},
         ]
         return response
@@ -319,6 +338,8 @@ class PeerSettings:
     repeat: int = 3
     targets: tuple[str, ...] = TARGETS
     engine_upstream: str = "responses"
+    transports: tuple[str, ...] = TRANSPORTS
+    profile: Path | None = None  # py-spy's raw stacks of the engine (BENCH-11)
 
 
 async def run_peers(settings: PeerSettings) -> dict[str, Any]:
@@ -352,7 +373,7 @@ def _peers(settings: PeerSettings, stub: str, work: Path, skipped: dict[str, str
     peers: list[Peer] = []
     for name in settings.targets:
         if name == "engine":
-            peers.append(engine_peer(stub, work, settings.engine_upstream))
+            peers.append(engine_peer(stub, work, settings.engine_upstream, settings.profile))
             continue
         peer = smg_peer(stub, work) if name == "smg" else litellm_peer(stub, work)
         if peer is None:
@@ -368,7 +389,7 @@ async def _interleaved(
     """A 2-turn warm-up per (target, transport), then ``repeat`` rounds, each running every
     supported pair once, the order rotated between rounds."""
     unsupported: dict[str, str] = doc["unsupported"]
-    pairs = [(p, t) for p in peers for t in TRANSPORTS]
+    pairs = [(p, t) for p in peers for t in settings.transports]
     for peer, transport in pairs:
         try:
             await run_chain(peer, transport, 2, stub_pid)
@@ -420,7 +441,7 @@ def render(doc: dict[str, Any]) -> str:
         f"{s['engine_upstream']}, load average {s['loadavg_at_start'][0]:.2f} → "
         f"{s.get('loadavg_at_end', [0.0])[0]:.2f}",
         f"{'target/transport':26s} {'wall ms/turn (first/last/median)':>34s} "
-        f"{'server CPU ms/turn':>19s} {'stub CPU':>9s} {'CPU ×':>6s} {'wall ×':>6s}",
+        f"{'server CPU ms/turn':>19s} {'stub CPU':>9s} {'CPU x':>6s} {'wall x':>6s}",
     ]
     for name, row in doc["summary"].items():
         w, c, st = row["wall_ms"], row["server_cpu_ms"], row["stub_cpu_ms"]
@@ -449,7 +470,8 @@ def write_png(path: Path, doc: dict[str, Any]) -> None:
         (axes[1], "wall_ms", "wall ms / turn (median)"),
     ):
         values = [doc["summary"][n][key]["median"] for n in names]
-        ax.barh(names, values, color=["#1f77b4" if n.startswith("engine") else "#999" for n in names])
+        colors = ["#1f77b4" if n.startswith("engine") else "#999" for n in names]
+        ax.barh(names, values, color=colors)
         ax.invert_yaxis()
         ax.set_xlabel(label)
     fig.suptitle(f"rollout bench --peers ({doc['settings']['turns']} turns)")

@@ -253,7 +253,11 @@ async def _whole(resp: aiohttp.ClientResponse) -> str:
 
 async def drain(resp: aiohttp.ClientResponse, limit_s: float = 1.0) -> None:
     """Read the rest of a finished stream (after ``[DONE]`` or the terminal event) so the
-    connection returns to the pool instead of being closed; bounded in time."""
+    connection returns to the pool instead of being closed; bounded in time. A stream already
+    read to its end (the usual case: the terminal event and the body's end arrive together)
+    arms no timer."""
+    if resp.content.at_eof():
+        return
     with contextlib.suppress(TimeoutError, aiohttp.ClientError):
         async with asyncio.timeout(limit_s):
             while await resp.content.readany():

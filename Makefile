@@ -8,7 +8,7 @@ PORT   ?= 8000
 STAMP  := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test lint types unit install sysdeps clean agent bench bench-all fuzz load test-real llama-server cluster
+.PHONY: run test lint types unit install sysdeps clean agent bench bench-all bench-peers fuzz load test-real llama-server cluster
 
 $(STAMP): pyproject.toml
 	[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)
@@ -72,6 +72,11 @@ bench-all: $(DEV_STAMP)
 	$(BIN)/rollout bench --turns 100 --json bench100.json --png bench100.png
 	$(BIN)/rollout bench --scenario codex --json bench-codex.json --png bench-codex.png
 	$(BIN)/rollout bench --stream --memory --json bench-extras.json
+
+# This engine, smg and the LiteLLM proxy before one stub upstream, side by side (BENCH-10).
+bench-peers: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[peers]'
+	$(BIN)/rollout bench --peers --json bench-peers.json --png bench-peers.png
 
 # 200 WebSocket agents x 20 tool-call turns plus HTTP traffic, every event checked.
 load: $(DEV_STAMP)

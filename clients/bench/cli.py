@@ -89,6 +89,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "harmony route against one loopback upstream, side by side (BENCH-9); --turns sets the "
         "turns (default 60)",
     )
+    p.add_argument(
+        "--peers", action="store_true",
+        help="this engine, smg and the LiteLLM proxy side by side before one instant stub "
+        "upstream, the same tool chain on every transport (BENCH-10; pip install -e '.[peers]')",
+    )  # fmt: skip
+    p.add_argument(
+        "--peers-targets", default="engine,smg,litellm", help="with --peers: which servers"
+    )
+    p.add_argument(
+        "--peers-upstream", default="responses", choices=("responses", "chat"),
+        help="with --peers: the engine's route to the stub",
+    )  # fmt: skip
+    p.add_argument(
+        "--peers-transports", default="ws,http_previous_id,http_stateless",
+        help="with --peers: which transports",
+    )  # fmt: skip
+    p.add_argument(
+        "--peers-profile", type=Path, default=None,
+        help="with --peers: run the engine under py-spy record --native --format raw into this "
+        "file (BENCH-11; its CPU figures then include the profiler)",
+    )  # fmt: skip
     p.add_argument("--load", action="store_true", help="load test: WS agents + HTTP (LOAD-1)")
     p.add_argument("--load-connections", type=int, default=200)
     p.add_argument("--load-turns", type=int, default=20, help="tool-call turns per connection")
@@ -275,7 +296,40 @@ def run_upstream_kind(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_peers_mode(args: argparse.Namespace) -> int:
+    """``--peers``: prints the side-by-side table; ``--json``/``--png`` write it (BENCH-10)."""
+    from clients.bench import peers
+
+    targets = tuple(t.strip() for t in args.peers_targets.split(",") if t.strip())
+    transports = tuple(t.strip() for t in args.peers_transports.split(",") if t.strip())
+    if not targets or any(t not in peers.TARGETS for t in targets):
+        print(f"rollout bench: --peers-targets takes {','.join(peers.TARGETS)}", file=sys.stderr)
+        return 2
+    if not transports or any(t not in peers.TRANSPORTS for t in transports):
+        known = ",".join(peers.TRANSPORTS)
+        print(f"rollout bench: --peers-transports takes {known}", file=sys.stderr)
+        return 2
+    settings = peers.PeerSettings(
+        turns=args.turns or 25, repeat=args.repeat, targets=targets,
+        engine_upstream=args.peers_upstream, transports=transports, profile=args.peers_profile,
+    )  # fmt: skip
+    try:
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            doc = runner.run(peers.run_peers(settings))
+    except (RuntimeError, OSError) as exc:
+        print(f"rollout bench: failed: {exc}", file=sys.stderr)
+        return 1
+    print(peers.render(doc))
+    if args.json is not None:
+        args.json.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    if args.png is not None and doc["summary"]:
+        peers.write_png(args.png, doc)
+    return 0
+
+
 def run_bench(args: argparse.Namespace) -> int:
+    if args.peers:
+        return run_peers_mode(args)
     if args.chaos:
         return run_chaos_mode(args)
     if args.load:

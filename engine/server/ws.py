@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import zlib
 from collections.abc import Awaitable
 
 from aiohttp import WSCloseCode, WSMsgType, web
@@ -48,15 +49,54 @@ def text_frame(data: bytes) -> bytes:
 
 
 COPY_LIMIT = 4096  # larger payloads go out as their own buffer: no copy to prepend the header
+# WS-19: on a permessage-deflate socket, a message this big or bigger goes out compressed; a
+# smaller one (a delta, a short item event) uncompressed, RSV1 clear, as RFC 7692 §6 allows.
+DEFLATE_MIN_BYTES = 256
+_DEFLATE_TAIL = b"\x00\x00\xff\xff"  # what a sync flush ends with; RFC 7692 §7.2.1 drops it
+
+
+def deflate_frame_header(n: int) -> bytes:
+    """``frame_header`` with RSV1 set: a compressed message (RFC 7692 §6)."""
+    header = frame_header(n)
+    return bytes((header[0] | 0x40,)) + header[1:]
+
+
+class Deflater:
+    """The compressing half of a negotiated permessage-deflate (RFC 7692): raw deflate at the
+    negotiated window, the sliding window kept across messages unless the client asked
+    ``server_no_context_takeover`` (then each message is flushed whole). Built once per socket;
+    only messages of ``DEFLATE_MIN_BYTES`` or more go through it (WS-19)."""
+
+    __slots__ = ("_flush", "_z")
+
+    def __init__(self, window_bits: int, no_takeover: bool) -> None:
+        self._z = zlib.compressobj(zlib.Z_BEST_SPEED, zlib.DEFLATED, -window_bits)
+        self._flush = zlib.Z_FULL_FLUSH if no_takeover else zlib.Z_SYNC_FLUSH
+
+    def frame(self, data: bytes) -> tuple[bytes, bytes]:
+        """(header, payload) of the compressed text frame of ``data``."""
+        payload = (self._z.compress(data) + self._z.flush(self._flush)).removesuffix(_DEFLATE_TAIL)
+        return deflate_frame_header(len(payload)), payload
+
+
+def _deflater(ws: web.WebSocketResponse) -> Deflater | None:
+    """The socket's compressor when permessage-deflate was negotiated (``ws.compress`` is then
+    the window bits); aiohttp's writer knows whether the client asked for no context takeover
+    (unknown: assume it did, which every client can read)."""
+    bits = ws.compress
+    if not bits:
+        return None
+    writer = getattr(ws, "_writer", None)
+    return Deflater(15 if bits is True else int(bits), getattr(writer, "notakeover", True))
 
 
 class WsSink:
     """Encodes each event once and writes it as one text frame.
 
     Coalescing: frames produced within one event-loop iteration leave in one ``writelines``
-    (one system call) instead of one write each, which was the largest per-turn cost. This is
-    used when the connection is not compressed; with permessage-deflate, aiohttp frames and
-    compresses each message itself.
+    (one system call) instead of one write each, which was the largest per-turn cost. With
+    permessage-deflate too: messages of ``DEFLATE_MIN_BYTES`` or more are compressed here
+    (``Deflater``), smaller ones go out uncompressed (WS-19).
 
     Backpressure: when the socket's buffers pass ``HIGH_WATER`` the sender waits for them to
     drain, so a slow reader slows the sampler down (bounded memory). A reader slower than
@@ -67,6 +107,7 @@ class WsSink:
     two integer additions and one type test per frame."""
 
     __slots__ = (
+        "_deflater",
         "_errors",
         "_frames",
         "_loop",
@@ -99,8 +140,9 @@ class WsSink:
         self._pending = 0  # bytes in _frames
         # aiohttp's payload writer: its transport and drain(); None -> per-frame sends.
         writer = getattr(ws, "_payload_writer", None)
-        coalesce = not ws.compress and writer is not None and hasattr(writer, "drain")
+        coalesce = writer is not None and hasattr(writer, "drain")
         self._writer = writer if coalesce else None
+        self._deflater = _deflater(ws) if coalesce else None
 
     async def send(self, event: ServerEvent) -> None:
         ws = self.ws
@@ -115,7 +157,9 @@ class WsSink:
                 return
             if not self._frames:
                 self._loop.call_soon(self.flush)
-            if len(data) < COPY_LIMIT:
+            if self._deflater is not None and len(data) >= DEFLATE_MIN_BYTES:
+                self._frames += self._deflater.frame(data)  # WS-19
+            elif len(data) < COPY_LIMIT:
                 self._frames.append(text_frame(data))
             else:  # a Response snapshot: header and payload as two buffers of one writelines
                 self._frames += (frame_header(len(data)), data)

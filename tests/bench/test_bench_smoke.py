@@ -65,3 +65,19 @@ def test_stream_and_memory_runs_report(tmp_path: Path) -> None:
     assert memory["tokens_per_rollout"] >= 3000
     assert memory["raw_bytes"] == memory["token_bytes"] + memory["item_bytes"]
     assert {t["target"] for t in doc["targets"]} >= {"suspended-rollout RSS / raw state"}
+
+
+def test_peers_run_with_the_engine_alone(tmp_path: Path) -> None:
+    """BENCH-10: ``--peers`` with the engine as its only target (the peers are an optional
+    extra): the stub upstream, every transport, the table's figures and both outputs."""
+    out, png = tmp_path / "peers.json", tmp_path / "peers.png"
+    argv = ["--peers", "--peers-targets", "engine", "--turns", "2", "--repeat", "1"]
+    assert main([*argv, "--json", str(out), "--png", str(png)]) == 0
+    doc = json.loads(out.read_text())
+    assert list(doc["summary"]) == ["engine/ws", "engine/http_previous_id", "engine/http_stateless"]
+    assert doc["unsupported"] == {}
+    for run in doc["runs"]:
+        assert len(run["wall_ms"]) == len(run["server_cpu_ms"]) == len(run["stub_cpu_ms"]) == 2
+        assert min(run["server_cpu_ms"]) > 0
+    assert doc["summary"]["engine/ws"]["server_cpu_ms_vs_engine_ws"] == 1.0
+    assert png.read_bytes()[:8] == PNG_SIGNATURE

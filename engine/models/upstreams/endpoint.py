@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import re
@@ -21,6 +22,7 @@ from typing import Any, Protocol
 
 import aiohttp
 import msgspec
+from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from engine.models.base import BackendError, Delta
@@ -75,6 +77,42 @@ class Endpoint:
         return aiohttp.ClientTimeout(
             total=None, sock_connect=self.connect_timeout, sock_read=self.read_timeout
         )
+
+    # The request head's parts built once per endpoint, not per request (the upstream hop was
+    # the largest share of a turn's CPU, docs/benchmark.md BENCH-11): the parsed URL per path,
+    # the timeout, the headers that do not change. The key is still read per request.
+    @functools.cached_property
+    def _timeout(self) -> aiohttp.ClientTimeout:
+        return self.timeout()
+
+    @functools.cached_property
+    def _urls(self) -> dict[str, URL]:
+        return {}
+
+    @functools.cached_property
+    def _fixed_headers(self) -> CIMultiDictProxy[str]:
+        headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+        headers.update(self.headers)
+        return CIMultiDictProxy(CIMultiDict(headers))
+
+    def post_url(self, path: str) -> URL:
+        url = self._urls.get(path)
+        if url is None:
+            url = self._urls[path] = URL(self.url(path))
+        return url
+
+    def post_headers(self, traceparent: str | None) -> CIMultiDictProxy[str] | CIMultiDict[str]:
+        """``request_headers()`` plus the trace header: the shared read-only head when there is
+        no key to add and no trace to continue (same headers, same order on the wire)."""
+        key = self.api_key()
+        if not key and traceparent is None:
+            return self._fixed_headers
+        headers = CIMultiDict(self._fixed_headers)
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        if traceparent is not None:
+            headers["traceparent"] = traceparent
+        return headers
 
 
 class UpstreamError(BackendError):
@@ -158,14 +196,11 @@ async def post_stream(
     """POST ``body`` and yield the open streaming response; transport faults and error statuses
     become ``UpstreamError``. Leaving the block early (cancellation, client gone) closes the
     connection rather than draining it, so the upstream sees the disconnect and stops."""
-    url = endpoint.url(path)
-    headers = endpoint.request_headers()
-    traceparent = TRACEPARENT.get()
-    if traceparent is not None:  # the response's trace continues upstream (OTEL-4)
-        headers["traceparent"] = traceparent
+    # the response's trace continues upstream (OTEL-4)
+    headers = endpoint.post_headers(TRACEPARENT.get())
     try:
         async with pool.session().post(
-            url, data=body, headers=headers, timeout=endpoint.timeout()
+            endpoint.post_url(path), data=body, headers=headers, timeout=endpoint._timeout
         ) as resp:
             if resp.status >= 400:
                 raise await _status_error(resp, endpoint)
@@ -218,7 +253,11 @@ async def _whole(resp: aiohttp.ClientResponse) -> str:
 
 async def drain(resp: aiohttp.ClientResponse, limit_s: float = 1.0) -> None:
     """Read the rest of a finished stream (after ``[DONE]`` or the terminal event) so the
-    connection returns to the pool instead of being closed; bounded in time."""
+    connection returns to the pool instead of being closed; bounded in time. A stream already
+    read to its end (the usual case: the terminal event and the body's end arrive together)
+    arms no timer."""
+    if resp.content.at_eof():
+        return
     with contextlib.suppress(TimeoutError, aiohttp.ClientError):
         async with asyncio.timeout(limit_s):
             while await resp.content.readany():

@@ -22,10 +22,13 @@ class HttpPool:
                 limit=self.max_connections, limit_per_host=self.max_per_host
             )
             # trust_env=False: a proxy or .netrc from the environment must not silently
-            # reroute (or add credentials to) traffic to a loopback model server.
+            # reroute (or add credentials to) traffic to a loopback model server. No cookie jar:
+            # a cookie one tenant's request received must not ride on another's (and no jar is
+            # filtered per request).
             self._session = aiohttp.ClientSession(
-                connector=connector, trust_env=False, raise_for_status=False
-            )
+                connector=connector, trust_env=False, raise_for_status=False,
+                cookie_jar=aiohttp.DummyCookieJar(),
+            )  # fmt: skip
         return self._session
 
     async def close(self) -> None:

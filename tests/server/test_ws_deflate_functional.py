@@ -1,0 +1,83 @@
+"""permessage-deflate that pays (WS-19), read byte by byte from a raw socket: on a socket that
+negotiated it, a message of ``DEFLATE_MIN_BYTES`` or more is one compressed frame (RSV1 set), a
+smaller one an uncompressed frame (RSV1 clear, RFC 7692 §6), and the messages, once inflated,
+are the same events an uncompressed socket gets."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import struct
+import zlib
+from typing import Any
+
+from engine.server.ws import DEFLATE_MIN_BYTES
+from tests.support.server import LiveServer
+
+TAIL = b"\x00\x00\xff\xff"
+CREATE = {
+    "type": "response.create",
+    "model": "sim",
+    "instructions": "Answer briefly. " * 120,  # the created/completed snapshots pass the bound
+    "input": "Say hello in a few words.",
+    "store": False,
+}
+
+
+def masked_text(payload: bytes) -> bytes:
+    n, key = len(payload), os.urandom(4)
+    head = bytes((0x81, 0x80 | 126)) + struct.pack(">H", n) if n >= 126 else bytes((0x81, 0x80 | n))
+    return head + key + bytes(b ^ key[i % 4] for i, b in enumerate(payload))
+
+
+async def messages(live: LiveServer, deflate: bool) -> list[tuple[bool, bytes]]:
+    """One response over a raw socket: each message as (sent compressed, its JSON bytes)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", live.port)
+    key = base64.b64encode(os.urandom(16)).decode()
+    offer = "Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n"
+    writer.write(
+        f"GET /v1/responses HTTP/1.1\r\nHost: 127.0.0.1:{live.port}\r\nUpgrade: websocket\r\n"
+        f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+        f"{offer if deflate else ''}\r\n".encode()
+    )
+    head = await reader.readuntil(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 101")
+    assert (b"permessage-deflate" in head) is deflate
+    writer.write(masked_text(json.dumps(CREATE).encode()))
+    inflate = zlib.decompressobj(-15)  # one window across messages (context takeover)
+    out: list[tuple[bool, bytes]] = []
+    try:
+        while not out or json.loads(out[-1][1])["type"] != "response.completed":
+            first, second = await asyncio.wait_for(reader.readexactly(2), 10)
+            assert first & 0x80 and first & 0x0F == 0x1, "one whole text frame per message"
+            n = second & 0x7F
+            if n == 126:
+                n = struct.unpack(">H", await reader.readexactly(2))[0]
+            elif n == 127:
+                n = struct.unpack(">Q", await reader.readexactly(8))[0]
+            payload = await reader.readexactly(n)
+            compressed = bool(first & 0x40)
+            out.append((compressed, inflate.decompress(payload + TAIL) if compressed else payload))
+    finally:
+        writer.close()
+    return out
+
+
+def shape(message: bytes) -> Any:
+    """The event without what differs between two runs (ids, times)."""
+    event = json.loads(message)
+    return event["type"], event.get("sequence_number"), event.get("delta")
+
+
+async def test_only_messages_worth_compressing_are_compressed(server: LiveServer) -> None:
+    """WS-19: RSV1 is set exactly on the messages of ``DEFLATE_MIN_BYTES`` or more; both kinds
+    occur in one response; every message inflates to the event an uncompressed socket sends."""
+    deflated = await messages(server, deflate=True)
+    for compressed, message in deflated:
+        assert compressed is (len(message) >= DEFLATE_MIN_BYTES), (compressed, len(message))
+    assert {c for c, _ in deflated} == {True, False}
+    plain = await messages(server, deflate=False)
+    assert not any(c for c, _ in plain)
+    assert [shape(m) for _, m in deflated] == [shape(m) for _, m in plain]

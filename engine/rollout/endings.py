@@ -99,6 +99,7 @@ class Endings:
             self._owed = turn  # from here on it is billed, even if the client leaves (POST-5)
         try:
             await self._store(turn)  # durable before the terminal frame (STORE-6)
+            await self._join(turn, status)  # so is the conversation's append (CONV-5)
         except StoreError as exc:
             await self._unstored(turn, exc)
             raise TurnNotStored from exc
@@ -149,6 +150,17 @@ class Endings:
         rollout.ctx.stored = record.point
         if record.tokens is not None and rollout.ctx.model_tokens is not None:
             rollout.ctx.model_tokens.mark_stored()
+
+    async def _join(self, turn: Turn, status: str) -> None:
+        """Append the response's input and output to its conversation, and let the
+        conversation go (CONV-5, CONV-7); its stored context now stands for all of the
+        conversation (CONV-6)."""
+        joined, turn.conversation = turn.conversation, None
+        if joined is None:
+            return
+        point, own = self._rollout.ctx.stored, turn.stream.id
+        stored_as = own if point is not None and point.response_id == own else None
+        await joined.finish(status, turn.stream.response.output, stored_as)
 
     def stored_record(self, turn: Turn) -> ResponseRecord:
         """Flat: this response's own input, output and new context items (STORE-4), and the

@@ -31,7 +31,7 @@ def _user(text: str) -> dict[str, Any]:
 
 async def _texts(client: AsyncOpenAI, conversation_id: str) -> list[tuple[str, str]]:
     """(type, text or call id) of every item, oldest first, through the SDK's pager."""
-    out = []
+    out: list[tuple[str, str]] = []
     async for item in client.conversations.items.list(conversation_id, order="asc", limit=2):
         ITEM.validate_python(item.model_dump())  # strictly the SDK's union
         if item.type == "message":

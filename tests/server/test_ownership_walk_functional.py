@@ -269,10 +269,8 @@ async def test_every_conversation_route_answers_another_key_as_unknown(keyed: Li
     async with aiohttp.ClientSession() as http:
         convs = []
         for _ in range(2):
-            payload = {"items": [{"role": "user", "content": "a's secret"}]}
-            async with http.post(
-                f"{base}/v1/conversations", json=payload, headers=auth(KEY_A)
-            ) as r:
+            secret = {"items": [{"role": "user", "content": "a's secret"}]}
+            async with http.post(f"{base}/v1/conversations", json=secret, headers=auth(KEY_A)) as r:
                 assert r.status == 200, await r.text()
                 convs.append((await r.json())["id"])
         create = {"model": "sim", "input": "hi", "conversation": convs[0]}
@@ -295,14 +293,18 @@ async def test_every_conversation_route_answers_another_key_as_unknown(keyed: Li
         for extra in ({}, {"stream": True}, {"background": True}, {"store": False}):
             answers = []
             for conv in [UNKNOWN_CONV, *convs]:
-                payload = {"model": "sim", "input": "x", "conversation": conv, **extra}
+                payload: dict[str, Any] = {"model": "sim", "input": "x", "conversation": conv}
+                payload.update(extra)
                 async with http.post(
                     f"{base}/v1/responses", json=payload, headers=auth(KEY_B)
                 ) as r:
                     answers.append((r.status, (await r.text()).replace(conv, UNKNOWN_CONV)))
             assert answers[0][0] == 404 and set(answers) == {answers[0]}, (extra, answers)
         async with http.ws_connect(keyed.ws_url, headers=auth(KEY_B)) as ws_b:
-            make = lambda conv: {"model": "sim", "input": "x", "conversation": {"id": conv}}  # noqa: E731
+
+            def make(conv: str) -> dict[str, Any]:
+                return {"model": "sim", "input": "x", "conversation": {"id": conv}}
+
             unknown_ws = await _ws_answer(ws_b, {"type": "response.create", **make(UNKNOWN_CONV)})
             assert '"status": 404' in unknown_ws
             for conv in convs:

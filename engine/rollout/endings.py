@@ -98,8 +98,8 @@ class Endings:
         if rollout.mode is Mode.STANDARD:
             self._owed = turn  # from here on it is billed, even if the client leaves (POST-5)
         try:
+            await self._join(turn, status)  # the conversation's append first (CONV-5)
             await self._store(turn)  # durable before the terminal frame (STORE-6)
-            await self._join(turn, status)  # so is the conversation's append (CONV-5)
         except StoreError as exc:
             await self._unstored(turn, exc)
             raise TurnNotStored from exc
@@ -158,8 +158,10 @@ class Endings:
         joined, turn.conversation = turn.conversation, None
         if joined is None:
             return
-        point, own = self._rollout.ctx.stored, turn.stream.id
-        stored_as = own if point is not None and point.response_id == own else None
+        # Before the response's own write, so a reader that sees it ended sees its items (a
+        # background poll, BG-3); should that write then fail, the conversation's next create
+        # finds no such response and renders the items instead (CONV-6).
+        stored_as = turn.stream.id if self._rollout.settings.store else None
         await joined.finish(status, turn.stream.response.output, stored_as)
 
     def stored_record(self, turn: Turn) -> ResponseRecord:

@@ -21,6 +21,7 @@ from tests.conformance.sdk_ws import create, final
 from tests.support.agents_sdk import weather_agent
 from tests.support.server import LiveServer
 from tests.support.tools import WEATHER
+from tests.support.wait import wait_for
 
 ITEM: TypeAdapter[Any] = TypeAdapter(ConversationItem)
 
@@ -216,3 +217,22 @@ async def test_agents_sdk_runner_with_conversation_id(
     assert calls == ["Cairo"] and "sunny in Cairo" in str(result.final_output)
     kinds = [kind for kind, _ in await _texts(client, conv.id)]
     assert kinds == ["message", "function_call", "function_call_output", "message"]
+
+
+async def test_background_create_on_a_conversation(client: AsyncOpenAI) -> None:
+    """CONV-5 with ``background: true``: the response runs detached and its items are in the
+    conversation once it has ended."""
+    conv = await client.conversations.create()
+    started = await client.responses.create(
+        model="gpt-x", input="hello there", conversation=conv.id, background=True
+    )
+    assert started.conversation is not None and started.conversation.id == conv.id
+
+    async def ended() -> Any:
+        polled = await client.responses.retrieve(started.id)
+        return polled if polled.status not in ("queued", "in_progress") else None
+
+    done = await wait_for(ended, "the background response to end")
+    assert done.status == "completed"
+    texts = await _texts(client, conv.id)
+    assert texts == [("message", "hello there"), ("message", done.output_text)]

@@ -221,7 +221,8 @@ def _page(items: list[InputItem], *, has_more: bool) -> dict[str, Any]:
     return {
         "object": "list",
         "data": items,
-        "first_id": ids[0] if ids else None,
-        "last_id": ids[-1] if ids else None,
+        # Strings, as the SDK's ``ConversationItemList`` requires; "" on an empty page (CONV-3).
+        "first_id": ids[0] if ids else "",
+        "last_id": ids[-1] if ids else "",
         "has_more": has_more,
     }

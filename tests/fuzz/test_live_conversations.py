@@ -20,7 +20,13 @@ from urllib.parse import urlencode
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
 from openai.types.conversations import Conversation, ConversationItemList
 
 from engine.core import EngineConfig
@@ -73,6 +79,12 @@ class ConversationMachine(RuleBasedStateMachine):
         return conv not in self.convs
 
     # ------------------------------------------------------------------ conversations
+    @initialize(first=st.lists(texts, max_size=3), second=st.lists(texts, max_size=3))
+    def start(self, first: list[str], second: list[str]) -> None:
+        """Two conversations to work on whichever rules a run enables."""
+        self.create(first, {})
+        self.create(second, {"k": "v"})
+
     @rule(items=st.lists(texts, max_size=3), meta=st.dictionaries(texts, texts, max_size=2))
     def create(self, items: list[str], meta: dict[str, str]) -> None:
         """CONV-1: a new conversation with its items and metadata."""
@@ -132,9 +144,9 @@ class ConversationMachine(RuleBasedStateMachine):
 
     @rule(
         data=st.data(),
-        order=st.sampled_from([None, "asc", "desc", "up"]),
-        limit=st.sampled_from([None, "1", "2", "100", "0", "101", "x"]),
-        after=st.sampled_from([None, "first", "last", "unknown"]),
+        order=st.sampled_from([None, "asc", "desc", "asc", "desc", "up"]),
+        limit=st.sampled_from([None, "1", "100", "n", "n", "n-1", "n+1", "0", "101", "x"]),
+        after=st.sampled_from([None, None, None, "first", "last", "unknown"]),
     )
     def list_items(
         self, data: st.DataObject, order: str | None, limit: str | None, after: str | None
@@ -145,9 +157,11 @@ class ConversationMachine(RuleBasedStateMachine):
         query: dict[str, str] = {}
         if order is not None:
             query["order"] = order
+        model = list(self.convs.get(conv, []))
+        if limit is not None and limit.startswith("n"):  # around the page's edge
+            limit = str(min(100, max(1, len(model) + {"n": 0, "n-1": -1, "n+1": 1}[limit])))
         if limit is not None:
             query["limit"] = limit
-        model = list(self.convs.get(conv, []))
         if order != "asc":
             model.reverse()
         ids = [ident for ident, _ in model]
@@ -176,6 +190,7 @@ class ConversationMachine(RuleBasedStateMachine):
         page = answer[1]
         assert [(item["id"], _text(item)) for item in page["data"]] == model[:size]
         assert page["has_more"] == (len(model) > size)
+        self.tally["list at a page's edge" if len(model) == size else "list checked"] += 1
 
     @rule(data=st.data(), which=st.sampled_from(["first", "last", "unknown"]))
     def item_get_or_delete(self, data: st.DataObject, which: str) -> None:

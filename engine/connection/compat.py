@@ -163,28 +163,29 @@ async def _run_create(
     arrived: float | None,
     turns: list[Turn] | None = None,
 ) -> None:
+    picked_up = time.perf_counter()
+    job: Admission | None = None
     try:
-        picked_up = time.perf_counter()
-        job = _admit(session, lane, params)
-        if session.engine.tracing is not None:  # off: no span is made (OTEL-6)
-            _trace(session, job)
-        if arrived is not None:  # time spent waiting in the lane, not admitting (OBS-1)
-            job.turn.log.add_time("queue", picked_up - arrived)
-        rollout, started = await _start_or_resume(session, lane, job)
-        if session.on_admitted is not None:
-            await session.on_admitted(job.turn, rollout.ctx.items)
-    except Exception:
-        if params.previous_response_id is not None:
-            # A failed continuation evicts its parent from this lane (CACHE-3); a failed fork
-            # from another lane leaves that lane's cache alone (CACHE-4).
-            lane.evict(params.previous_response_id)
-        raise
-    if not params.generate:
-        await rollout.endings.warm()
-    elif started:
-        session.spawn(rollout)
-    turn = job.turn
-    try:
+        try:
+            job = _admit(session, lane, params)
+            if session.engine.tracing is not None:  # off: no span is made (OTEL-6)
+                _trace(session, job)
+            if arrived is not None:  # time spent waiting in the lane, not admitting (OBS-1)
+                job.turn.log.add_time("queue", picked_up - arrived)
+            rollout, started = await _start_or_resume(session, lane, job)
+            if session.on_admitted is not None:
+                await session.on_admitted(job.turn, rollout.ctx.items)
+        except Exception:
+            if params.previous_response_id is not None:
+                # A failed continuation evicts its parent from this lane (CACHE-3); a failed
+                # fork from another lane leaves that lane's cache alone (CACHE-4).
+                lane.evict(params.previous_response_id)
+            raise
+        if not params.generate:
+            await rollout.endings.warm()
+        elif started:
+            session.spawn(rollout)
+        turn = job.turn
         while True:  # a steered response hands the lane to its successor (STEER-3)
             if turns is not None:
                 turns.append(turn)  # its tokens count against the key's limits (RATE-2)
@@ -193,7 +194,8 @@ async def _run_create(
                 break
             turn = turn.successor
     finally:
-        await _let_go(job.turn)
+        if job is not None:  # its conversation, if it still holds one (CONV-7)
+            await _let_go(job.turn)
     _after_turn(session.engine, lane, job, turn, rollout, status)
 
 
@@ -290,11 +292,7 @@ async def _start_or_resume(session: Connection, lane: Lane, job: Admission) -> S
         _join(job, conversation, found)
     if found.path is Path.STORE and job.prev is not None:
         await engine.announce_continued(job.prev)  # a copy parked on another node retires (PARK-9)
-    try:
-        return _RUNS[found.path](session, lane, job, found)
-    except BaseException:
-        await _let_go(job.turn)
-        raise
+    return _RUNS[found.path](session, lane, job, found)
 
 
 def _join(job: Admission, conversation: str, found: Found) -> None:

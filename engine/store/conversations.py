@@ -1,4 +1,4 @@
-"""Conversations: items appended per response, beside the response records (SPEC: CONV-1..CONV-14).
+"""Conversations: items appended per response, beside the response records (SPEC: CONV-1..CONV-10).
 
 A conversation is a *head* record under its id (``conv_…``) and its items in *segments*, one
 per append (``conv_…:N``), so a response's end writes only its own new items and a head of a few

@@ -17,8 +17,10 @@ from openai.types.conversations import Conversation, ConversationDeletedResource
 from openai.types.conversations.conversation_item import ConversationItem
 from pydantic import TypeAdapter
 
+from engine.core import EngineConfig
 from tests.conformance.sdk_ws import create, final
 from tests.support.agents_sdk import weather_agent
+from tests.support.fixtures import sdk_client
 from tests.support.server import LiveServer
 from tests.support.tools import WEATHER
 from tests.support.wait import wait_for
@@ -236,3 +238,39 @@ async def test_background_create_on_a_conversation(client: AsyncOpenAI) -> None:
     assert done.status == "completed"
     texts = await _texts(client, conv.id)
     assert texts == [("message", "hello there"), ("message", done.output_text)]
+
+
+async def test_every_ending_lets_the_conversation_go(server_factory: Any) -> None:
+    """CONV-7: a refused create (a tool output for no call), a warmup, and a streaming client
+    that leaves mid-response all release the conversation: the next create on it runs, and
+    only completed responses appended anything."""
+    live = await server_factory(EngineConfig(tokens_per_second=40))
+    async with sdk_client(live) as client:
+        conv = await client.conversations.create()
+        stray = {"type": "function_call_output", "call_id": "call_nope", "output": "x"}
+        with pytest.raises(openai.BadRequestError):
+            await client.responses.create(model="gpt-x", input=[stray], conversation=conv.id)
+        warm = await client.responses.create(
+            model="gpt-x", input="warm", conversation=conv.id, extra_body={"generate": False}
+        )
+        assert warm.output == []
+        stream = await client.responses.create(
+            model="gpt-x", input="a long story please", conversation=conv.id, stream=True
+        )
+        async for event in stream:
+            if event.type == "response.output_text.delta":
+                break
+        await stream.close()  # the client leaves mid-response
+
+        async def runs() -> Any:
+            try:
+                return await client.responses.create(
+                    model="gpt-x", input="hi", conversation=conv.id
+                )
+            except openai.ConflictError as exc:
+                assert exc.code == "conversation_locked"
+                return None
+
+        done = await wait_for(runs, "the conversation to be released")
+        texts = [text for _, text in await _texts(client, conv.id)]
+        assert texts == ["warm", "hi", done.output_text]

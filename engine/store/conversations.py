@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from engine.store.base import SLACK_FRACTION, RecordCorrupt, ResponseStore
+from engine.store.base import SLACK_FRACTION, RecordCorrupt, RecordTooLarge, ResponseStore
 from engine.store.codec import decode_items, encode_items
 from engine.store.framing import MAGIC, OwnerFilter, head_line, peek, readable_by
 from engine.store.listing import listing_form
@@ -154,7 +154,7 @@ class Conversations:
         head = Head(id=new_id("conv"), created_at=int(time.time()), metadata=metadata)
         kept = [with_id(item) for item in items]
         if kept:
-            await self._add_segment(head, owner, kept)
+            await self._add_segment(head, owner, kept)  # a new head replaces nothing
         await self._write_head(head, owner)
         return head
 
@@ -188,11 +188,12 @@ class Conversations:
         whose context is now the whole conversation (CONV-6)."""
         head = opened.head
         kept = [with_id(item) for item in items]
-        if kept:
-            await self._add_segment(head, opened.owner, kept)
+        stale = await self._add_segment(head, opened.owner, kept) if kept else []
         if response_id is not None:
             head.response_id, head.covered = response_id, head.count
         await self._write_head(head, opened.owner)
+        for key in stale:  # merged into the new segment; the head names them no more
+            await self.store._guard(self.store._remove(key))
         return head
 
     def check_room(self, opened: Opened, adding: int) -> None:
@@ -231,21 +232,32 @@ class Conversations:
             await self.store._guard(self.store._remove(key))
 
     # ------------------------------------------------------------------ internals
-    async def _add_segment(self, head: Head, owner: str | None, items: list[InputItem]) -> None:
-        if len(head.segments) >= MAX_SEGMENTS:  # merge, so a read stays one small batch
-            items = [*await self.items(head), *items]
+    async def _add_segment(
+        self, head: Head, owner: str | None, items: list[InputItem]
+    ) -> list[str]:
+        """Write ``items`` as a new segment and name it in ``head`` (not yet written). Past
+        ``MAX_SEGMENTS`` the segment holds all the items instead, while that stays well within
+        the record bound; the segments it replaces are returned, to be removed once the head
+        no longer names them."""
+        body = encode_items(items)
+        old: list[str] = []
+        if len(head.segments) >= MAX_SEGMENTS and head.nbytes + len(body) < self._merge_below:
+            body = encode_items([*await self.items(head), *items])
+            items_count = head.count + len(items)
             old, head.segments, head.counts, head.nbytes = head.segments, [], [], 0
         else:
-            old = []
+            items_count = len(items)
         key = f"{head.id}:{head.next_segment}"
         head.next_segment += 1
-        body = encode_items(items)
         await self._put(key, owner, body, self._expiry())
         head.segments.append(key)
-        head.counts.append(len(items))
+        head.counts.append(items_count)
         head.nbytes += len(body)
-        for stale in old:
-            await self.store._guard(self.store._remove(stale))
+        return old
+
+    @property
+    def _merge_below(self) -> int:
+        return self.store.max_record_bytes // 2
 
     async def _write_head(self, head: Head, owner: str | None) -> None:
         """The head, with its segments' expiry extended when one could lapse first (STORE-7)."""
@@ -262,8 +274,8 @@ class Conversations:
 
     async def _put(self, key: str, owner: str | None, body: bytes, expires: float | None) -> None:
         blob = head_line(owner, True) + body
-        if len(blob) > self.store.max_record_bytes:
-            raise ConversationFull
+        if len(blob) > self.store.max_record_bytes:  # as a response's record (STORE-9)
+            raise RecordTooLarge(len(blob), self.store.max_record_bytes)
         await self.store._guard(self.store._write(key, blob, (), False, expires))
 
     def _expiry(self) -> float | None:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import openai
 import pytest
 
 from engine.store import MemoryStore, ResponseStore, open_store
@@ -198,3 +199,38 @@ async def test_two_nodes_race_on_one_conversation(shared_url: str, serve: Serve)
             items = (await resp.json())["data"]
         texts = [item["content"][0]["text"] for item in items]
         assert texts[0] == "tell me a story" and texts[2] == "me too" and len(texts) == 4
+
+
+async def test_bounds_in_bytes_and_items() -> None:
+    """CONV-9: a conversation whose items reach the record bound refuses more (400
+    ``conversation_too_large``, items route and create); one append over the bound is
+    ``store_record_too_large`` as a response's record is (STORE-9), and the conversation is
+    let go."""
+    live = await start_server(store=MemoryStore(max_record_bytes=2048))
+    try:
+        async with sdk_client(live) as client:
+            conv = await client.conversations.create()
+            with pytest.raises(openai.BadRequestError) as huge:
+                await client.conversations.items.create(
+                    conv.id, items=[{"role": "user", "content": "x" * 4096}]
+                )
+            assert huge.value.code == "store_record_too_large"
+            with pytest.raises(openai.BadRequestError) as full:
+                for _ in range(5):  # ~700 encoded bytes each: full after the third
+                    await client.conversations.items.create(
+                        conv.id, items=[{"role": "user", "content": "y" * 600}]
+                    )
+            assert full.value.code == "conversation_too_large" and full.value.param == "items"
+            listed = await client.conversations.items.list(conv.id)
+            assert len(listed.data) == 3
+            with pytest.raises(openai.BadRequestError) as create:
+                await client.responses.create(model="sim", input="hi", conversation=conv.id)
+            assert create.value.code == "conversation_too_large"
+            assert create.value.param == "conversation"
+            other = await client.conversations.create()
+            with pytest.raises(openai.APIStatusError) as over:
+                await client.responses.create(model="sim", input="w" * 4096, conversation=other.id)
+            assert over.value.code == "store_record_too_large"
+            await client.conversations.update(other.id, metadata={"still": "usable"})
+    finally:
+        await live.runner.cleanup()

@@ -194,17 +194,20 @@ async def _run_create(
                 break
             turn = turn.successor
     finally:
-        if job is not None:  # its conversation, if it still holds one (CONV-7)
+        if job is not None:  # its conversation, if a response still holds it (CONV-7)
             await _let_go(job.turn)
     _after_turn(session.engine, lane, job, turn, rollout, status)
 
 
-async def _let_go(turn: Turn) -> None:
+async def _let_go(turn: Turn | None) -> None:
     """A conversation a response never reached its end with is released all the same (CONV-7):
-    a warmup, a cancel, a client gone, a write that failed."""
-    joined, turn.conversation = turn.conversation, None
-    if joined is not None:
-        await joined.opened.lock.release()
+    a refused create, a cancel, a client gone, a write that failed; steered successors
+    included (STEER-3)."""
+    while turn is not None:
+        joined, turn.conversation = turn.conversation, None
+        if joined is not None:
+            await joined.opened.lock.release()
+        turn = turn.successor
 
 
 async def _serve_turn(session: Connection, job: Admission, rollout: Rollout, turn: Turn) -> str:

@@ -162,7 +162,11 @@ class Endings:
         # background poll, BG-3); should that write then fail, the conversation's next create
         # finds no such response and renders the items instead (CONV-6).
         stored_as = turn.stream.id if self._rollout.settings.store else None
-        await joined.finish(status, turn.stream.response.output, stored_as)
+        successor = turn.successor  # a steered response's: it holds the conversation next
+        then = successor.input_items if successor is not None else None
+        handed = await joined.finish(status, turn.stream.response.output, stored_as, then)
+        if successor is not None:
+            successor.conversation = handed
 
     def stored_record(self, turn: Turn) -> ResponseRecord:
         """Flat: this response's own input, output and new context items (STORE-4), and the
@@ -188,7 +192,9 @@ class Endings:
         the error is a 500: the request did its work and is never run again (RETRY-2)."""
         log.warning("rollout %s: response %s not stored: %s", self._rollout.id, turn.stream.id, exc)
         turn.status = "failed"
-        turn.successor = None  # a steered response's successor never begins (STEER-3)
+        orphan, turn.successor = turn.successor, None  # its successor never begins (STEER-3)
+        if orphan is not None and orphan.conversation is not None:  # so it lets go (CONV-7)
+            await orphan.conversation.opened.lock.release()
         await self._bill_owed(waiting=False)
         try:
             await turn.sink.send(

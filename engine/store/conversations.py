@@ -320,11 +320,24 @@ class Joined:
     opened: Opened
     own: list[InputItem]  # the request's own input items (not the pending ones, CONV-6)
 
-    async def finish(self, status: str, output: Sequence[InputItem], stored_as: str | None) -> None:
+    async def finish(
+        self,
+        status: str,
+        output: Sequence[InputItem],
+        stored_as: str | None,
+        then: list[InputItem] | None = None,
+    ) -> Joined | None:
         """``stored_as``: the id of the stored response whose context is now the whole
-        conversation, or None (``store: false``): the head stays where it was (CONV-6)."""
+        conversation, or None (``store: false``): the head stays where it was (CONV-6).
+        ``then``: the input of a response that continues this one in the same rollout (a
+        steered response's successor, STEER-3), which then holds the lock in its turn."""
         try:
             if status in ("completed", "incomplete"):
                 await self.conversations.append(self.opened, [*self.own, *output], stored_as)
-        finally:
+        except BaseException:
             await self.opened.lock.release()
+            raise
+        if then is None:
+            await self.opened.lock.release()
+            return None
+        return Joined(self.conversations, self.opened, then)

@@ -5,6 +5,7 @@ oracle), ``conversation`` on ``responses.create`` over HTTP and WebSocket, and t
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import openai
@@ -18,7 +19,10 @@ from openai.types.conversations.conversation_item import ConversationItem
 from pydantic import TypeAdapter
 
 from engine.core import EngineConfig
-from tests.conformance.sdk_ws import create, final
+from engine.models.base import TextDelta
+from engine.models.router import Router
+from engine.models.sim.scripted import ScriptedModel, Step
+from tests.conformance.sdk_ws import create, final, recv, until_done
 from tests.support.agents_sdk import weather_agent
 from tests.support.fixtures import sdk_client
 from tests.support.server import LiveServer
@@ -274,3 +278,35 @@ async def test_every_ending_lets_the_conversation_go(server_factory: Any) -> Non
         done = await wait_for(runs, "the conversation to be released")
         texts = [text for _, text in await _texts(client, conv.id)]
         assert texts == ["warm", "hi", done.output_text]
+
+
+async def test_steered_response_hands_the_conversation_to_its_successor(
+    server_factory: Any,
+) -> None:
+    """CONV-5, CONV-7 with steering (STEER-3): the steered response's items are appended when
+    it ends, its successor holds the conversation until it ends too and appends its own (the
+    steering input and its answer), and then the conversation is free."""
+    gate = asyncio.Event()
+    turns: list[list[Step]] = [
+        [TextDelta("Once"), gate, TextDelta(" upon a time")],
+        [TextDelta("Short answer.")],
+        [TextDelta("Next.")],
+    ]
+    live = await server_factory(None, Router(routes={}, default=ScriptedModel(turns)))
+    async with sdk_client(live) as client:
+        conv = await client.conversations.create()
+        async with client.responses.connect() as conn:
+            await conn.response.create(model="m", input="Tell me a story", conversation=conv.id)
+            created = await recv(conn)
+            while (await recv(conn)).type != "response.output_text.delta":
+                pass
+            await conn.response.steer(previous_response_id=created.response.id, input="Be brief.")
+            assert (await recv(conn)).type == "response.steer.accepted"
+            gate.set()
+            assert final(await until_done(conn)).status == "incomplete"  # the steered one
+            successor = final(await until_done(conn))
+            assert successor.output_text == "Short answer."
+            then = final(await create(conn, model="m", input="Go on", conversation=conv.id))
+        assert then.output_text == "Next."
+        texts = [text for _, text in await _texts(client, conv.id)]
+        assert texts == ["Tell me a story", "Once", "Be brief.", "Short answer.", "Go on", "Next."]

@@ -314,6 +314,6 @@ def test_conversation_state_machine(conv_env: LiveEnv) -> None:
     machine = type("ConvMachine", (ConversationMachine,), {"env": conv_env, "tally": Counter()})
     run_state_machine_as_test(
         machine,
-        settings=settings(max_examples=examples(ci=0.5, deep=0.05), stateful_step_count=20),
+        settings=settings(max_examples=examples(ci=0.3, deep=0.05), stateful_step_count=20),
     )
     report("ConversationMachine", machine.runs, machine.tally)

@@ -165,9 +165,7 @@ async def add_items(request: web.Request) -> web.Response:
 
     async def write(conversations: Conversations, opened: Opened) -> list[InputItem]:
         conversations.check_room(opened, len(items))
-        before = opened.head.count
-        await conversations.append(opened, items)
-        return (await conversations.items(opened.head))[before:]
+        return await conversations.append(opened, items)
 
     added: list[InputItem] = await _locked(request, write)
     return json_response(_page(added, has_more=False))

@@ -183,9 +183,10 @@ class Conversations:
 
     async def append(
         self, opened: Opened, items: Sequence[InputItem], response_id: str | None = None
-    ) -> Head:
-        """Add ``items`` (one segment) under the held lock. ``response_id``: a stored response
-        whose context is now the whole conversation (CONV-6)."""
+    ) -> list[InputItem]:
+        """Add ``items`` (one segment) under the held lock, and return them as kept (with their
+        ids, CONV-3). ``response_id``: a stored response whose context is now the whole
+        conversation (CONV-6)."""
         head = opened.head
         kept = [with_id(item) for item in items]
         stale = await self._add_segment(head, opened.owner, kept) if kept else []
@@ -194,7 +195,7 @@ class Conversations:
         await self._write_head(head, opened.owner)
         for key in stale:  # merged into the new segment; the head names them no more
             await self.store._guard(self.store._remove(key))
-        return head
+        return kept
 
     def check_room(self, opened: Opened, adding: int) -> None:
         head = opened.head

@@ -334,7 +334,13 @@ class Joined:
         steered response's successor, STEER-3), which then holds the lock in its turn."""
         try:
             if status in ("completed", "incomplete"):
-                await self.conversations.append(self.opened, [*self.own, *output], stored_as)
+                # Read again: a response that outlived LOCK_S may have lost the lock to another
+                # writer meanwhile, whose items this append must keep (CONV-7).
+                fresh = await self.conversations.head(self.opened.head.id, self.opened.owner)
+                if fresh is not None:  # else deleted meanwhile: nothing to append to
+                    self.opened.head = fresh
+                    items = [*self.own, *output]
+                    await self.conversations.append(self.opened, items, stored_as)
         except BaseException:
             await self.opened.lock.release()
             raise

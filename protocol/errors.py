@@ -53,6 +53,12 @@ class HttpStatusError(ProtocolError):
         self.status = status  # type: ignore[misc]
 
 
+class Conflict(ProtocolError):
+    """The request conflicts with another one in progress (409, CONV-7)."""
+
+    status = 409
+
+
 class Unauthorized(ProtocolError):
     status = 401
 
@@ -91,6 +97,23 @@ def previous_response_not_found(response_id: str) -> InvalidRequest:
 
 def response_not_found(response_id: str, param: str | None = None) -> NotFound:
     return NotFound("response_not_found", f"Response with id '{response_id}' not found.", param)
+
+
+def conversation_not_found(conversation_id: str, param: str | None = None) -> NotFound:
+    """An unknown conversation, or another key's: the same answer (CONV-2, OWN-2)."""
+    return NotFound(
+        "conversation_not_found", f"Conversation with id '{conversation_id}' not found.", param
+    )
+
+
+def conversation_locked(conversation_id: str, param: str | None = None) -> Conflict:
+    """Another request is writing to the conversation (CONV-7)."""
+    return Conflict(
+        "conversation_locked",
+        f"Another request is currently using conversation '{conversation_id}'. "
+        "Retry once it has finished.",
+        param,
+    )
 
 
 # --------------------------------------------------------------------------- schema errors

@@ -81,6 +81,12 @@ class RolloutTokens(msgspec.Struct, kw_only=True):
     samples: list[SampleTokens] = msgspec.field(default_factory=list)
 
 
+class ConversationRef(msgspec.Struct):
+    """``{"id": "conv_…"}``: a response's conversation (CONV-5)."""
+
+    id: str
+
+
 class Response(msgspec.Struct, kw_only=True):
     id: str
     object: Literal["response"] = "response"
@@ -116,6 +122,8 @@ class Response(msgspec.Struct, kw_only=True):
     safety_identifier: str | None = None
     prompt_cache_key: str | None = None
     safety: SafetyReport | None = None
+    # The conversation a create named (CONV-5); absent otherwise.
+    conversation: ConversationRef | msgspec.UnsetType = msgspec.UNSET
     # Only with ``include: ["rollout.token_ids"]`` on a ``tokens`` route (TOK-9).
     rollout_tokens: RolloutTokens | msgspec.UnsetType = msgspec.UNSET
 

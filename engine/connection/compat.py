@@ -19,11 +19,11 @@ from typing import Protocol
 import msgspec
 
 from engine.connection.lane import CacheEntry, Lane
-from engine.connection.loader import Create, Found, Path, load_conversation
+from engine.connection.loader import Create, Found, Path, load_conversation, load_joined
 from engine.conversation.compaction import compaction_threshold, take_trigger
 from engine.conversation.context import Context
 from engine.conversation.pipeline import FULL, INCREMENTAL, ItemTexts
-from engine.conversation.requests import check_supported
+from engine.conversation.requests import check_supported, conversation_id
 from engine.conversation.sealed import INCLUDE as SEAL_INCLUDE
 from engine.conversation.trajectory import Trajectory
 from engine.core import Engine
@@ -32,9 +32,10 @@ from engine.rollout.coroutine import Rollout
 from engine.rollout.turn import Mode, Settings, Sink, Turn
 from engine.shared.ratelimit import Quota
 from engine.store import ResponseStore
+from engine.store.conversations import Joined
 from protocol.errors import store_unavailable
-from protocol.items import InputItem
-from protocol.response import CreateParams, Reasoning, Response
+from protocol.items import InputItem, item_texts
+from protocol.response import ConversationRef, CreateParams, Reasoning, Response
 from protocol.stream import ResponseStream, new_id
 from protocol.tools import echoed_tools
 
@@ -125,9 +126,11 @@ class Admission:
     turn: Turn
     settings: Settings
 
+    head: str | None = None  # a conversation's stored response it continues from (CONV-6)
+
     @property
     def prev(self) -> str | None:
-        return self.params.previous_response_id
+        return self.params.previous_response_id or self.head
 
 
 async def run_create(
@@ -162,35 +165,51 @@ async def _run_create(
     arrived: float | None,
     turns: list[Turn] | None = None,
 ) -> None:
+    picked_up = time.perf_counter()
+    job: Admission | None = None
     try:
-        picked_up = time.perf_counter()
-        job = _admit(session, lane, params)
-        if session.engine.tracing is not None:  # off: no span is made (OTEL-6)
-            _trace(session, job)
-        if arrived is not None:  # time spent waiting in the lane, not admitting (OBS-1)
-            job.turn.log.add_time("queue", picked_up - arrived)
-        rollout, started = await _start_or_resume(session, lane, job)
-        if session.on_admitted is not None:
-            await session.on_admitted(job.turn, rollout.ctx.items)
-    except Exception:
-        if params.previous_response_id is not None:
-            # A failed continuation evicts its parent from this lane (CACHE-3); a failed fork
-            # from another lane leaves that lane's cache alone (CACHE-4).
-            lane.evict(params.previous_response_id)
-        raise
-    if not params.generate:
-        await rollout.endings.warm()
-    elif started:
-        session.spawn(rollout)
-    turn = job.turn
-    while True:  # a steered response hands the lane to its successor (STEER-3)
-        if turns is not None:
-            turns.append(turn)  # its tokens count against the key's limits (RATE-2)
-        status = await _serve_turn(session, job, rollout, turn)
-        if turn.successor is None:
-            break
-        turn = turn.successor
+        try:
+            job = _admit(session, lane, params)
+            if session.engine.tracing is not None:  # off: no span is made (OTEL-6)
+                _trace(session, job)
+            if arrived is not None:  # time spent waiting in the lane, not admitting (OBS-1)
+                job.turn.log.add_time("queue", picked_up - arrived)
+            rollout, started = await _start_or_resume(session, lane, job)
+            if session.on_admitted is not None:
+                await session.on_admitted(job.turn, rollout.ctx.items)
+        except Exception:
+            if params.previous_response_id is not None:
+                # A failed continuation evicts its parent from this lane (CACHE-3); a failed
+                # fork from another lane leaves that lane's cache alone (CACHE-4).
+                lane.evict(params.previous_response_id)
+            raise
+        if not params.generate:
+            await rollout.endings.warm()
+        elif started:
+            session.spawn(rollout)
+        turn = job.turn
+        while True:  # a steered response hands the lane to its successor (STEER-3)
+            if turns is not None:
+                turns.append(turn)  # its tokens count against the key's limits (RATE-2)
+            status = await _serve_turn(session, job, rollout, turn)
+            if turn.successor is None:
+                break
+            turn = turn.successor
+    finally:
+        if job is not None:  # its conversation, if a response still holds it (CONV-7)
+            await _let_go(job.turn)
     _after_turn(session.engine, lane, job, turn, rollout, status)
+
+
+async def _let_go(turn: Turn | None) -> None:
+    """A conversation a response never reached its end with is released all the same (CONV-7):
+    a refused create, a cancel, a client gone, a write that failed; steered successors
+    included (STEER-3)."""
+    while turn is not None:
+        joined, turn.conversation = turn.conversation, None
+        if joined is not None:
+            await joined.opened.lock.release()
+        turn = turn.successor
 
 
 async def _serve_turn(session: Connection, job: Admission, rollout: Rollout, turn: Turn) -> str:
@@ -266,12 +285,34 @@ async def _start_or_resume(session: Connection, lane: Lane, job: Admission) -> S
     if job.settings.store:
         await _require_store(engine.store)
     create = Create(lane, session.cached, job.mode, job.params.generate, job.turn.log)
-    found = await load_conversation(
-        engine, job.prev, owner=session.owner, backend=job.backend, create=create
-    )
+    conversation = conversation_id(job.params)
+    if conversation is None:
+        found = await load_conversation(
+            engine, job.prev, owner=session.owner, backend=job.backend, create=create
+        )
+    else:
+        found = await load_joined(
+            engine, conversation, owner=session.owner, backend=job.backend, create=create
+        )
+        _join(job, conversation, found)
     if found.path is Path.STORE and job.prev is not None:
         await engine.announce_continued(job.prev)  # a copy parked on another node retires (PARK-9)
     return _RUNS[found.path](session, lane, job, found)
+
+
+def _join(job: Admission, conversation: str, found: Found) -> None:
+    """A create on a conversation (CONV-5, CONV-6): it continues from the conversation's stored
+    response (``head``), with the conversation's items that response does not hold before its
+    own input; its response names the conversation, and appends to it when it ends."""
+    assert found.opened is not None
+    turn = job.turn
+    turn.conversation = Joined(found.opened.lock.conversations, found.opened, turn.input_items)
+    turn.stream.response.conversation = ConversationRef(conversation)
+    if found.path is not Path.CONVERSATION:
+        job.head = found.opened.head.response_id
+    if found.pending:
+        job.items = [*found.pending, *job.items]
+        job.texts = [*(item_texts(item) for item in found.pending), *job.texts]
 
 
 def _run_fast(session: Connection, lane: Lane, job: Admission, found: Found) -> Started:
@@ -360,6 +401,13 @@ def _run_stateless(session: Connection, lane: Lane, job: Admission, found: Found
     return _new_rollout(session, job, None, FULL), True
 
 
+def _run_conversation(session: Connection, lane: Lane, job: Admission, found: Found) -> Started:
+    """CONV-6: a conversation no stored response stands for: its items (already before the
+    input, ``_join``) on the full path."""
+    session.engine.counters["create.conversation"] += 1
+    return _new_rollout(session, job, None, FULL), True
+
+
 _RUNS: dict[Path, Callable[[Connection, Lane, Admission, Found], Started]] = {
     Path.FAST: _run_fast,
     Path.CACHE: _run_cache,
@@ -367,6 +415,7 @@ _RUNS: dict[Path, Callable[[Connection, Lane, Admission, Found], Started]] = {
     Path.HYDRATED: _run_hydrated,
     Path.STORE: _run_store,
     Path.HANDED: _run_handed,
+    Path.CONVERSATION: _run_conversation,
     Path.STATELESS: _run_stateless,
 }
 

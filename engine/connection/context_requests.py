@@ -22,7 +22,7 @@ from engine.core import Engine
 from engine.models.base import HOSTED_TOOLS, Backend, BackendError
 from engine.models.compaction import CompactRequest, compact
 from engine.store import listing_form
-from protocol.errors import ServerError
+from protocol.errors import InvalidRequest, ServerError
 from protocol.response import (
     CompactedResponse,
     CompactParams,
@@ -45,6 +45,12 @@ class Prepared:
 async def prepare(engine: Engine, params: CreateParams, *, owner: str | None) -> Prepared:
     """The context a create of ``owner`` with these parameters would sample from first; the
     stored conversation comes from the one loader, with its owner check (OWN-4)."""
+    if params.conversation is not None:  # CONV-5: creates only
+        raise InvalidRequest(
+            "unsupported_parameter",
+            "conversation is not supported here; use previous_response_id.",
+            "conversation",
+        )
     items, texts = check_supported(
         params, "http", engine.config.max_input_items, engine.config.max_input_chars
     )

@@ -12,6 +12,7 @@ first. ``load_conversation`` picks the path; the caller runs it (``connection/co
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import time
 from collections.abc import Callable
@@ -26,9 +27,16 @@ from engine.rollout.turn import Mode
 from engine.shared.hydration import CachedContext
 from engine.shared.parking import Parked
 from engine.store import Hydrated, StoreError
+from engine.store.conversations import ConversationFull, ConversationLocked, Conversations, Opened
 from engine.store.errors import wire_error
 from engine.store.framing import OwnerFilter
-from protocol.errors import InvalidRequest, previous_response_not_found, response_not_found
+from protocol.errors import (
+    InvalidRequest,
+    conversation_locked,
+    conversation_not_found,
+    previous_response_not_found,
+    response_not_found,
+)
 from protocol.items import InputItem
 
 
@@ -41,6 +49,7 @@ class Path(enum.Enum):
     HYDRATED = "hydrated"
     STORE = "store"
     HANDED = "handed"
+    CONVERSATION = "conversation"
     STATELESS = "stateless"
 
 
@@ -61,6 +70,9 @@ PATHS: dict[Path, PathInfo] = {
     Path.HYDRATED: PathInfo("HYD-1", "a recent stored response's context in this process"),
     Path.STORE: PathInfo("COMPAT-4", "the store: hydrated, full pre-inference"),
     Path.HANDED: PathInfo("PARK-21", "a rollout parked on another node: its items, handed over"),
+    Path.CONVERSATION: PathInfo(
+        "CONV-6", "a conversation no stored response stands for: its items, full pre-inference"
+    ),
     Path.STATELESS: PathInfo("COMPAT-5", "nothing: full pre-inference over the input"),
 }
 
@@ -77,6 +89,10 @@ class Found:
     cached: CachedContext | None = None  # HYDRATED
     stored: Hydrated | None = None  # STORE
     handed: list[InputItem] | None = None  # HANDED: the context another node handed over
+    # A create on a conversation (CONV-6): its items the context does not hold yet, which go
+    # before the input (any path: CONVERSATION has all of them), and its held lock (CONV-7).
+    pending: list[InputItem] | None = None
+    opened: Opened | None = None
 
 
 @dataclass(frozen=True)
@@ -136,6 +152,70 @@ async def load_conversation(
             "previous_response_id",
         )
     return Found(Path.STORE, stored=stored)
+
+
+async def load_joined(
+    engine: Engine,
+    conversation_id: str,
+    *,
+    owner: str | None,
+    backend: Backend,
+    create: Create,
+) -> Found:
+    """A create naming a conversation (CONV-5..CONV-7): its lock, then the path of the stored
+    response that stands for its first items (any path above, through ``load_conversation``),
+    with the items after those as ``pending``; with no such response, ``Path.CONVERSATION``
+    and all of them. The caller releases ``opened.lock`` once the response has ended."""
+    conversations = Conversations(engine.store)
+    try:
+        opened = await conversations.open(conversation_id, owner)
+    except ConversationLocked:
+        raise conversation_locked(conversation_id, "conversation") from None
+    except StoreError as exc:
+        raise wire_error(exc, "conversation") from None
+    if opened is None:  # unknown, or another key's (OWN-2)
+        raise conversation_not_found(conversation_id, "conversation")
+    try:
+        return await _joined(engine, conversations, opened, owner, backend, create)
+    except BaseException:
+        await opened.lock.release()
+        raise
+
+
+async def _joined(
+    engine: Engine,
+    conversations: Conversations,
+    opened: Opened,
+    owner: str | None,
+    backend: Backend,
+    create: Create,
+) -> Found:
+    head = opened.head
+    try:
+        conversations.check_room(opened, 1)  # CONV-9
+    except ConversationFull:
+        raise InvalidRequest(
+            "conversation_too_large",
+            "The conversation holds as many items as it may; start a new one.",
+            "conversation",
+        ) from None
+    found: Found | None = None
+    if head.response_id is not None:
+        try:
+            found = await load_conversation(
+                engine, head.response_id, owner=owner, backend=backend, create=create
+            )
+        except InvalidRequest as exc:  # its response was deleted: render the items (CONV-6)
+            if exc.code != "previous_response_not_found":
+                raise
+            head.response_id, head.covered = None, 0
+    try:
+        pending = await conversations.items(head, after=head.covered)
+    except StoreError as exc:
+        raise wire_error(exc, "conversation") from None
+    if found is None:
+        return Found(Path.CONVERSATION, pending=pending, opened=opened)
+    return dataclasses.replace(found, pending=pending, opened=opened)
 
 
 async def load_stored(engine: Engine, response_id: str, *, owner: OwnerFilter) -> Hydrated:

@@ -27,12 +27,7 @@ def check_supported(
         )
     if params.background and not params.store:
         raise InvalidRequest("invalid_value", "Background responses require store=true.", "store")
-    if params.conversation is not None:
-        raise InvalidRequest(
-            "unsupported_parameter",
-            "Conversations are not supported; use previous_response_id.",
-            "conversation",
-        )
+    conversation_id(params)  # its shape, and never with previous_response_id (CONV-5)
     if params.previous_response_id is not None and not params.previous_response_id:
         raise InvalidRequest(
             "invalid_value", "previous_response_id must be non-empty.", "previous_response_id"
@@ -98,6 +93,32 @@ def _shown(value: float) -> str:
     if isinstance(value, float) and value.is_integer() and abs(value) < 1e16:
         return str(int(value))
     return repr(value)
+
+
+def conversation_id(params: CreateParams) -> str | None:
+    """The conversation a create names: an id or ``{"id": …}`` (CONV-5). Not together with
+    ``previous_response_id``, nor in append mode (CONV-5)."""
+    raw = params.conversation
+    if raw is None:
+        return None
+    ident = raw.get("id") if isinstance(raw, dict) else raw
+    if not isinstance(ident, str) or not ident:
+        raise InvalidRequest(
+            "invalid_type", 'conversation must be a conversation id or {"id": …}.', "conversation"
+        )
+    if params.previous_response_id is not None:
+        raise InvalidRequest(
+            "invalid_value",
+            "conversation and previous_response_id cannot be used together.",
+            "conversation",
+        )
+    if params.rollout_mode == "append":
+        raise InvalidRequest(
+            "unsupported_parameter",
+            "A conversation cannot be used in the append rollout mode.",
+            "conversation",
+        )
+    return ident
 
 
 def check_metadata(metadata: dict[str, Any] | None) -> None:

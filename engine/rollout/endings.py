@@ -98,6 +98,7 @@ class Endings:
         if rollout.mode is Mode.STANDARD:
             self._owed = turn  # from here on it is billed, even if the client leaves (POST-5)
         try:
+            await self._join(turn, status)  # the conversation's append first (CONV-5)
             await self._store(turn)  # durable before the terminal frame (STORE-6)
         except StoreError as exc:
             await self._unstored(turn, exc)
@@ -150,6 +151,23 @@ class Endings:
         if record.tokens is not None and rollout.ctx.model_tokens is not None:
             rollout.ctx.model_tokens.mark_stored()
 
+    async def _join(self, turn: Turn, status: str) -> None:
+        """Append the response's input and output to its conversation, and let the
+        conversation go (CONV-5, CONV-7); its stored context now stands for all of the
+        conversation (CONV-6)."""
+        joined, turn.conversation = turn.conversation, None
+        if joined is None:
+            return
+        # Before the response's own write, so a reader that sees it ended sees its items (a
+        # background poll, BG-3); should that write then fail, the conversation's next create
+        # finds no such response and renders the items instead (CONV-6).
+        stored_as = turn.stream.id if self._rollout.settings.store else None
+        successor = turn.successor  # a steered response's: it holds the conversation next
+        then = successor.input_items if successor is not None else None
+        handed = await joined.finish(status, turn.stream.response.output, stored_as, then)
+        if successor is not None:
+            successor.conversation = handed
+
     def stored_record(self, turn: Turn) -> ResponseRecord:
         """Flat: this response's own input, output and new context items (STORE-4), and the
         token trajectory's new part (TOK-8)."""
@@ -174,7 +192,9 @@ class Endings:
         the error is a 500: the request did its work and is never run again (RETRY-2)."""
         log.warning("rollout %s: response %s not stored: %s", self._rollout.id, turn.stream.id, exc)
         turn.status = "failed"
-        turn.successor = None  # a steered response's successor never begins (STEER-3)
+        orphan, turn.successor = turn.successor, None  # its successor never begins (STEER-3)
+        if orphan is not None and orphan.conversation is not None:  # so it lets go (CONV-7)
+            await orphan.conversation.opened.lock.release()
         await self._bill_owed(waiting=False)
         try:
             await turn.sink.send(

@@ -158,7 +158,7 @@ def _step_seal(rollout: Rollout, step: Step) -> StepSeal | None:
     """``include: ["reasoning.encrypted_content"]``: this step's sealing (SEAL-1, SEAL-3)."""
     if not rollout.settings.seal_reasoning:
         return None
-    exact = getattr(rollout.backend, "renders_own_tokens", False)  # TOK-10's flag
+    exact = rollout.backend.renders_own_tokens  # TOK-10
     engine, model = rollout.engine, rollout.settings.model
     return StepSeal(engine.reasoning_keys, rollout.owner, model, exact, step.first_new)
 

@@ -14,6 +14,7 @@ from engine.conversation.pipeline import TurnLog
 from engine.models.base import FinishReason
 from engine.observe.accounting import UsageTally
 from engine.observe.tracing import TurnTrace
+from engine.store.conversations import Joined
 from protocol import events as ev
 from protocol.items import InputItem
 from protocol.stream import ResponseStream
@@ -90,6 +91,7 @@ class Turn:
     successor: Turn | None = None
     status: str = "in_progress"
     trace: TurnTrace | None = None  # its span, with tracing on (OTEL-2)
+    conversation: Joined | None = None  # a create on a conversation, until it ends (CONV-5)
 
     def settle(self, status: str | None = None) -> None:
         """Resolve ``done`` (once) with ``status``, or with the status it ended with."""

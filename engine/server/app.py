@@ -17,6 +17,7 @@ from engine.server import (
     background,
     cluster,
     codex_headers,
+    conversations,
     http,
     idempotency,
     inspector,
@@ -239,6 +240,7 @@ def create_app(
     app.router.add_get("/healthz", http.healthz)
     app.router.add_get("/debug/stats", http.stats)
     app.router.add_get("/metrics", http.metrics)
+    conversations.register(app)  # /v1/conversations… (CONV-1..CONV-4)
     sessions, requests, runs = app[SESSIONS], app[REQUESTS], app[BACKGROUND]
     app[INSPECTOR] = Inspector(app[ENGINE], [lambda: sessions, lambda: requests, runs.sessions])
     inspector.install(app)

@@ -206,3 +206,35 @@ async def test_owner_digest_is_salted_per_store(keyed: LiveServer, tmp_path: Pat
         assert await other.owner_of(KEY_A) != record.owner
     finally:
         await other.close()
+
+
+async def test_conversations_stay_with_their_key(keyed: LiveServer) -> None:
+    """CONV-2 with two tenants on one server: each key's conversation holds only its own turns;
+    B naming A's conversation (a create, its items) gets not-found without touching A's lock,
+    its cached context or its items; an operator key is no owner of A's conversation."""
+    async with aiohttp.ClientSession() as http:
+        base = f"{root(keyed)}/v1"
+        convs = {}
+        for key in (KEY_A, KEY_B):
+            async with http.post(f"{base}/conversations", json={}, headers=auth(key)) as resp:
+                convs[key] = (await resp.json())["id"]
+            payload = {"model": "sim", "input": f"secret of {key}", "conversation": convs[key]}
+            async with http.post(f"{base}/responses", json=payload, headers=auth(key)) as resp:
+                assert resp.status == 200, await resp.text()
+        hits = keyed.engine.counters["hydration.hit"]
+        stolen = {"model": "sim", "input": "x", "conversation": convs[KEY_A]}
+        for key in (KEY_B, OPERATOR):
+            async with http.post(f"{base}/responses", json=stolen, headers=auth(key)) as resp:
+                assert resp.status == 404
+            url = f"{base}/conversations/{convs[KEY_A]}/items"
+            async with http.get(url, headers=auth(key)) as resp:
+                assert resp.status == 404
+        assert keyed.engine.counters["hydration.hit"] == hits  # A's cached context unread
+        for key, other in ((KEY_A, KEY_B), (KEY_B, KEY_A)):
+            url = f"{base}/conversations/{convs[key]}/items?order=asc"
+            async with http.get(url, headers=auth(key)) as resp:
+                texts = json.dumps(await resp.json())
+            assert f"secret of {key}" in texts and f"secret of {other}" not in texts
+        again = {"model": "sim", "input": "more", "conversation": convs[KEY_A]}
+        async with http.post(f"{base}/responses", json=again, headers=auth(KEY_A)) as resp:
+            assert resp.status == 200, await resp.text()  # nothing B did left it locked

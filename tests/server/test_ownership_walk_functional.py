@@ -16,6 +16,7 @@ import msgspec
 import pytest
 
 from engine.server.config import ServerConfig
+from engine.store.conversations import Conversations
 from engine.store.framing import peek
 from engine.store.sqlite import SqliteStore
 from protocol.events import ClientEvent
@@ -97,6 +98,27 @@ ROUTES: dict[tuple[str, str], list[Call] | None] = {
     ("GET", "/inspect/feed"): None,  # scoped per key: INSP-9, tests/server/test_isolation_*
     ("HEAD", "/inspect/feed"): None,
 }
+
+# The Conversations API (CONV-2): every route names a conversation, walked by
+# ``test_every_conversation_route_answers_another_key_as_unknown`` below with key A's
+# conversation ids (and one of A's item ids) as key B.
+CONV = "/v1/conversations/{conversation_id}"
+CONV_ROUTES: dict[tuple[str, str], list[tuple[str, str, dict[str, Any] | None]]] = {
+    ("POST", "/v1/conversations"): [],  # names none: makes B's own
+    ("GET", CONV): [("GET", CONV, None)],
+    ("HEAD", CONV): [("HEAD", CONV, None)],
+    ("POST", CONV): [("POST", CONV, {"metadata": {"k": "v"}})],
+    ("DELETE", CONV): [("DELETE", CONV, None)],
+    ("GET", CONV + "/items"): [("GET", CONV + "/items", None)],
+    ("HEAD", CONV + "/items"): [("HEAD", CONV + "/items", None)],
+    ("POST", CONV + "/items"): [
+        ("POST", CONV + "/items", {"items": [{"role": "user", "content": "x"}]})
+    ],
+    ("GET", CONV + "/items/{item_id}"): [("GET", CONV + "/items/{item_id}", None)],
+    ("HEAD", CONV + "/items/{item_id}"): [("HEAD", CONV + "/items/{item_id}", None)],
+    ("DELETE", CONV + "/items/{item_id}"): [("DELETE", CONV + "/items/{item_id}", None)],
+}
+UNKNOWN_CONV = "conv_" + "0" * 32
 
 # Every client event that names a response id: a payload around the id.
 EVENTS: dict[str, Callable[[str], dict[str, Any]]] = {
@@ -184,7 +206,7 @@ async def _ws_answer(ws: aiohttp.ClientWebSocketResponse, event: dict[str, Any])
 
 async def test_every_route_and_event_answers_another_key_as_unknown(keyed: LiveServer) -> None:
     """OWN-2 over the route table and the client event union."""
-    assert _route_table(keyed) == set(ROUTES), "classify the new route in ROUTES"
+    assert _route_table(keyed) == set(ROUTES) | set(CONV_ROUTES), "classify the new route"
     assert _events_with_ids() == set(EVENTS), "add the new id-taking event to EVENTS"
     base = f"http://127.0.0.1:{keyed.port}"
     async with aiohttp.ClientSession() as http:
@@ -213,3 +235,84 @@ async def test_every_route_and_event_answers_another_key_as_unknown(keyed: LiveS
         for rid in ids:  # nothing B did changed anything for A
             async with http.get(f"{base}/v1/responses/{rid}", headers=auth(KEY_A)) as resp:
                 assert resp.status == (500 if rid == corrupt else 200), await resp.text()
+
+
+async def _conv_call(
+    http: aiohttp.ClientSession,
+    base: str,
+    entry: tuple[str, str, dict[str, Any] | None],
+    conv: str,
+    item: str,
+) -> tuple[int, str]:
+    method, template, payload = entry
+    url = base + template.replace("{conversation_id}", conv).replace("{item_id}", item)
+    async with http.request(method, url, json=payload, headers=auth(KEY_B)) as resp:
+        return resp.status, (await resp.text()).replace(conv, UNKNOWN_CONV)
+
+
+async def _corrupt_conversation(live: LiveServer, conv: str) -> str:
+    """A conversation of A's whose body cannot be decoded: A's head line, then garbage."""
+    store = live.engine.store
+    blob = await store._read_one(conv)
+    head = peek(blob) if blob is not None else None
+    assert blob is not None and head is not None and head.owner is not None
+    corrupt = "conv_" + "c" * 32
+    await store._write(corrupt, blob[: head.body_at] + b"\xc1\xc1", [], False, None)
+    return corrupt
+
+
+async def test_every_conversation_route_answers_another_key_as_unknown(keyed: LiveServer) -> None:
+    """OWN-2, CONV-2 over the conversation routes and ``conversation`` on a create (HTTP, SSE,
+    background, WebSocket): key B naming A's conversations (live, with a response, locked by a
+    response in progress, corrupt) gets exactly the unknown-id answer, never a 409, and A's
+    conversations are unchanged afterwards."""
+    base = f"http://127.0.0.1:{keyed.port}"
+    async with aiohttp.ClientSession() as http:
+        convs = []
+        for _ in range(2):
+            secret = {"items": [{"role": "user", "content": "a's secret"}]}
+            async with http.post(f"{base}/v1/conversations", json=secret, headers=auth(KEY_A)) as r:
+                assert r.status == 200, await r.text()
+                convs.append((await r.json())["id"])
+        create = {"model": "sim", "input": "hi", "conversation": convs[0]}
+        async with http.post(f"{base}/v1/responses", json=create, headers=auth(KEY_A)) as resp:
+            assert resp.status == 200, await resp.text()
+        url = f"{base}/v1/conversations/{convs[0]}/items?order=asc"
+        async with http.get(url, headers=auth(KEY_A)) as resp:
+            before = await resp.json()
+        item = before["data"][0]["id"]
+        owner_a = await keyed.engine.store.owner_of(KEY_A)
+        held = await Conversations(keyed.engine.store).open(convs[1], owner_a)  # "in progress"
+        assert held is not None
+        convs.append(await _corrupt_conversation(keyed, convs[0]))
+        entries = [entry for calls in CONV_ROUTES.values() for entry in calls]
+        for entry in entries:
+            unknown = await _conv_call(http, base, entry, UNKNOWN_CONV, item)
+            assert unknown[0] == 404, unknown
+            for conv in convs:
+                assert await _conv_call(http, base, entry, conv, item) == unknown, (entry, conv)
+        for extra in ({}, {"stream": True}, {"background": True}, {"store": False}):
+            answers = []
+            for conv in [UNKNOWN_CONV, *convs]:
+                payload: dict[str, Any] = {"model": "sim", "input": "x", "conversation": conv}
+                payload.update(extra)
+                async with http.post(
+                    f"{base}/v1/responses", json=payload, headers=auth(KEY_B)
+                ) as r:
+                    answers.append((r.status, (await r.text()).replace(conv, UNKNOWN_CONV)))
+            assert answers[0][0] == 404 and set(answers) == {answers[0]}, (extra, answers)
+        async with http.ws_connect(keyed.ws_url, headers=auth(KEY_B)) as ws_b:
+
+            def make(conv: str) -> dict[str, Any]:
+                return {"model": "sim", "input": "x", "conversation": {"id": conv}}
+
+            unknown_ws = await _ws_answer(ws_b, {"type": "response.create", **make(UNKNOWN_CONV)})
+            assert '"status": 404' in unknown_ws
+            for conv in convs:
+                answer = await _ws_answer(ws_b, {"type": "response.create", **make(conv)})
+                assert answer.replace(conv, UNKNOWN_CONV) == unknown_ws, conv
+        await held.lock.release()
+        async with http.get(url, headers=auth(KEY_A)) as resp:
+            assert await resp.json() == before  # nothing B did changed A's conversation
+        async with http.get(f"{base}/v1/conversations/{convs[1]}", headers=auth(KEY_A)) as resp:
+            assert resp.status == 200

@@ -22,8 +22,9 @@ import threading
 import time
 from pathlib import Path
 
-from engine.store import ResponseRecord, chain_record, open_store, sqlite_inline
-from engine.store.sqlite import SqliteStore
+from engine.store import ResponseRecord, chain_record, open_store
+from engine.store.embedded import inline as sqlite_inline
+from engine.store.embedded.sqlite import SqliteStore
 from protocol.items import Message
 from protocol.response import Response
 

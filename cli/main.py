@@ -14,8 +14,8 @@ Handler = Callable[[argparse.Namespace], int]
 
 
 def _serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Handler:
-    from engine.server.flags import add_serve_parser
-    from engine.server.run import serve
+    from engine.server.process.flags import add_serve_parser
+    from engine.server.process.serve import serve
 
     add_serve_parser(sub)
     return serve
@@ -36,7 +36,7 @@ def _bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Handler:
 
 
 def _cluster(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Handler:
-    from cli.cluster import add_cluster_parser, run_cluster
+    from cli.launcher import add_cluster_parser, run_cluster
 
     add_cluster_parser(sub)
     return run_cluster

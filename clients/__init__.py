@@ -6,7 +6,7 @@
 * ``ToolRegistry``: tool definitions and safe execution, shared by all three.
 """
 
-from clients.errors import (
+from clients.exceptions import (
     ApiError,
     AppendRejected,
     ClientError,
@@ -16,7 +16,7 @@ from clients.errors import (
 )
 from clients.http import HttpClient
 from clients.loop import Hooks, RolloutClient, RolloutResult, ToolCallRecord, TurnEnd
-from clients.tools import ToolError, ToolOutcome, ToolRegistry
+from clients.toolbox import ToolError, ToolOutcome, ToolRegistry
 from clients.ws_append import AppendClient
 from clients.ws_compat import CompatClient
 

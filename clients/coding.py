@@ -14,7 +14,7 @@ from pathlib import Path
 
 from clients import coding_files as files
 from clients.testrun import simulate_run
-from clients.tools import ToolError, ToolRegistry
+from clients.toolbox import ToolError, ToolRegistry
 
 MODULE_COUNT = 8
 SCENARIO_TOOL_CALLS = 26  # the server's script length (SIM-4): progress, and the bench's loops

@@ -30,7 +30,7 @@ from clients.coding import (
     make_sandbox,
     remaining_bugs,
 )
-from clients.errors import ClientError
+from clients.exceptions import ClientError
 from clients.http import HttpClient
 from clients.loop import Hooks, RolloutClient, RolloutResult, ToolCallRecord, TurnEnd
 from clients.ws_append import AppendClient

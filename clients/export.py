@@ -14,7 +14,7 @@ from typing import IO, Any, Protocol
 import aiohttp
 import msgspec
 
-from clients.errors import ApiError
+from clients.exceptions import ApiError
 from clients.wire import http_url
 
 PAGE = 100  # the server's largest page (EXPORT-1)

@@ -14,7 +14,7 @@ from typing import Any, Self
 import aiohttp
 import msgspec
 
-from clients.errors import ApiError, ConnectionFailed, ProtocolViolation
+from clients.exceptions import ApiError, ConnectionFailed, ProtocolViolation
 from clients.loop import (
     Hooks,
     RolloutResult,
@@ -25,7 +25,7 @@ from clients.loop import (
     drive,
     output_items,
 )
-from clients.tools import ToolRegistry
+from clients.toolbox import ToolRegistry
 from clients.wire import decode_event, encode, http_url, to_builtins
 from protocol.events import ErrorBody
 from protocol.sse import SseDecoder

@@ -14,8 +14,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from clients.errors import ApiError, AppendRejected, ProtocolViolation, RolloutFailed
-from clients.tools import ToolRegistry
+from clients.exceptions import ApiError, AppendRejected, ProtocolViolation, RolloutFailed
+from clients.toolbox import ToolRegistry
 from protocol import events as ev
 from protocol.items import FunctionCall, Message, OutputItem, text_of
 from protocol.response import (

@@ -7,7 +7,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
 
-from clients.errors import ProtocolViolation
+from clients.exceptions import ProtocolViolation
 from protocol.events import ServerEvent
 
 _DECODER = msgspec.json.Decoder(ServerEvent)

@@ -21,7 +21,7 @@ from clients.loop import (
     drive,
     output_items,
 )
-from clients.tools import ToolRegistry
+from clients.toolbox import ToolRegistry
 from clients.ws_base import WsClient
 
 APPEND_BETA = "rollout-append=v1"

@@ -14,7 +14,7 @@ from typing import Any, Self
 
 import aiohttp
 
-from clients.errors import ConnectionFailed
+from clients.exceptions import ConnectionFailed
 from clients.loop import Hooks, TurnEnd, TurnReader
 from clients.wire import decode_event, encode, ws_url
 

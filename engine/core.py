@@ -16,11 +16,11 @@ from engine.observe.benchclock import BenchClock
 from engine.observe.metrics import Metrics
 from engine.observe.postinference import PostInference
 from engine.observe.tracing import Tracing
+from engine.retained.budget import MemoryBudget
+from engine.retained.handover import Handover
+from engine.retained.hydration import HydrationCache
+from engine.retained.parking import ParkingBounds, ParkingLot
 from engine.settings import duration, setting
-from engine.shared.budget import MemoryBudget
-from engine.shared.handover import Handover
-from engine.shared.hydration import HydrationCache
-from engine.shared.parking import ParkingBounds, ParkingLot
 from engine.store import (
     DEFAULT_MAX_ENTRIES,
     DEFAULT_TTL_S,

@@ -1,9 +1,9 @@
 """A configuration field's one source: its default, its ``rollout serve`` flag, help and unit.
 
 The config dataclasses (``EngineConfig``, ``ServerConfig``, ``ServeOptions``) declare each field
-with :func:`setting`; ``engine/server/flags.py`` generates the serve flags from that metadata, so
-a default is written once, next to the field it belongs to (SPEC: CFG-6). A leaf: it imports
-nothing of the engine, so every part, the store included, may use it.
+with :func:`setting`; ``engine/server/process/flags.py`` generates the serve flags from that
+metadata, so a default is written once, next to the field it belongs to (SPEC: CFG-6). A leaf: it
+imports nothing of the engine, so every part, the store included, may use it.
 """
 
 from __future__ import annotations

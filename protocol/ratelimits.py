@@ -1,7 +1,7 @@
 """Per-key rate limits on the wire (SPEC: RATE-1..RATE-8): the figures, the headers
 api.openai.com sends with them, the 429 error, and the ``codex.rate_limits`` event Codex reads.
 
-Pure: the engine counts (``engine/shared/ratelimit.py``), this module only says how the counts
+Pure: the engine counts (``engine/retained/ratelimits.py``), this module only says how the counts
 look to a client, so any part that answers a client (the HTTP routes, the WebSocket, Codex's
 surface) builds the same headers and events from one snapshot.
 """

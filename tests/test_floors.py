@@ -202,7 +202,7 @@ ENGINE_PARTS = (
     "engine.conversation",
     "engine.models",
     "engine.observe",
-    "engine.shared",
+    "engine.retained",
     "engine.core",
     "engine.rollout",
     "engine.connection",
@@ -497,3 +497,56 @@ def scripts_in(root: Path, packages: tuple[str, ...]) -> list[str]:
 
 def test_no_script_in_the_production_packages() -> None:
     assert scripts_in(ROOT, ("protocol", "engine")) == []
+
+
+# Rooms by concept (issue 30): a folder a reader can take in at once, and one name per concept.
+MAX_MODULES_PER_FOLDER = 15
+# A module name may appear in more than one folder only where it names the same concept on
+# different floors or sides (the rate limits of the wire, the store, the process and the
+# transport); every other repeat is two concepts under one name.
+SAME_CONCEPT = {
+    "__init__": "every package",
+    "__main__": "a package's entry point",
+    "ratelimits": "per-key rate limits: wire headers, store counters, quotas, transport",
+    "background": "background runs: the runs (connection/) and their HTTP routes (server/)",
+    "export": "trajectory export: the route (server/) and its client (clients/)",
+    "accounting": "usage accounting: the process ledger (observe/) and a rollout's books",
+    "compaction": "compaction: the window (conversation/) and running it on a model (models/)",
+    "render": "rendering to tokens: cl100k (conversation/) and the model's template (tokens/)",
+    "trajectory": "the model-token trajectory: in the context and in the store",
+    "http": "HTTP: the server transport and the client",
+    "base": "an extension point's base class: Backend (models/), TokenServer (tokens/servers/)",
+    "conversations": "the Conversations API: its wire shapes, its store records, its routes",
+    "sealed": "sealed reasoning: sealing and opening (conversation/), replaying its ids (tokens/)",
+}
+
+
+def _source_modules() -> list[Path]:
+    return [p for package in PACKAGES for p in _files(package)]
+
+
+def test_no_folder_is_a_crowd() -> None:
+    """ROOMS-1: no source folder holds more than ~15 modules; a bigger one is split by concept."""
+    counts: dict[Path, int] = {}
+    for path in _source_modules():
+        if path.name != "__init__.py":
+            counts[path.parent] = counts.get(path.parent, 0) + 1
+    crowded = {
+        str(folder.relative_to(ROOT)): n
+        for folder, n in counts.items()
+        if n > MAX_MODULES_PER_FOLDER
+    }
+    assert not crowded, f"folders over {MAX_MODULES_PER_FOLDER} modules: {crowded}"
+
+
+def test_one_name_per_concept() -> None:
+    """ROOMS-2: a module name repeats across folders only for one concept (``SAME_CONCEPT``)."""
+    seen: dict[str, list[str]] = {}
+    for path in _source_modules():
+        seen.setdefault(path.stem, []).append(str(path.relative_to(ROOT)))
+    reused = {
+        name: places
+        for name, places in seen.items()
+        if len(places) > 1 and name not in SAME_CONCEPT
+    }
+    assert not reused, f"one name, several concepts: {reused}"

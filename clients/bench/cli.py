@@ -22,16 +22,16 @@ from pathlib import Path
 from typing import Any
 
 from clients.bench import report, table
-from clients.bench.codex import CODEX_CALLS
-from clients.bench.keys_load import run_two_keys
-from clients.bench.load import LoadSettings, main_load
-from clients.bench.memory import MemorySettings, run_memory
-from clients.bench.modes import ALL_MODES, MODES, STORE_MODES, WS_COMPRESS
+from clients.bench.lean_wire import BenchError
 from clients.bench.progress import Progress
 from clients.bench.runner import ScenarioConfig, run_scenarios
 from clients.bench.scenario import SCRIPT_CALLS
-from clients.bench.stream import StreamSettings, run_stream
-from clients.bench.wire import BenchError
+from clients.bench.suites.codex import CODEX_CALLS
+from clients.bench.suites.keys_load import run_two_keys
+from clients.bench.suites.load import LoadSettings, main_load
+from clients.bench.suites.rss import MemorySettings, run_memory
+from clients.bench.suites.streaming import StreamSettings, run_stream
+from clients.bench.transports import ALL_MODES, MODES, STORE_MODES, WS_COMPRESS
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -265,7 +265,7 @@ def run_load(args: argparse.Namespace) -> int:
 def run_chaos_mode(args: argparse.Namespace) -> int:
     """``--chaos``: prints (and with ``--json`` writes) the per-fault report; exit 1 if any
     acknowledged response was lost (CHAOS-3)."""
-    from clients.bench.chaos import ChaosSettings, run_chaos
+    from clients.bench.suites.chaos import ChaosSettings, run_chaos
 
     settings = ChaosSettings(
         seconds=args.chaos_seconds, interval=args.chaos_interval,
@@ -281,7 +281,7 @@ def run_chaos_mode(args: argparse.Namespace) -> int:
 
 def run_upstream_kind(args: argparse.Namespace) -> int:
     """``--upstream-kind``: prints the side-by-side table; ``--json`` writes the turns."""
-    from clients.bench.upstream_kind import KINDS, render, run_upstream_kinds
+    from clients.bench.suites.upstream_kind import KINDS, render, run_upstream_kinds
 
     kinds = [k.strip() for k in args.upstream_kind.split(",") if k.strip()]
     if not kinds or any(k not in KINDS for k in kinds):
@@ -298,7 +298,7 @@ def run_upstream_kind(args: argparse.Namespace) -> int:
 
 def run_peers_mode(args: argparse.Namespace) -> int:
     """``--peers``: prints the side-by-side table; ``--json``/``--png`` write it (BENCH-10)."""
-    from clients.bench import peers
+    from clients.bench.suites import peers
 
     targets = tuple(t.strip() for t in args.peers_targets.split(",") if t.strip())
     transports = tuple(t.strip() for t in args.peers_transports.split(",") if t.strip())

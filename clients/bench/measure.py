@@ -24,11 +24,11 @@ from typing import Any
 
 import aiohttp
 
-from clients.bench.codex import CodexTools
-from clients.bench.modes import make_transport
+from clients.bench.lean_wire import BenchError, TurnResult, now
 from clients.bench.proc import sched_ns
 from clients.bench.scenario import ScenarioTools
-from clients.bench.wire import BenchError, TurnResult, now
+from clients.bench.suites.codex import CodexTools
+from clients.bench.transports import make_transport
 
 # The server's stages reported per turn (``--bench-timings`` records, SPEC OBS-5).
 SERVER_STAGES = (
@@ -52,7 +52,7 @@ class RunSettings:
     history_scale: int = 1
     tool_latency_s: float = 0.0
     max_turns: int = 1000
-    scenario: str = "coding"  # or "codex" (clients/bench/codex.py)
+    scenario: str = "coding"  # or "codex" (clients/bench/suites/codex.py)
 
 
 def scenario_tools(settings: RunSettings) -> ScenarioTools | CodexTools:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from clients.bench.modes import ALL_MODES
+from clients.bench.transports import ALL_MODES
 
 FLOOR_MS = 0.01  # log axis: values at or below zero (timer granularity) are drawn here
 COLORS = {

@@ -14,14 +14,14 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from clients.bench.codex import codex_model
 from clients.bench.measure import RunResult, RunSettings, run_mode
-from clients.bench.modes import MODES
 from clients.bench.proc import ServerProcess
 from clients.bench.progress import Progress
 from clients.bench.report import combine
 from clients.bench.scenario import SCRIPT_CALLS, coding_model
-from clients.bench.stores import store_url
+from clients.bench.suites.codex import codex_model
+from clients.bench.suites.stores import store_url
+from clients.bench.transports import MODES
 
 STOCK_MODEL = "sim-coding-agent"
 

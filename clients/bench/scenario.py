@@ -29,7 +29,7 @@ from clients.coding import (
     coding_tools,
     make_sandbox,
 )
-from clients.tools import ToolRegistry
+from clients.toolbox import ToolRegistry
 
 SCRIPT_CALLS = SCENARIO_TOOL_CALLS  # 26: the server's scripted coding agent (SIM-4)
 CODING_PREFIX = "bench-coding-agent/"

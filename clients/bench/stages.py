@@ -20,8 +20,8 @@ from pathlib import Path
 # (path fragment, stage): the first fragment found in a frame's file names its stage; None: the
 # frame is the process's root (``rollout serve`` running its loop), not a stage.
 STAGES: tuple[tuple[str, str | None], ...] = (
-    ("engine/server/run.py", None),
-    ("engine/server/workers.py", None),
+    ("engine/server/process/serve.py", None),
+    ("engine/server/process/workers.py", None),
     ("cli/", None),
     ("engine/models/upstreams/", "upstream hop (request, stream read, mapping)"),
     ("engine/models/tokens/", "tokens route (render, parse)"),
@@ -29,12 +29,12 @@ STAGES: tuple[tuple[str, str | None], ...] = (
     ("engine/conversation/", "pipeline (validate, scan, render, count)"),
     ("engine/rollout/", "rollout (coroutine, sampling, endings)"),
     ("engine/connection/", "connection (session, loader, admission)"),
-    ("engine/server/ws.py", "WebSocket driver (read, decode, send)"),
-    ("engine/server/http.py", "HTTP driver"),
+    ("engine/server/transport/ws.py", "WebSocket driver (read, decode, send)"),
+    ("engine/server/transport/http.py", "HTTP driver"),
     ("engine/server/", "server (other)"),
     ("engine/observe/", "observe (post-inference, metrics, turn log)"),
     ("engine/store/", "store"),
-    ("engine/shared/", "shared caches"),
+    ("engine/retained/", "shared caches"),
     ("protocol/stream.py", "events (stream builder)"),
     ("protocol/states.py", "events (stream builder)"),
     ("protocol/codec.py", "codec (decode, encode)"),

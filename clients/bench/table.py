@@ -16,7 +16,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from clients.bench.modes import ALL_MODES, MODES
+from clients.bench.transports import ALL_MODES, MODES
 
 Doc = dict[str, Any]
 PLAIN_WIDTH = 200  # columns when stdout is not a terminal

@@ -27,9 +27,9 @@ import msgspec
 from engine.connection.session import Session
 from engine.conversation.footprint import LIST_SLOT
 from engine.core import Engine
-from engine.shared.ratelimit import Quota
+from engine.retained.ratelimits import Quota
 from engine.store import ResponseRecord, StoreError, chain_record, listing_form
-from engine.store.errors import wire_error
+from engine.store.failures import wire_error
 from protocol.errors import InvalidRequest, TooManyRequests
 from protocol.events import ErrorEvent, ServerEvent
 from protocol.items import InputItem

@@ -28,9 +28,9 @@ from engine.conversation.sealed import INCLUDE as SEAL_INCLUDE
 from engine.conversation.trajectory import Trajectory
 from engine.core import Engine
 from engine.models.base import Backend
+from engine.retained.ratelimits import Quota
 from engine.rollout.coroutine import Rollout
 from engine.rollout.turn import Mode, Settings, Sink, Turn
-from engine.shared.ratelimit import Quota
 from engine.store import ResponseStore
 from engine.store.conversations import Joined
 from protocol.errors import store_unavailable

@@ -22,13 +22,13 @@ from engine.connection.lane import CacheEntry, Lane
 from engine.conversation.pipeline import TurnLog
 from engine.core import Engine
 from engine.models.base import Backend
+from engine.retained.hydration import CachedContext
+from engine.retained.parking import Parked
 from engine.rollout.coroutine import Rollout
 from engine.rollout.turn import Mode
-from engine.shared.hydration import CachedContext
-from engine.shared.parking import Parked
 from engine.store import Hydrated, StoreError
 from engine.store.conversations import ConversationFull, ConversationLocked, Conversations, Opened
-from engine.store.errors import wire_error
+from engine.store.failures import wire_error
 from engine.store.framing import OwnerFilter
 from protocol.errors import (
     InvalidRequest,

@@ -27,10 +27,10 @@ from engine.connection.lane import CacheEntry, Lane
 from engine.conversation.validation import validate
 from engine.core import Engine
 from engine.models.base import Backend
+from engine.retained.ratelimits import Quota
 from engine.rollout.coroutine import Rollout
 from engine.rollout.steering import Steer, echo, steer_items, unattached
 from engine.rollout.turn import ClientGone, Mode, Sink, Turn
-from engine.shared.ratelimit import Quota
 from protocol.codec import error_event
 from protocol.errors import (
     InvalidRequest,

@@ -15,7 +15,7 @@ from engine.conversation.safety import Finding
 from engine.conversation.sealed import SealedRun
 from engine.conversation.tokens import TokenArray, TokenBuffer
 from engine.conversation.trajectory import Trajectory
-from engine.store.base import ChainPoint
+from engine.store.records import ChainPoint
 from protocol.items import InputItem, ToolCall
 from protocol.tools import Toolset
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 
 from engine.conversation.tokens import TokenBuffer
-from engine.store.tokens import TokenSegment
+from engine.store.trajectory import TokenSegment
 
 
 def header_digest(text: str) -> str:

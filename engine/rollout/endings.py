@@ -26,7 +26,7 @@ from engine.rollout.state import RolloutState, RolloutStep
 from engine.rollout.steering import Steering
 from engine.rollout.turn import ClientGone, Mode, Settings, Turn, TurnNotStored, now
 from engine.store import ResponseRecord, StoreError, chain_record, listing_form
-from engine.store.errors import terminal_write_error
+from engine.store.failures import terminal_write_error
 from protocol import events as ev
 from protocol.codec import error_event
 from protocol.errors import ProtocolError

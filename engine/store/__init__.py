@@ -12,7 +12,9 @@ import os
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-from engine.store.base import (
+from engine.store.listing import listing_form
+from engine.store.memory import MemoryStore
+from engine.store.records import (
     DEFAULT_MAX_ENTRIES,
     DEFAULT_MAX_RECORD_BYTES,
     DEFAULT_TTL_S,
@@ -28,8 +30,6 @@ from engine.store.base import (
     StoreUnavailable,
     chain_record,
 )
-from engine.store.listing import listing_form
-from engine.store.memory import MemoryStore
 
 
 def default_store_url() -> str:
@@ -51,7 +51,7 @@ def open_store(
     if scheme == "memory":
         return MemoryStore(max_entries, ttl_s, max_record_bytes)
     if scheme == "sqlite":
-        from engine.store.sqlite import SqliteStore
+        from engine.store.embedded.sqlite import SqliteStore
 
         path, _, query = url.partition("?")
         options = parse_qs(query)
@@ -82,8 +82,8 @@ def open_store(
 def describe(store: ResponseStore) -> str:
     """For the banner and logs: never a password."""
     from engine.store import postgres
+    from engine.store.embedded.sqlite import SqliteStore
     from engine.store.redis import RedisStore
-    from engine.store.sqlite import SqliteStore
 
     if isinstance(store, postgres.PostgresStore):
         return postgres.describe(store)

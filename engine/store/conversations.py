@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from engine.store.base import SLACK_FRACTION, RecordCorrupt, RecordTooLarge, ResponseStore
-from engine.store.codec import decode_items, encode_items
 from engine.store.framing import MAGIC, OwnerFilter, head_line, peek, readable_by
 from engine.store.listing import listing_form
+from engine.store.record_codec import decode_items, encode_items
+from engine.store.records import SLACK_FRACTION, RecordCorrupt, RecordTooLarge, ResponseStore
 from protocol.items import InputItem, OpaqueItem
 from protocol.stream import new_id
 

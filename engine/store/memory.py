@@ -8,13 +8,13 @@ import time
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from engine.store.base import (
+from engine.store.framing import MAX_HEAD
+from engine.store.records import (
     DEFAULT_MAX_ENTRIES,
     DEFAULT_MAX_RECORD_BYTES,
     DEFAULT_TTL_S,
     ResponseStore,
 )
-from engine.store.framing import MAX_HEAD
 
 
 class MemoryStore(ResponseStore):

@@ -26,13 +26,13 @@ from urllib.parse import urlsplit
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from engine.store.base import (
+from engine.store.framing import MAX_HEAD
+from engine.store.records import (
     DEFAULT_MAX_RECORD_BYTES,
     DEFAULT_TTL_S,
     ResponseStore,
     StoreUnavailable,
 )
-from engine.store.framing import MAX_HEAD
 
 log = logging.getLogger("rollout.store.postgres")
 

@@ -27,14 +27,14 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
-from engine.store.base import (
+from engine.store.framing import MAX_HEAD
+from engine.store.ratelimits import RedisCounters
+from engine.store.records import (
     DEFAULT_MAX_RECORD_BYTES,
     DEFAULT_TTL_S,
     ResponseStore,
     StoreUnavailable,
 )
-from engine.store.framing import MAX_HEAD
-from engine.store.limits import RedisCounters
 
 log = logging.getLogger("rollout.store.redis")
 

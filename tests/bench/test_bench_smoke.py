@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from clients.bench.cli import main
-from clients.bench.modes import MODES
+from clients.bench.transports import MODES
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

@@ -11,11 +11,10 @@ import msgspec
 import pytest
 from rich.console import Console
 
-from clients.bench import codex, report, table
+from clients.bench import report, table
 from clients.bench.cli import add_bench_parser, scenario_config
-from clients.bench.codex import codex_model
+from clients.bench.lean_wire import TurnReader
 from clients.bench.measure import simulator_ttft_s
-from clients.bench.modes import MODES
 from clients.bench.progress import Progress
 from clients.bench.scenario import (
     SCRIPT_CALLS,
@@ -23,7 +22,9 @@ from clients.bench.scenario import (
     coding_model,
     scale_output,
 )
-from clients.bench.wire import TurnReader
+from clients.bench.suites import codex
+from clients.bench.suites.codex import codex_model
+from clients.bench.transports import MODES
 from engine.conversation.context import Context
 from engine.models.base import Finish, SampleRequest, TextDelta
 from engine.models.sim.bench_models import (

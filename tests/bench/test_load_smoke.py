@@ -3,7 +3,7 @@ server process; every event checked. Behaviour only: no timing assertions."""
 
 from __future__ import annotations
 
-from clients.bench.load import LoadSettings, main_load
+from clients.bench.suites.load import LoadSettings, main_load
 
 
 async def test_short_load_loses_and_misorders_nothing() -> None:
@@ -30,7 +30,7 @@ async def test_client_processes_merge_into_one_report() -> None:
 async def test_two_keys_flood_is_refused_with_headers() -> None:
     """RATE-9: ``--load-two-keys``: the flooding key is answered 429 with correct headers (every
     refusal checked), past its 10 admitted requests; the calm key's agents lose nothing."""
-    from clients.bench.keys_load import FLOOD_LIMIT, run_two_keys
+    from clients.bench.suites.keys_load import FLOOD_LIMIT, run_two_keys
 
     report = await run_two_keys(LoadSettings(connections=4, turns=4), flooders=2)
     answers = report["flood_answers"]

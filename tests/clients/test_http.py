@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from clients.coding import SCENARIO_PROMPT, coding_tools
-from clients.errors import ApiError, ConnectionFailed
+from clients.exceptions import ApiError, ConnectionFailed
 from clients.http import HttpClient
 from clients.loop import Hooks
-from clients.tools import ToolRegistry
+from clients.toolbox import ToolRegistry
 from protocol import events as ev
 from tests.clients.conftest import assert_scenario_completed
 from tests.support.server import LiveServer

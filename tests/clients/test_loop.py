@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from clients.errors import ApiError, AppendRejected, ProtocolViolation, RolloutFailed
+from clients.exceptions import ApiError, AppendRejected, ProtocolViolation, RolloutFailed
 from clients.loop import Hooks, TurnReader, add_usage
 from protocol import events as ev
 from protocol.codec import error_event

@@ -8,7 +8,7 @@ import pytest
 
 from clients.http import HttpClient
 from clients.loop import RolloutClient
-from clients.tools import ToolRegistry
+from clients.toolbox import ToolRegistry
 from clients.ws_append import AppendClient
 from clients.ws_compat import CompatClient
 from tests.support.server import LiveServer

@@ -10,7 +10,7 @@ import msgspec
 import pytest
 
 from clients.loop import Hooks, run_tools
-from clients.tools import ToolError, ToolRegistry, json_type
+from clients.toolbox import ToolError, ToolRegistry, json_type
 from protocol.items import FunctionCall
 from protocol.response import FunctionTool
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from clients.errors import ProtocolViolation
+from clients.exceptions import ProtocolViolation
 from clients.wire import decode_event, http_url, ws_url
 from protocol import events as ev
 from protocol.sse import SseDecoder

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from clients.coding import SCENARIO_PROMPT, coding_tools, make_sandbox
-from clients.errors import ApiError, ConnectionFailed, RolloutFailed
+from clients.exceptions import ApiError, ConnectionFailed, RolloutFailed
 from clients.loop import Hooks, ToolCallRecord
-from clients.tools import ToolRegistry
+from clients.toolbox import ToolRegistry
 from clients.ws_append import AppendClient
 from clients.ws_compat import CompatClient
 from protocol import events as ev

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from clients.coding import SCENARIO_INSTRUCTIONS, SCENARIO_PROMPT, coding_tools
-from clients.errors import ApiError, ConnectionFailed, ProtocolViolation
-from clients.tools import ToolRegistry
+from clients.exceptions import ApiError, ConnectionFailed, ProtocolViolation
+from clients.toolbox import ToolRegistry
 from clients.ws_append import APPEND_BETA
 from clients.ws_compat import CompatClient
 from tests.clients.conftest import assert_scenario_completed

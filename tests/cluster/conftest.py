@@ -1,4 +1,4 @@
-"""Fixtures (CLUSTER-TEST-1): the launcher's own ``Cluster`` (``cli/cluster.py``, the code behind
+"""Fixtures (CLUSTER-TEST-1): the launcher's own ``Cluster`` (``cli/launcher.py``, the code behind
 ``make cluster``) in a temp dir: a real redis-server, real ``rollout serve`` node processes and a
 real HAProxy or nginx in front, each on an ephemeral loopback port, all stopped at teardown."""
 
@@ -12,7 +12,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from cli.cluster import Cluster, ClusterSpec, free_port
+from cli.launcher import Cluster, ClusterSpec, free_port
 
 # Keyed clusters: two tenants and an operator key, given to the nodes through
 # their environment, never on a command line.

@@ -23,7 +23,7 @@ import pytest
 import redis.asyncio as aioredis
 from openai import AsyncOpenAI
 
-from cli.cluster import Cluster
+from cli.launcher import Cluster
 from tests.cluster.conftest import cluster_spec
 from tests.support.wait import wait_for
 

@@ -14,7 +14,7 @@ import pytest
 import pytest_asyncio
 from openai import AsyncOpenAI
 
-from cli.cluster import Cluster
+from cli.launcher import Cluster
 from tests.cluster.conftest import cluster_spec, node_counters
 from tests.support.tools import WEATHER
 

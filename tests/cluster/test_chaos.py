@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from clients.bench.chaos import ChaosSettings, run_chaos
+from clients.bench.suites.chaos import ChaosSettings, run_chaos
 
 
 @pytest.mark.timeout(240)

@@ -16,7 +16,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from cli.cluster import free_port
+from cli.launcher import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 # A launcher, a redis-server, two nodes and HAProxy, each started (and restarted) as processes:

@@ -12,7 +12,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from cli.cluster import DEPLOY, balancer_config
+from cli.launcher import DEPLOY, balancer_config
 
 K8S_VERSION = "1.37.0"
 

@@ -17,7 +17,7 @@ import openai
 import pytest
 from openai import AsyncOpenAI
 
-from cli.cluster import Cluster, node_id
+from cli.launcher import Cluster, node_id
 from tests.cluster.conftest import KEYS, OPERATOR_HEADERS, node_stats, node_url
 from tests.support.tools import WEATHER
 

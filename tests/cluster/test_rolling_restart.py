@@ -11,10 +11,10 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from cli.cluster import Cluster
-from clients.bench.load import LoadSettings, drive
-from clients.bench.load_checks import LoadCounts
-from clients.bench.resume import verify_acknowledged
+from cli.launcher import Cluster
+from clients.bench.suites.load import LoadSettings, drive
+from clients.bench.suites.load_checks import LoadCounts
+from clients.bench.suites.resume import verify_acknowledged
 from tests.cluster.conftest import cluster_spec
 
 DOCUMENTED = {"ws_close_1001", "server_shutting_down", "upgrade_502", "upgrade_503"}

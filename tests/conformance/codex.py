@@ -16,9 +16,9 @@ from typing import Any
 import msgspec
 import pytest
 
-from engine.server import http as http_routes
-from engine.server import ws as ws_driver
-from engine.server.keys import SESSIONS
+from engine.server.transport import http as http_routes
+from engine.server.transport import ws as ws_driver
+from engine.server.transport.keys import SESSIONS
 from tests.support.oracle import RECORDED
 from tests.support.server import LiveServer
 from tests.support.wait import wait_for

@@ -20,7 +20,7 @@ from engine.models.base import TextDelta
 from engine.models.router import Router
 from engine.models.sim.scripted import ScriptedModel, Step
 from engine.models.upstreams.endpoint import UpstreamError
-from engine.server.config import ServerConfig
+from engine.server.transport.server_config import ServerConfig
 from engine.store import chain_record
 from protocol.response import Response
 from tests.support.server import LiveServer

@@ -19,7 +19,7 @@ import pytest
 
 from engine.conversation.compaction import unseal
 from engine.core import EngineConfig
-from engine.server.config import ServerConfig
+from engine.server.transport.server_config import ServerConfig
 from tests.conformance.codex import (
     CodexTask,
     assert_clean,

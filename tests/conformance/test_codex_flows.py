@@ -17,8 +17,8 @@ import pytest
 from openai import AsyncOpenAI, BadRequestError
 
 from engine.conversation.compaction import unseal
-from engine.server.config import ServerConfig
-from engine.server.turn_state import HEADER, TOKEN, new_token
+from engine.server.transport.server_config import ServerConfig
+from engine.server.transport.turn_state import HEADER, TOKEN, new_token
 from tests.support.server import LiveServer
 from tests.support.tools import WEATHER
 
@@ -118,7 +118,7 @@ async def test_turn_state_on_http_answers(server_factory: Callable[..., Any]) ->
 
 def test_node_ids_are_checked() -> None:
     """TURN-1: a node id is what a balancer can match in one header field."""
-    from engine.server.turn_state import check_node_id, default_node_id, node_of
+    from engine.server.transport.turn_state import check_node_id, default_node_id, node_of
 
     assert re.fullmatch(r"[A-Za-z0-9_-]{1,64}", default_node_id())
     assert node_of(new_token("n_1-x")) == "n_1-x"

@@ -14,8 +14,8 @@ import pytest
 from openai import AsyncOpenAI, BadRequestError
 
 from engine.core import EngineConfig
-from engine.server.codex_headers import OPENAI_MODEL, REASONING_INCLUDED
-from engine.server.config import ServerConfig
+from engine.server.transport.codex_headers import OPENAI_MODEL, REASONING_INCLUDED
+from engine.server.transport.server_config import ServerConfig
 from protocol.codec import encode, error_event
 from protocol.errors import TooManyRequests
 from tests.support.oracle import sdk_parse

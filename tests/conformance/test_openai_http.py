@@ -19,7 +19,7 @@ import pytest
 from openai import AsyncOpenAI
 from openai.types.responses import ResponseItem
 
-from engine.server.config import ServerConfig
+from engine.server.transport.server_config import ServerConfig
 from tests.support.server import LiveServer
 from tests.support.tools import WEATHER
 

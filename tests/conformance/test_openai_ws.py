@@ -25,7 +25,7 @@ from openai.types.responses import Response
 from websockets.exceptions import InvalidStatus
 
 from engine.core import EngineConfig
-from engine.server.config import ServerConfig
+from engine.server.transport.server_config import ServerConfig
 from tests.conformance.sdk_ws import (
     EVENTS,
     INTERNAL,

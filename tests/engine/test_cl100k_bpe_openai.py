@@ -7,7 +7,7 @@ import tiktoken
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clients.bench.codex import TOOL_NAMES, generated_output
+from clients.bench.suites.codex import TOOL_NAMES, generated_output
 from engine.conversation.tokens import ENCODING_NAME, encode, encoding
 
 REFERENCE = tiktoken.get_encoding(ENCODING_NAME)

@@ -4,7 +4,7 @@ answer is stored and reopens the trajectory, and a segment at 0 restarts the cha
 from __future__ import annotations
 
 from engine.conversation.trajectory import Trajectory
-from engine.store.tokens import TokenSegment, joined
+from engine.store.trajectory import TokenSegment, joined
 
 
 def _answered(traj: Trajectory, prompt: list[int], answer: list[int], finish: str) -> None:

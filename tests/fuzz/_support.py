@@ -24,7 +24,7 @@ from hypothesis import settings
 
 from engine.core import EngineConfig
 from engine.models.router import Router
-from engine.server.keys import SESSIONS
+from engine.server.transport.keys import SESSIONS
 from engine.store import ResponseStore
 from tests.support.oracle import RECORDED, sdk_parse
 from tests.support.server import LiveServer, start_server

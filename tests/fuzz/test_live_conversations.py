@@ -30,7 +30,7 @@ from hypothesis.stateful import (
 from openai.types.conversations import Conversation, ConversationItemList
 
 from engine.core import EngineConfig
-from engine.store.sqlite import SqliteStore
+from engine.store.embedded.sqlite import SqliteStore
 from tests.fuzz._support import LiveEnv, check_error_body, examples, report, timeout_for
 
 UNKNOWN = "conv_" + "0" * 32

@@ -30,7 +30,7 @@ from hypothesis.stateful import (
 )
 
 from engine.core import EngineConfig
-from engine.store.sqlite import SqliteStore
+from engine.store.embedded.sqlite import SqliteStore
 from tests.fuzz._support import (
     LiveEnv,
     StreamChecker,

@@ -23,7 +23,7 @@ from openai import AsyncOpenAI
 from websockets.asyncio.client import connect
 
 from engine.core import EngineConfig
-from engine.store.sqlite import SqliteStore
+from engine.store.embedded.sqlite import SqliteStore
 from tests.support.server import LiveServer
 
 MODEL = "sim"

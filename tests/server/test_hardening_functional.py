@@ -16,8 +16,8 @@ from engine.core import EngineConfig
 from engine.models.base import TextDelta
 from engine.models.router import Router
 from engine.models.sim.scripted import ScriptedModel
-from engine.server.config import ServerConfig, load_api_keys
-from engine.server.keys import SESSIONS
+from engine.server.transport.keys import SESSIONS
+from engine.server.transport.server_config import ServerConfig, load_api_keys
 from tests.support.server import LiveServer
 from tests.support.wait import wait_for
 

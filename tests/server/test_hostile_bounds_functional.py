@@ -22,8 +22,8 @@ from openai import AsyncOpenAI
 from engine.core import EngineConfig
 from engine.models.router import simulator_router
 from engine.models.sim.simulator import SimulatedModel
-from engine.server.config import ServerConfig
-from engine.shared.parking import ParkingBounds
+from engine.retained.parking import ParkingBounds
+from engine.server.transport.server_config import ServerConfig
 from engine.store import open_store
 from tests.support.server import LiveServer, start_server
 from tests.support.tools import WEATHER

@@ -25,7 +25,7 @@ from engine.core import EngineConfig
 from engine.models.base import TextDelta
 from engine.models.router import Router
 from engine.models.sim.scripted import ScriptedModel
-from engine.store.sqlite import SqliteStore
+from engine.store.embedded.sqlite import SqliteStore
 from tests.support.server import LiveServer, start_server
 from tests.support.wait import wait_for
 

@@ -16,7 +16,7 @@ import pytest
 from openai import AsyncOpenAI
 from playwright.async_api import Page, async_playwright, expect
 
-from engine.server.config import ServerConfig
+from engine.server.transport.server_config import ServerConfig
 from tests.support.tools import WEATHER
 
 CHROMIUM = Path("/usr/bin/chromium")

@@ -11,9 +11,9 @@ import pytest
 
 from engine.conversation.pipeline import TurnLog
 from engine.observe.turnlog import MAX_TURNS, TurnHistory, TurnRecord
-from engine.server.config import ServerConfig
-from engine.server.inspector import COOKIE, FEED
-from engine.server.keys import INSPECTOR
+from engine.server.routes.inspector import COOKIE, FEED
+from engine.server.transport.keys import INSPECTOR
+from engine.server.transport.server_config import ServerConfig
 from tests.support.server import LiveServer
 from tests.support.tools import WEATHER
 from tests.support.wait import wait_for

@@ -13,9 +13,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from engine.server.config import ServerConfig
+from engine.server.transport.server_config import ServerConfig
+from engine.store.embedded.sqlite import SqliteStore
 from engine.store.framing import peek
-from engine.store.sqlite import SqliteStore
 from tests.store._chain import body, ws_create
 from tests.support.server import LiveServer, start_server
 

@@ -17,7 +17,7 @@ import openai
 import pytest
 from openai import AsyncOpenAI
 
-from engine.server.config import ServerConfig
+from engine.server.transport.server_config import ServerConfig
 from tests.support.server import LiveServer
 
 MODEL = "sim"

@@ -15,10 +15,10 @@ import aiohttp
 import msgspec
 import pytest
 
-from engine.server.config import ServerConfig
+from engine.server.transport.server_config import ServerConfig
 from engine.store.conversations import Conversations
+from engine.store.embedded.sqlite import SqliteStore
 from engine.store.framing import peek
-from engine.store.sqlite import SqliteStore
 from protocol.events import ClientEvent
 from tests.store._chain import TOOL, body
 from tests.support.server import LiveServer, start_server

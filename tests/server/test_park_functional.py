@@ -16,8 +16,8 @@ import pytest
 from openai import AsyncOpenAI
 
 from engine.core import EngineConfig
-from engine.server.config import ServerConfig
-from engine.shared.parking import ParkingBounds
+from engine.retained.parking import ParkingBounds
+from engine.server.transport.server_config import ServerConfig
 from tests.support.server import LiveServer
 from tests.support.wait import wait_for
 

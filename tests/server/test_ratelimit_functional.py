@@ -17,7 +17,7 @@ import pytest
 from openai import AsyncOpenAI
 
 from engine.core import EngineConfig
-from engine.server.config import ServerConfig, load_api_keys, load_key_limits
+from engine.server.transport.server_config import ServerConfig, load_api_keys, load_key_limits
 from tests.support.server import LiveServer, start_server
 from tests.support.wait import wait_for
 

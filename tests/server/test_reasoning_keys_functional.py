@@ -15,9 +15,9 @@ from pathlib import Path
 
 import aiohttp
 
-from cli.cluster import shared_key_args
+from cli.launcher import shared_key_args
 from engine.conversation.sealed import KeyRing
-from engine.server.run import _workers_key
+from engine.server.process.serve import _workers_key
 
 
 async def _serve(*flags: str) -> asyncio.subprocess.Process:

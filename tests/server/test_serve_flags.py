@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from engine.core import EngineConfig
-from engine.server import flags
-from engine.server.config import ServerConfig
+from engine.server.process import flags
+from engine.server.transport.server_config import ServerConfig
 from engine.settings import duration, flags_of
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -17,7 +17,7 @@ import openai
 import pytest
 from openai import AsyncOpenAI
 
-from engine.server.workers import worker_argv
+from engine.server.process.workers import worker_argv
 from tests.support.wait import wait_for
 
 TOOLS: list[Any] = [

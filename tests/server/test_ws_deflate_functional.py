@@ -13,7 +13,7 @@ import struct
 import zlib
 from typing import Any
 
-from engine.server.ws import DEFLATE_MIN_BYTES
+from engine.server.transport.ws import DEFLATE_MIN_BYTES
 from tests.support.server import LiveServer
 
 TAIL = b"\x00\x00\xff\xff"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from clients.bench.postgres import PostgresCluster
+from clients.bench.services.pg_cluster import PostgresCluster
 from tests.store._procs import RedisServer, ServeProcess
 
 

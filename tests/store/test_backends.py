@@ -25,11 +25,11 @@ from engine.store import (
     chain_record,
     open_store,
 )
-from engine.store.base import _ENCODER
+from engine.store.embedded.sqlite import SCHEMA_VERSION, SqliteStore
 from engine.store.framing import ANY_OWNER, peek
 from engine.store.postgres import PostgresStore
+from engine.store.records import _ENCODER
 from engine.store.redis import RedisStore
-from engine.store.sqlite import SCHEMA_VERSION, SqliteStore
 from protocol.items import InputItem, Message
 from protocol.response import Response
 from tests.store._procs import RedisServer
@@ -311,7 +311,8 @@ def test_serve_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``--store`` defaults to the per-user SQLite file (STORE-10); ``--store-ttl`` reads units."""
     import argparse
 
-    from engine.server import flags, run
+    from engine.server.process import flags
+    from engine.server.process import serve as run
     from engine.settings import duration
 
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))

@@ -27,11 +27,11 @@ from engine.core import EngineConfig
 from engine.models.base import TextDelta
 from engine.models.router import Router
 from engine.models.sim.scripted import ScriptedModel
-from engine.server.keys import BACKGROUND
+from engine.server.transport.keys import BACKGROUND
 from engine.store import ResponseStore
+from engine.store.embedded.sqlite import SqliteStore
 from engine.store.postgres import TABLE, PostgresStore
 from engine.store.redis import RedisStore
-from engine.store.sqlite import SqliteStore
 from tests.store._procs import RedisServer
 from tests.support.server import LiveServer, start_server
 from tests.support.wait import wait_for

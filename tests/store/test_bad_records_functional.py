@@ -9,7 +9,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from engine.store.sqlite import SqliteStore
+from engine.store.embedded.sqlite import SqliteStore
 from tests.store._chain import http_create, ws_create
 from tests.support.server import LiveServer, start_server
 

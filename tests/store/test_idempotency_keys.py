@@ -9,8 +9,8 @@ import asyncio
 import time
 
 from engine.store import open_store
-from engine.store.base import IDEM_PREFIX, ResponseStore
 from engine.store.memory import MemoryStore
+from engine.store.records import IDEM_PREFIX, ResponseStore
 
 
 async def _opened(url: str) -> ResponseStore:

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from engine.store import MemoryStore, ResponseStore, chain_record
+from engine.store.embedded.sqlite import SqliteStore
 from engine.store.framing import ANY_OWNER, OwnerFilter
 from engine.store.postgres import PostgresStore
 from engine.store.redis import RedisStore
-from engine.store.sqlite import SqliteStore
 from protocol.items import Message
 from protocol.response import Response
 from tests.store._procs import RedisServer

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 import psycopg
 import pytest
 
-from clients.bench.postgres import PostgresCluster
+from clients.bench.services.pg_cluster import PostgresCluster
 from engine.store import SNAPSHOT_EVERY, StoreUnavailable, chain_record
 from engine.store.postgres import TABLE, PostgresStore
 from protocol.items import InputItem, Message

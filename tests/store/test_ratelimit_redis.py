@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import aiohttp
 
-from engine.server.config import ServerConfig
-from engine.store.limits import Limits
+from engine.server.transport.server_config import ServerConfig
+from engine.store.ratelimits import Limits
 from engine.store.redis import RedisStore
 from tests.store._procs import RedisServer
 from tests.support.server import LiveServer, start_server

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import aiohttp
 import pytest
 
-from clients.bench.postgres import PostgresCluster
+from clients.bench.services.pg_cluster import PostgresCluster
 from engine.core import Engine, EngineConfig
 from engine.store import ResponseStore
 from engine.store.postgres import PostgresStore

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from engine.store import ResponseRecord, chain_record, open_store
-from engine.store import sqlite_inline as inline_module
-from engine.store.sqlite import SqliteStore
-from engine.store.sqlite_checkpoint import WAL_LIMIT_BYTES, Checkpointer
-from engine.store.sqlite_inline import MAX_BYTES, InlineConnection
-from engine.store.sqlite_wal import WalIndex
+from engine.store.embedded import inline as inline_module
+from engine.store.embedded.checkpoint import WAL_LIMIT_BYTES, Checkpointer
+from engine.store.embedded.inline import MAX_BYTES, InlineConnection
+from engine.store.embedded.sqlite import SqliteStore
+from engine.store.embedded.wal import WalIndex
 from protocol.items import Message
 from protocol.response import Response
 from tests.support.wait import wait_for

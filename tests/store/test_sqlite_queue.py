@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from engine.store import ResponseRecord, StoreUnavailable, chain_record, open_store
-from engine.store.sqlite import SqliteStore
-from engine.store.sqlite_inline import MAX_BYTES
+from engine.store.embedded.inline import MAX_BYTES
+from engine.store.embedded.sqlite import SqliteStore
 from protocol.items import Message
 from protocol.response import Response
 

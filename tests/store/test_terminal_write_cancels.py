@@ -26,10 +26,10 @@ from engine.core import EngineConfig
 from engine.models.base import TextDelta
 from engine.models.router import Router
 from engine.models.sim.scripted import ScriptedModel
-from engine.server.config import ServerConfig
-from engine.server.keys import BACKGROUND
-from engine.store.base import _decode
+from engine.server.transport.keys import BACKGROUND
+from engine.server.transport.server_config import ServerConfig
 from engine.store.postgres import TABLE, PostgresStore
+from engine.store.records import _decode
 from tests.support.server import LiveServer, start_server
 from tests.support.wait import wait_for
 

@@ -14,8 +14,8 @@ import msgspec
 import pydantic
 from aiohttp import web
 
-from engine.server import http as http_routes
-from engine.server import ws as ws_driver
+from engine.server.transport import http as http_routes
+from engine.server.transport import ws as ws_driver
 from protocol.codec import encode, http_error_body
 from protocol.errors import ProtocolError
 from protocol.events import ServerEvent

@@ -1,9 +1,9 @@
 """A tiny random-weight llama GGUF whose vocabulary *is* a tokenizer the test trained (TOK-40).
 
-The tokenizer (``clients.bench.tiny_model.make_tokenizer``: byte-level BPE, ChatML specials) is
-written into the GGUF as llama.cpp's ``gpt2`` tokenizer: the same tokens in the same id order,
-the same merges, the gpt2 pre-tokenizer regex (what ``ByteLevel(use_regex=True)`` splits by),
-the specials as control tokens, ``<|im_end|>`` as end of turn, and its chat template. So
+The tokenizer (``clients.bench.services.tiny_model.make_tokenizer``: byte-level BPE, ChatML
+specials) is written into the GGUF as llama.cpp's ``gpt2`` tokenizer: the same tokens in the same
+id order, the same merges, the gpt2 pre-tokenizer regex (what ``ByteLevel(use_regex=True)`` splits
+by), the specials as control tokens, ``<|im_end|>`` as end of turn, and its chat template. So
 ``llama-server`` and the engine tokenize and detokenize alike: the ids one samples are the ids
 the other reads. Nothing is downloaded; the weights are random, so the model babbles.
 """

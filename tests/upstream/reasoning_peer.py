@@ -10,7 +10,7 @@ from typing import Any
 
 from aiohttp import web
 
-from clients.bench.tiny_model import QWEN_TEMPLATE
+from clients.bench.services.tiny_model import QWEN_TEMPLATE
 from engine.models.config import build_router, parse_config
 from engine.models.router import Router
 from engine.models.tokens.harmony import harmony_encoding

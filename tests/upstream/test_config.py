@@ -18,7 +18,8 @@ from engine.models.config import (
 from engine.models.sim.simulator import SimulatedModel
 from engine.models.upstreams.chat import ChatBackend
 from engine.models.upstreams.responses import ResponsesBackend
-from engine.server import flags, run
+from engine.server.process import flags
+from engine.server.process import serve as run
 
 GOOD = """
 default = "qwen"

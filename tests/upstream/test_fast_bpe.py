@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
-from clients.bench.codex import TOOL_NAMES, generated_output, instructions
-from clients.bench.tiny_model import SPECIALS, make_tokenizer
+from clients.bench.services.tiny_model import SPECIALS, make_tokenizer
+from clients.bench.suites.codex import TOOL_NAMES, generated_output, instructions
 from engine.models.tokens.fast_bpe import fast_encoder
 from engine.models.tokens.tokenizer import load_tokenizer
 

@@ -33,7 +33,7 @@ import pytest
 from aiohttp import web
 from openai import AsyncOpenAI
 
-from clients.bench.tiny_model import make_tokenizer
+from clients.bench.services.tiny_model import make_tokenizer
 from engine.models.config import build_router, parse_config
 from tests.support.server import LiveServer, serve_app
 from tests.support.tiny_gguf import write as write_gguf

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from clients.bench.tiny_model import make_tokenizer
+from clients.bench.services.tiny_model import make_tokenizer
 from engine.core import EngineConfig
 from engine.models.config import build_router, parse_config
 from tests.conformance.codex import CATALOG_ENTRY, MARKER, CodexTask, assert_no_error, run_codex

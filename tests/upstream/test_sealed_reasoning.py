@@ -18,10 +18,10 @@ import openai
 import pytest
 from openai import AsyncOpenAI
 
-from clients.bench.tiny_model import make_tokenizer
+from clients.bench.services.tiny_model import make_tokenizer
 from engine.conversation.sealed import KeyRing, SealedReasoning
 from engine.core import EngineConfig
-from engine.server.config import ServerConfig
+from engine.server.transport.server_config import ServerConfig
 from tests.support.server import LiveServer, start_server
 from tests.support.tools import WEATHER
 from tests.upstream.conftest import StartEngine

@@ -15,7 +15,7 @@ import pytest
 from openai import AsyncOpenAI
 from tokenizers import AddedToken, Tokenizer
 
-from clients.bench.tiny_model import QWEN_TEMPLATE
+from clients.bench.services.tiny_model import QWEN_TEMPLATE
 from tests.upstream.conftest import StartEngine
 from tests.upstream.token_peer import TokenPeer, assert_exact, make_tokenizer, tokens_router
 

@@ -17,7 +17,7 @@ import aiohttp
 import pytest
 from openai import AsyncOpenAI
 
-from clients.bench.tiny_model import make_tokenizer
+from clients.bench.services.tiny_model import make_tokenizer
 from engine.models.config import ConfigError, parse_config
 from tests.support.server import LiveServer
 from tests.support.tools import WEATHER

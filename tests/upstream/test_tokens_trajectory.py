@@ -13,8 +13,8 @@ from aiohttp import web
 
 from engine.core import Engine, EngineConfig
 from engine.models.sim.simulator import SimulatedModel
-from engine.server.app import create_app
-from engine.server.config import ServerConfig
+from engine.server.transport.app import create_app
+from engine.server.transport.server_config import ServerConfig
 from engine.store import open_store
 from tests.support.server import LiveServer
 from tests.support.tools import WEATHER

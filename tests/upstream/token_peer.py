@@ -29,7 +29,7 @@ from typing import Any
 from aiohttp import web
 from tokenizers import Tokenizer
 
-from clients.bench.tiny_model import QWEN_TEMPLATE, make_tokenizer
+from clients.bench.services.tiny_model import QWEN_TEMPLATE, make_tokenizer
 from engine.models.config import build_router, parse_config
 from engine.models.router import Router
 from engine.models.tokens.backend import TokensBackend

@@ -11,9 +11,9 @@ Model names (anything else goes to the plain simulator):
 * ``bench-coding-agent/N``: the coding-agent script, looped until N tool calls were made, then
   the scenario's final answer. ``N <= 26`` is the stock script cut at N calls.
 * ``bench-text/N``: a text answer of exactly N tokens (no tools).
-* ``bench-codex/N``: a Codex-shaped agent (``clients/bench/codex.py`` holds its tools and their
-  generated outputs): a fixed cycle of calls of about 30 argument tokens each over the Codex
-  tool names, until N calls were made, then a short answer.
+* ``bench-codex/N``: a Codex-shaped agent (``clients/bench/suites/codex.py`` holds its tools
+  and their generated outputs): a fixed cycle of calls of about 30 argument tokens each over the
+  Codex tool names, until N calls were made, then a short answer.
 """
 
 from __future__ import annotations

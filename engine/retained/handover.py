@@ -1,0 +1,137 @@
+"""Parked rollouts handed over between nodes (SPEC: PARK-20..PARK-22).
+
+A balancer that spreads one key's connections (CLUSTER-10) sends a reconnect to any node, not
+necessarily the one whose parking lot holds the rollout suspended behind the continued
+response. So each node that parks a rollout registers its own address under the response id in
+the shared store (PARK-20), for as long as it parks it. A node that gets a continuation it
+cannot serve from memory or the store asks the store where that rollout is parked and requests
+its context from that node (PARK-21): the parking node checks that the request comes from a
+node sharing its store (an HMAC under the store's secret salt, PARK-22), claims the rollout for
+the owner the request names (exactly as a reconnect of that owner would, OWN-2), retires it and
+answers its items. The asking node then serves the continuation on a new rollout over those
+items, ``store: false`` included: the items travel node to node, never through the store
+(STORE-1).
+
+This module is the asking side and the registrations; the answering side is the route in
+``engine/server/routes/cluster.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from collections.abc import Awaitable, Callable
+
+import msgspec
+
+from engine.store import ResponseStore, StoreError
+from engine.store.record_codec import decode_items
+from protocol.items import InputItem
+
+log = logging.getLogger("rollout.handover")
+
+HANDOVER_PATH = "/cluster/v1/handover"
+TOKEN_HEADER = "x-rollout-node-token"
+# Registrations in flight at once (PARK-20): a burst of closing sockets past this many skips
+# the rest (counted), which costs those rollouts only their hand-over, never correctness.
+MAX_PENDING = 256
+HANDOVER_TIMEOUT_S = 5.0  # one node-to-node request, connect included (PARK-21)
+
+# POST ``body`` with ``headers`` to a URL: (status, body). Raises OSError or TimeoutError when the
+# node cannot be reached. The server gives it (engine/server/routes/cluster.py: only the transport
+# layer speaks HTTP); until then nothing is handed over.
+Poster = Callable[[str, bytes, dict[str, str]], Awaitable[tuple[int, bytes]]]
+
+
+class HandoverRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """The body of a hand-over request: which rollout, and for which owner (PARK-21)."""
+
+    response_id: str
+    owner: str | None = None
+
+
+def token_message(response_id: str, owner: str | None) -> str:
+    """What the node token signs: the rollout and the owner, so a token opens nothing else."""
+    return f"handover\n{response_id}\n{owner or ''}"
+
+
+class Handover:
+    """One per engine. ``address`` is this node's base URL for its peers, set by the server
+    once it listens; while it is None (one process, a worker pool) nothing is registered."""
+
+    def __init__(self, store: ResponseStore, counters: Counter[str], seconds: float) -> None:
+        self.store = store
+        self.seconds = seconds
+        self.address: str | None = None
+        self._counters = counters
+        self._pending: set[asyncio.Task[None]] = set()
+        self.post: Poster | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.address is not None and self.post is not None and self.store.shares_parking
+
+    def parked(self, response_id: str) -> None:
+        """The lot parked a rollout behind ``response_id``: say where (PARK-20)."""
+        if self.enabled:
+            assert self.address is not None
+            self._later(self.store.register_parked(response_id, self.address, self.seconds))
+
+    def unparked(self, response_id: str) -> None:
+        """It left the lot (claimed, expired, retired): drop the address, sparing a hop."""
+        if self.enabled:
+            self._later(self.store.unregister_parked(response_id))
+
+    def _later(self, write: object) -> None:
+        assert asyncio.iscoroutine(write)
+        if len(self._pending) >= MAX_PENDING:
+            write.close()
+            self._counters["park.register_skipped"] += 1
+            return
+        task = asyncio.create_task(self._quietly(write))
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    async def _quietly(self, write: object) -> None:
+        assert asyncio.iscoroutine(write)
+        try:
+            await write
+        except StoreError as exc:
+            self._counters["park.register_failed"] += 1
+            log.warning("store: parked rollout's address not kept: %s", exc)
+
+    async def fetch(self, response_id: str, owner: str | None) -> list[InputItem] | None:
+        """The context of the rollout another node parks behind ``response_id`` for ``owner``,
+        now retired there (PARK-21); None when no node parks it for that owner, or the node
+        cannot be reached (the caller answers ``previous_response_not_found``)."""
+        if not self.enabled:
+            return None
+        try:
+            where = await self.store.parked_at(response_id)
+            if where is None or where == self.address:
+                return None
+            token = await self.store.node_token(token_message(response_id, owner))
+        except StoreError as exc:
+            log.warning("store: parked rollout's address unreadable: %s", exc)
+            return None
+        body = msgspec.json.encode(HandoverRequest(response_id, owner))
+        headers = {TOKEN_HEADER: token, "Content-Type": "application/json"}
+        assert self.post is not None
+        try:
+            status, answer = await self.post(where + HANDOVER_PATH, body, headers)
+            if status != 200:
+                self._counters["park.handover_missed"] += 1
+                return None
+            items = decode_items(answer)
+        except (OSError, TimeoutError, msgspec.MsgspecError) as exc:
+            self._counters["park.handover_failed"] += 1
+            name = type(exc).__name__
+            log.warning("hand-over of %s from %s failed: %s", response_id, where, name)
+            return None
+        self._counters["park.handover_received"] += 1
+        return items
+
+    async def close(self) -> None:
+        if self._pending:
+            await asyncio.gather(*list(self._pending), return_exceptions=True)

@@ -1,0 +1,1 @@
+"""The process: `rollout serve`'s flags, serving, workers."""

@@ -1,0 +1,2 @@
+"""Transports: the aiohttp app, WebSocket, HTTP, and what every request
+passes (identity, rate limits, idempotency, headers)."""

@@ -1,0 +1,247 @@
+"""The aiohttp application factory (SPEC: HTTP-1, WS-1)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Awaitable, Callable
+
+from aiohttp import WSCloseCode, web
+
+from engine.connection.background import BackgroundRuns
+from engine.connection.session import Session
+from engine.core import Engine, EngineConfig
+from engine.inspector.read_model import Inspector
+from engine.retained.handover import HANDOVER_PATH
+from engine.server.routes import background, cluster, conversations, inspector
+from engine.server.routes.export import export_tokens
+from engine.server.transport import codex_headers, http, idempotency, ratelimits, turn_state
+from engine.server.transport.identity import PRESENTED
+from engine.server.transport.keys import (
+    BACKGROUND,
+    DRAINING,
+    ENGINE,
+    INSPECTOR,
+    MAX_FRAME,
+    REQUESTS,
+    SERVER,
+    SESSIONS,
+    UNREADY,
+)
+from engine.server.transport.server_config import ServerConfig
+from engine.server.transport.ws import WsSink, serve_socket
+from protocol.errors import (
+    HttpStatusError,
+    InvalidRequest,
+    ProtocolError,
+    ServerError,
+    Unauthorized,
+    Unavailable,
+)
+
+log = logging.getLogger("rollout.server")
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every failure leaves as the JSON error envelope; internal text never does (ERR-3)."""
+    try:
+        response = await handler(request)
+    except ProtocolError as err:
+        response = http.error_response(err)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        response = http.error_response(_http_error(exc))
+    except Exception:
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        response = http.error_response(ServerError())
+    if response.status >= 400:
+        http.note_error(request, response)  # the inspector's recent errors (INSP-6)
+    if response.status >= 500 and not response.prepared:
+        _mark_retry(response)
+    return response
+
+
+def _mark_retry(response: web.StreamResponse) -> None:
+    """Tell the openai SDK (``x-should-retry``, which it obeys before its own status rules)
+    whether running the request again is safe: a 503 is sent only for a request that did no
+    work (RETRY-1); any other 5xx may follow work, so it is never retried (RETRY-2)."""
+    if "x-should-retry" not in response.headers:
+        response.headers["x-should-retry"] = "true" if response.status == 503 else "false"
+
+
+_HTTP_ERRORS = {
+    404: ("not_found", "No such endpoint."),
+    405: ("method_not_allowed", "Method not allowed on this path."),
+    413: ("request_too_large", "The request body is too large."),
+}
+
+
+def _http_error(exc: web.HTTPException) -> ProtocolError:
+    """aiohttp's own rejections, in our envelope and with their real status (ERR-2)."""
+    code, message = _HTTP_ERRORS.get(exc.status, ("invalid_request", "Invalid request."))
+    return HttpStatusError(exc.status, code, message)
+
+
+@web.middleware
+async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Bearer API keys, checked before any work and before a WebSocket upgrade (AUTH-2)."""
+    config = request.app[SERVER]
+    if config.keyed and request.path not in _OPEN_PATHS:
+        scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() == "bearer":
+            key: str | None = presented.strip()
+        else:  # the inspector's page and feed also take their cookie (INSP-2, AUTH-13)
+            key = inspector.browser_key(request)
+        if key is None or not config.key_allowed(key):
+            if request.path == inspector.PAGE_PATH and request.method == "GET":
+                return inspector.login_form(request)  # a browser signs in with a form
+            raise Unauthorized("invalid_api_key", _key_hint(request.path), None)
+        if request.path in OPERATOR_PATHS and not config.is_admin(key):
+            raise HttpStatusError(
+                403,
+                "operator_key_required",
+                "This endpoint answers operator keys only (--admin-keys-file).",
+            )  # every tenant's figures (AUTH-11)
+        request[PRESENTED] = key  # who the request is, for every route after (OWN-1)
+    return await handler(request)
+
+
+def _key_hint(path: str) -> str:
+    if path in inspector.INSPECT_PATHS:
+        return "Incorrect or missing API key (sign in at /inspect)."
+    return "Incorrect or missing API key (use Authorization: Bearer)."
+
+
+# The hand-over route is opened by a node token instead of an API key (PARK-22); the login
+# form checks the key it is posted itself (AUTH-13), sign-out revokes the cookie's session
+# whatever it is (AUTH-14).
+_OPEN_PATHS = frozenset({"/healthz", HANDOVER_PATH, inspector.LOGIN_PATH, inspector.LOGOUT_PATH})
+# What shows every tenant's figures: only an operator key reads it on a keyed server (AUTH-11).
+OPERATOR_PATHS = frozenset({"/metrics", "/debug/stats", "/v1/bench/timings"})
+
+
+async def responses_get(request: web.Request) -> web.StreamResponse:
+    """``GET /v1/responses`` is the WebSocket endpoint (WS-1)."""
+    if request.headers.get("Upgrade", "").lower() != "websocket":
+        raise InvalidRequest(
+            "websocket_upgrade_required",
+            "GET /v1/responses opens a WebSocket; use POST /v1/responses for HTTP.",
+            None,
+        )
+    config = request.app[SERVER]
+    if not config.websocket_enabled:
+        request.app[ENGINE].counters["ws.disabled_refusals"] += 1  # clients fall back (WS-13)
+        raise HttpStatusError(
+            426,
+            "websocket_disabled",
+            "WebSocket mode is disabled here; use HTTP POST /v1/responses.",
+        )
+    if request.app[DRAINING][0]:
+        raise Unavailable("server_shutting_down", "The server is shutting down.", None)
+    if len(request.app[SESSIONS]) >= config.max_connections:
+        raise Unavailable(
+            "too_many_connections",
+            f"This server accepts at most {config.max_connections} WebSocket connections.",
+            None,
+        )
+    return await serve_socket(request, request.app[ENGINE], config)
+
+
+async def _start(app: web.Application) -> None:
+    engine = app[ENGINE]
+    engine.store.on_delete(lambda response_id: _forget(app, response_id))
+    await engine.start()
+
+
+def _forget(app: web.Application, response_id: str) -> None:
+    """A deleted response leaves every connection's cache too (STORE-11)."""
+    for session in app[SESSIONS]:
+        session.forget(response_id)
+
+
+async def _drain_sockets(app: web.Application) -> None:
+    """Graceful shutdown (LIM-13): refuse new work, let in-flight responses finish within the
+    grace period, closing each socket with 1001 (going away) as soon as it is idle (DRAIN-3),
+    so its client reconnects to another node at once instead of waiting for the busiest one."""
+    app[DRAINING][0] = True
+    app[ENGINE].parking.drain()  # nothing resumes here any more; the store serves them (PARK-10)
+    sessions: set[Session] = app[SESSIONS]
+    for session in sessions:
+        session.draining = True
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + app[SERVER].shutdown_grace_s
+    runs, closed = app[BACKGROUND], set[Session]()
+    while True:
+        for session in [s for s in sessions if s not in closed and not s.busy]:
+            closed.add(session)
+            await _close_draining(session)
+        if not (sessions - closed or runs.busy) or loop.time() >= deadline:
+            break
+        # A bounded poll, once, at shutdown: simpler than wiring idle events through every lane.
+        await asyncio.sleep(0.05)
+    await runs.close()  # background runs still going are cancelled (BG-6)
+    for session in list(sessions - closed):
+        await _close_draining(session)
+
+
+async def _close_draining(session: Session) -> None:
+    if isinstance(session.sink, WsSink):
+        await session.sink.close(WSCloseCode.GOING_AWAY, b"shutdown")
+    await session.close()
+
+
+async def _stop(app: web.Application) -> None:
+    await app[ENGINE].stop()
+
+
+def create_app(
+    engine: Engine | None = None,
+    *,
+    max_frame_bytes: int | None = None,
+    server: ServerConfig | None = None,
+) -> web.Application:
+    config = server or ServerConfig()
+    if max_frame_bytes is not None:
+        config = dataclasses.replace(config, max_frame_bytes=max_frame_bytes)
+    app = web.Application(middlewares=[errors, auth], client_max_size=config.max_frame_bytes)
+    app[ENGINE] = engine or Engine(EngineConfig())
+    app[SESSIONS] = set()
+    app[REQUESTS] = set()
+    app[MAX_FRAME] = config.max_frame_bytes
+    app[SERVER] = config
+    app[DRAINING] = [False]
+    app[UNREADY] = [False]
+    app[BACKGROUND] = BackgroundRuns(app[ENGINE])
+    app[idempotency.PENDING] = {}
+    app.router.add_get("/v1/responses", responses_get)
+    app.router.add_post("/v1/responses", http.create_response)
+    app.router.add_post("/v1/responses/compact", http.compact_response)
+    app.router.add_post("/v1/responses/input_tokens", http.input_tokens)
+    app.router.add_get("/v1/responses/tokens/export", export_tokens)  # before {response_id}
+    app.router.add_get("/v1/responses/{response_id}", background.retrieve)
+    app.router.add_delete("/v1/responses/{response_id}", http.delete_response)
+    app.router.add_post("/v1/responses/{response_id}/cancel", background.cancel)
+    app.router.add_get("/v1/responses/{response_id}/input_items", http.list_input_items)
+    app.router.add_get("/v1/responses/{response_id}/tokens", http.response_tokens)
+    app.router.add_get("/v1/models", http.list_models)
+    app.router.add_get("/healthz", http.healthz)
+    app.router.add_get("/debug/stats", http.stats)
+    app.router.add_get("/metrics", http.metrics)
+    conversations.register(app)  # /v1/conversations… (CONV-1..CONV-4)
+    sessions, requests, runs = app[SESSIONS], app[REQUESTS], app[BACKGROUND]
+    app[INSPECTOR] = Inspector(app[ENGINE], [lambda: sessions, lambda: requests, runs.sessions])
+    inspector.install(app)
+    cluster.install(app)  # node-to-node hand-over of parked rollouts (PARK-21)
+    if app[ENGINE].bench_clock is not None:  # rollout serve --bench-timings (OBS-5)
+        app.router.add_get("/v1/bench/timings", http.bench_timings)
+    turn_state.install(app, app[ENGINE], config.node_id or turn_state.default_node_id())
+    app.on_response_prepare.append(ratelimits.add_headers)  # x-ratelimit-* on all (RATE-3)
+    codex_headers.install(app)  # CODEX-21
+    app.on_startup.append(_start)
+    app.on_shutdown.append(_drain_sockets)
+    app.on_cleanup.append(_stop)
+    return app

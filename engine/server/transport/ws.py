@@ -1,0 +1,370 @@
+"""WebSocket driver: read a frame, decode, hand to the session; write what comes back (WS-1).
+
+Glue only. Every request-scoped failure is turned into an ``error`` event by the session or here,
+and the socket stays open (ERR-4), but for a text message that is not UTF-8: RFC 6455 makes that
+a connection failure, 1007 (WS-17).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import zlib
+from collections.abc import Awaitable
+
+from aiohttp import WSCloseCode, WSMsgType, web
+
+from engine.connection.inject import MULTI_AGENT_BETA
+from engine.connection.session import Session
+from engine.core import Engine
+from engine.inspector.read_model import ErrorRing, note_event
+from engine.rollout.turn import ClientGone, Mode
+from engine.server.transport import identity, ratelimits
+from engine.server.transport.keys import INSPECTOR, SESSIONS
+from engine.server.transport.server_config import ServerConfig
+from engine.store.framing import ANY_OWNER, OwnerFilter
+from protocol.codec import decode_client_event, encode
+from protocol.errors import InvalidRequest, ProtocolError, TooManyRequests
+from protocol.events import ServerEvent
+
+log = logging.getLogger("rollout.ws")
+APPEND_BETA = "rollout-append=v1"  # OpenAI-Beta value that makes append mode the default
+
+
+def frame_header(n: int) -> bytes:
+    """The header of an unmasked, final, uncompressed text frame of ``n`` payload bytes
+    (RFC 6455 §5.2): the server's frame shape."""
+    if n < 126:
+        return bytes((0x81, n))
+    if n < 65536:
+        return b"\x81\x7e" + n.to_bytes(2, "big")
+    return b"\x81\x7f" + n.to_bytes(8, "big")
+
+
+def text_frame(data: bytes) -> bytes:
+    """A whole text frame: header and payload."""
+    return frame_header(len(data)) + data
+
+
+COPY_LIMIT = 4096  # larger payloads go out as their own buffer: no copy to prepend the header
+# WS-19: on a permessage-deflate socket, a message this big or bigger goes out compressed; a
+# smaller one (a delta, a short item event) uncompressed, RSV1 clear, as RFC 7692 §6 allows.
+DEFLATE_MIN_BYTES = 256
+_DEFLATE_TAIL = b"\x00\x00\xff\xff"  # what a sync flush ends with; RFC 7692 §7.2.1 drops it
+
+
+def deflate_frame_header(n: int) -> bytes:
+    """``frame_header`` with RSV1 set: a compressed message (RFC 7692 §6)."""
+    header = frame_header(n)
+    return bytes((header[0] | 0x40,)) + header[1:]
+
+
+class Deflater:
+    """The compressing half of a negotiated permessage-deflate (RFC 7692): raw deflate at the
+    negotiated window, the sliding window kept across messages unless the client asked
+    ``server_no_context_takeover`` (then each message is flushed whole). Built once per socket;
+    only messages of ``DEFLATE_MIN_BYTES`` or more go through it (WS-19)."""
+
+    __slots__ = ("_flush", "_z")
+
+    def __init__(self, window_bits: int, no_takeover: bool) -> None:
+        self._z = zlib.compressobj(zlib.Z_BEST_SPEED, zlib.DEFLATED, -window_bits)
+        self._flush = zlib.Z_FULL_FLUSH if no_takeover else zlib.Z_SYNC_FLUSH
+
+    def frame(self, data: bytes) -> tuple[bytes, bytes]:
+        """(header, payload) of the compressed text frame of ``data``."""
+        payload = (self._z.compress(data) + self._z.flush(self._flush)).removesuffix(_DEFLATE_TAIL)
+        return deflate_frame_header(len(payload)), payload
+
+
+def _deflater(ws: web.WebSocketResponse) -> Deflater | None:
+    """The socket's compressor when permessage-deflate was negotiated (``ws.compress`` is then
+    the window bits); aiohttp's writer knows whether the client asked for no context takeover
+    (unknown: assume it did, which every client can read)."""
+    bits = ws.compress
+    if not bits:
+        return None
+    writer = getattr(ws, "_writer", None)
+    return Deflater(15 if bits is True else int(bits), getattr(writer, "notakeover", True))
+
+
+class WsSink:
+    """Encodes each event once and writes it as one text frame.
+
+    Coalescing: frames produced within one event-loop iteration leave in one ``writelines``
+    (one system call) instead of one write each, which was the largest per-turn cost. With
+    permessage-deflate too: messages of ``DEFLATE_MIN_BYTES`` or more are compressed here
+    (``Deflater``), smaller ones go out uncompressed (WS-19).
+
+    Backpressure: when the socket's buffers pass ``HIGH_WATER`` the sender waits for them to
+    drain, so a slow reader slows the sampler down (bounded memory). A reader slower than
+    ``send_timeout`` is disconnected with close code 1013 and a reason (LIM-12). The timer is
+    armed only then, so the per-token path allocates nothing extra.
+
+    It also counts frames both ways and notes error events, for the inspector (INSP-4, INSP-6):
+    two integer additions and one type test per frame."""
+
+    __slots__ = (
+        "_deflater",
+        "_errors",
+        "_frames",
+        "_loop",
+        "_owner",
+        "_pending",
+        "_timeout",
+        "_writer",
+        "frames_in",
+        "frames_out",
+        "ws",
+    )
+
+    HIGH_WATER = 64 * 1024  # asyncio's default: above it, the next drain would block
+
+    def __init__(
+        self,
+        ws: web.WebSocketResponse,
+        send_timeout: float,
+        errors: ErrorRing | None = None,
+        owner: OwnerFilter = ANY_OWNER,
+    ) -> None:
+        self.ws = ws
+        self._timeout = send_timeout
+        self._errors = errors if errors is not None else ErrorRing()
+        self._owner = owner  # whose errors these are, for the inspector (INSP-9)
+        self.frames_in = 0
+        self.frames_out = 0
+        self._loop = asyncio.get_running_loop()
+        self._frames: list[bytes] = []
+        self._pending = 0  # bytes in _frames
+        # aiohttp's payload writer: its transport and drain(); None -> per-frame sends.
+        writer = getattr(ws, "_payload_writer", None)
+        coalesce = writer is not None and hasattr(writer, "drain")
+        self._writer = writer if coalesce else None
+        self._deflater = _deflater(ws) if coalesce else None
+
+    async def send(self, event: ServerEvent) -> None:
+        ws = self.ws
+        if ws.closed:
+            raise ClientGone
+        data = encode(event)
+        self.frames_out += 1
+        note_event(self._errors, "ws", event, self._owner)
+        try:
+            if self._writer is None:
+                await self._send_frame(data)
+                return
+            if not self._frames:
+                self._loop.call_soon(self.flush)
+            if self._deflater is not None and len(data) >= DEFLATE_MIN_BYTES:
+                self._frames += self._deflater.frame(data)  # WS-19
+            elif len(data) < COPY_LIMIT:
+                self._frames.append(text_frame(data))
+            else:  # a Response snapshot: header and payload as two buffers of one writelines
+                self._frames += (frame_header(len(data)), data)
+            self._pending += len(data)
+            transport = self._writer.transport
+            if transport is None or transport.is_closing():
+                raise ClientGone
+            if self._pending + transport.get_write_buffer_size() > self.HIGH_WATER:
+                self.flush()
+                await self._bounded(self._writer.drain())
+        except (ConnectionError, RuntimeError) as exc:
+            raise ClientGone from exc
+
+    def flush(self) -> None:
+        """Write every buffered frame now (also called before this side closes the socket)."""
+        if not self._frames:
+            return
+        frames, self._frames, self._pending = self._frames, [], 0
+        transport = self._writer.transport if self._writer is not None else None
+        if transport is not None and not transport.is_closing():
+            transport.writelines(frames)
+
+    async def _send_frame(self, data: bytes) -> None:
+        transport = self.ws._req.transport if self.ws._req is not None else None
+        if transport is not None and transport.get_write_buffer_size() > self.HIGH_WATER:
+            await self._bounded(self.ws.send_frame(data, WSMsgType.TEXT))
+        else:
+            await self.ws.send_frame(data, WSMsgType.TEXT)
+
+    async def _bounded(self, waiting: Awaitable[None]) -> None:
+        try:
+            async with asyncio.timeout(self._timeout):
+                await waiting
+        except TimeoutError:
+            log.warning("closing a WebSocket whose reader fell %.0f s behind", self._timeout)
+            self._frames, self._pending = [], 0
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(
+                    self.ws.close(code=WSCloseCode.TRY_AGAIN_LATER, message=b"reader too slow"), 1
+                )
+            raise ClientGone from None
+
+    async def close(self, code: int, message: bytes) -> None:
+        """Close from our side, after everything already sent has left."""
+        self.flush()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.ws.close(code=code, message=message), 1)
+
+
+class TimedWsSink(WsSink):
+    """--bench-timings only (OBS-5): a ``WsSink`` that times its own sends and deferred flushes
+    (the write system call) and the request frames' decoding, for the turn's timing record.
+    Being a ``WsSink`` itself, everything that looks for one (shutdown, the inspector's frame
+    counts) sees it unchanged; without the switch it is never constructed."""
+
+    __slots__ = ("_decode_s", "_send_s")
+
+    def __init__(
+        self,
+        ws: web.WebSocketResponse,
+        send_timeout: float,
+        errors: ErrorRing | None = None,
+        owner: OwnerFilter = ANY_OWNER,
+    ) -> None:
+        super().__init__(ws, send_timeout, errors, owner)
+        self._send_s = self._decode_s = 0.0
+
+    async def send(self, event: ServerEvent) -> None:
+        start = time.perf_counter()
+        try:
+            await super().send(event)
+        finally:
+            self._send_s += time.perf_counter() - start
+
+    def flush(self) -> None:
+        start = time.perf_counter()
+        super().flush()
+        self._send_s += time.perf_counter() - start
+
+    def add_decode(self, seconds: float) -> None:
+        self._decode_s += seconds
+
+    def take(self) -> tuple[float, float]:
+        """(send, decode) seconds since the previous call (``benchclock.SelfTiming``)."""
+        taken = self._send_s, self._decode_s
+        self._send_s = self._decode_s = 0.0
+        return taken
+
+
+def _make_sink(
+    ws: web.WebSocketResponse,
+    engine: Engine,
+    config: ServerConfig,
+    errors: ErrorRing,
+    owner: str | None,
+) -> WsSink:
+    timed = engine.bench_clock is not None
+    return (TimedWsSink if timed else WsSink)(ws, config.send_timeout_s, errors, owner)
+
+
+def default_mode(request: web.Request) -> Mode:
+    beta = request.headers.get("OpenAI-Beta", "")
+    return Mode.APPEND if APPEND_BETA in beta else Mode.STANDARD
+
+
+def _check_key_cap(sessions: set[Session], owner: str | None, cap: int) -> None:
+    """LIM-30: one API key holds at most ``cap`` open sockets, so one tenant cannot take every
+    connection (and the memory behind them) of a node. An open server has no keys to count."""
+    if owner is None or cap <= 0:
+        return
+    if sum(1 for session in sessions if session.owner == owner) >= cap:
+        raise TooManyRequests(
+            "too_many_connections_for_key",
+            f"This API key has {cap} WebSocket connections open here, the most it may.",
+            None,
+        )
+
+
+async def serve_socket(
+    request: web.Request, engine: Engine, config: ServerConfig
+) -> web.StreamResponse:
+    ws = web.WebSocketResponse(
+        max_msg_size=config.max_frame_bytes,
+        decode_text=False,
+        heartbeat=None,
+        compress=config.ws_deflate,  # accept permessage-deflate when offered (CODEX-25)
+    )
+    owner = await identity.owner(request)  # before the upgrade: a failure is an HTTP answer
+    quota = await ratelimits.quota_for(request)  # its figures go on the upgrade (RATE-3)
+    sessions: set[Session] = request.app[SESSIONS]
+    _check_key_cap(sessions, owner, config.max_connections_per_key)
+    await ws.prepare(request)
+    sink = _make_sink(ws, engine, config, request.app[INSPECTOR].errors, owner)
+    if quota is not None and ratelimits.codex_client(request):
+        ratelimits.tell_codex(quota, sink.send)
+    session = Session(
+        engine,
+        sink,
+        transport="ws",
+        default_mode=default_mode(request),
+        owner=owner,
+        quota=quota,
+        multi_agent=MULTI_AGENT_BETA in request.headers.get("OpenAI-Beta", ""),  # INJECT-1
+    )
+    session.traceparent = request.headers.get("traceparent")  # the upgrade's, for all (OTEL-2)
+    sessions.add(session)
+    engine.counters["ws.connections"] += 1  # accepted sockets (OBS-4)
+    try:
+        async for msg in ws:
+            sink.frames_in += 1
+            if msg.type is WSMsgType.TEXT:
+                if not await _dispatch(session, msg.data):
+                    await sink.close(WSCloseCode.INVALID_TEXT, b"invalid UTF-8")  # WS-17
+                    break
+            elif msg.type is WSMsgType.BINARY:
+                await session.send_error(
+                    InvalidRequest(
+                        "binary_frame_not_supported",
+                        "Send each event as a JSON text frame.",
+                        None,
+                    )
+                )
+            elif msg.type is WSMsgType.ERROR:
+                await _frame_error(session, ws)
+                break
+            if session.expired:  # connection age limit: error sent, now a reconnectable close
+                await sink.close(WSCloseCode.GOING_AWAY, b"connection age limit")
+                break
+    finally:
+        sessions.discard(session)
+        await session.close()
+    return ws
+
+
+async def _dispatch(session: Session, data: bytes) -> bool:
+    """Decode and hand on one text message; False when it is not UTF-8 at all (RFC 6455 §8.1:
+    the connection is then failed with 1007, WS-17). The decoder validates UTF-8 itself (JSON
+    outside strings is ASCII), so only a message it refuses is checked again."""
+    timer = session.sink if isinstance(session.sink, TimedWsSink) else None
+    start = time.perf_counter() if timer is not None else 0.0
+    try:
+        event = decode_client_event(data)
+    except ProtocolError as err:
+        if not _is_utf8(data):
+            return False
+        await session.send_error(err)
+        return True
+    if timer is not None:
+        timer.add_decode(time.perf_counter() - start)
+    await session.handle(event, len(data))
+    return True
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+async def _frame_error(session: Session, ws: web.WebSocketResponse) -> None:
+    """A frame that could not be read (e.g. over the size limit): say so, then aiohttp closes."""
+    exc = ws.exception()
+    log.info("websocket read error: %s", exc)
+    await session.send_error(
+        InvalidRequest("frame_too_large", "The message could not be read.", None)
+    )

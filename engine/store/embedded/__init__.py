@@ -1,0 +1,2 @@
+"""The embedded SQLite store: its records, thread, WAL reader, inline fast path,
+checkpoints."""

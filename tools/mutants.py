@@ -84,7 +84,7 @@ def run_tests(scratch: Path, tests: tuple[str, ...], timeout: float) -> int:
     """The cited tests in the scratch copy: pytest's exit status (-1: over ``timeout``)."""
     env = {**os.environ, "PYTHONPATH": str(scratch), "PYTHONDONTWRITEBYTECODE": "1"}
     command = [
-        sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--no-header",
+        sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-rfE",
         *tests,
     ]  # fmt: skip
     proc = subprocess.Popen(
@@ -99,8 +99,12 @@ def run_tests(scratch: Path, tests: tuple[str, ...], timeout: float) -> int:
         if sys.exc_info()[0] is subprocess.TimeoutExpired:
             return -1
         raise
-    tail = out.decode(errors="replace").strip().splitlines()[-1:] or [""]
-    print(f"    pytest: {tail[0]}", flush=True)
+    lines = out.decode(errors="replace").splitlines()
+    # what failed and why: the short summary's lines and the first assertion's
+    shown = [line for line in lines if line.startswith(("FAILED ", "ERROR "))][:3]
+    shown += [line for line in lines if line.startswith("E ")][:1]
+    for line in shown:
+        print(f"    {line[:160]}", flush=True)
     return proc.returncode
 
 

@@ -9,6 +9,8 @@ notice) or, ``store: false`` included, by the parking node handing the rollout o
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 from collections.abc import Callable
 from typing import Any
 
@@ -238,6 +240,43 @@ async def test_node_changed_store_false_is_handed_over(keyed_cluster: Cluster) -
         await sdk.close()
     again = await _continue(node_url(cluster, home), first, store=False)
     assert again.type == "error" and again.error.code == "previous_response_not_found", again
+
+
+async def test_an_unreachable_parking_node_costs_only_the_handover(
+    haproxy_cluster: Cluster,
+) -> None:
+    """PARK-21: the node that parks a ``store: false`` rollout stops answering (SIGSTOP: its
+    socket still accepts, nothing answers). A continuation on the other node asks it, gives up
+    at the hand-over's bound (5 s, ``HANDOVER_TIMEOUT_S``), counts ``park.handover_failed`` and
+    answers ``previous_response_not_found``, as if nothing were parked; it serves on."""
+    cluster = haproxy_cluster
+    first = await _suspend(cluster.url, store=False)
+    home = _parked_on(await _until(cluster, lambda s: sum(x["parked"] for x in s) == 1))
+    other = 1 - home
+    proc = cluster.nodes[home].proc
+    assert proc is not None
+    os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        lost = await _continue(node_url(cluster, other), first, store=False)
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(
+                f"http://127.0.0.1:{cluster.nodes[other].port}/debug/stats",
+                headers=OPERATOR_HEADERS,
+            ) as resp,
+        ):
+            stats = await resp.json()  # the stopped node would not answer its own
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+    assert lost.type == "error", lost
+    assert (lost.error.code, lost.error.param) == (
+        "previous_response_not_found",
+        "previous_response_id",
+    )
+    assert _count(stats, "park.handover_failed") == 1, stats["counters"]
+    assert _count(stats, "park.handover_missed") == 0 and _count(stats, "create.handed_over") == 0
+    served = await _suspend(node_url(cluster, other), store=False)
+    assert served.status == "completed"
 
 
 async def test_the_handover_route_is_for_nodes_only(keyed_cluster: Cluster) -> None:

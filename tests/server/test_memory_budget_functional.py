@@ -100,10 +100,12 @@ async def test_the_hydration_share_bounds_rss(node: tuple[int, int]) -> None:
         # the count is the memory: RSS grows by about what the cache says it added, plus what
         # serving 1,000 requests leaves elsewhere (allocator arenas, SQLite pages, counters):
         # measured 1.03x-1.39x here; the old encoded-size count was 1.84x under (MEM-10)
+        print(f"\nRATIO {grown / counted:.3f} counted {counted / MIB:.2f}")
         assert grown < 1.5 * counted, f"RSS +{grown / MIB:.1f} MiB for {counted / MIB:.1f} counted"
         await _drive(http, port, range(40 + filling, 40 + 3 * filling))  # past the share
         counted2, evicted2 = await _cache(http, port)
         rss2 = _rss(pid)
+    print(f"RSS2 {(rss2 - rss0) / MIB:.2f} limit {(1.35 * SHARE + 4 * MIB) / MIB:.2f}")
     assert evicted2 > 0 and counted2 <= SHARE
     # ~2x the share was pushed through; resident growth stays near the share
     assert rss2 - rss0 < 1.35 * SHARE + 4 * MIB, f"RSS +{(rss2 - rss0) / MIB:.1f} MiB"

@@ -72,6 +72,14 @@ fuzz: $(STAMP)
 	echo "fuzz seed: $$seed (replay: make fuzz SEED=$$seed)"; \
 	HYPOTHESIS_PROFILE=deep $(BIN)/pytest tests/fuzz tests/protocol -q -p no:cacheprovider --timeout 0 --hypothesis-show-statistics --hypothesis-seed=$$seed
 
+# Each named mutation in tools/mutants.toml (the smallest break of a rule), applied one at a
+# time to a scratch copy of the tree, must make the tests citing its rule fail; prints killed /
+# survived, exits 1 on a survivor. A developer tool, not part of `make test`; slow (the cluster
+# tests). `make mutants ONLY="MEM-13 PARK"` runs the mutations whose name or rule starts so.
+.PHONY: mutants
+mutants: $(STAMP)
+	$(BIN)/python tools/mutants.py $(ONLY)
+
 # End-to-end tests against the real llama.cpp server (part of `make test`, TOK-40): `llama-server`
 # is built once from the llama.cpp source that the llama-cpp-python sdist vendors
 # (vendor/llama.cpp, tools/server), into $(LLAMA_DIR) (ignored by git). The sdist comes from PyPI

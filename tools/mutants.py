@@ -161,7 +161,8 @@ def main() -> int:
         print(f"{m.name:40} {m.rule:12} {outcome}")
     bad = [m.name for m, outcome in results if not outcome.startswith("killed")]
     killed = len(results) - len(bad)
-    print(f"\n{killed} of {len(results)} killed" + (f"; not killed: {', '.join(bad)}" if bad else ""))
+    survivors = f"; not killed: {', '.join(bad)}" if bad else ""
+    print(f"\n{killed} of {len(results)} killed{survivors}")
     return 1 if bad else 0
 
 

@@ -78,7 +78,7 @@ fuzz: $(STAMP)
 # tests). `make mutants ONLY="MEM-13 PARK"` runs the mutations whose name or rule starts so.
 .PHONY: mutants
 mutants: $(STAMP)
-	$(BIN)/python tools/mutants.py $(ONLY)
+	ROLLOUT_LLAMA_SERVER=$${ROLLOUT_LLAMA_SERVER:-$(abspath $(LLAMA_SERVER))} $(BIN)/python tools/mutants.py $(ONLY)
 
 # End-to-end tests against the real llama.cpp server (part of `make test`, TOK-40): `llama-server`
 # is built once from the llama.cpp source that the llama-cpp-python sdist vendors

@@ -7,7 +7,9 @@ Each mutation is applied, one at a time, to a scratch copy of the checkout (the 
 never written, so an interrupt cannot leave it mutated), and the cited tests run there
 (``PYTHONPATH`` points every process they start, nodes and balancers' backends included, at the
 copy). A test run that fails kills the mutation; one that passes means the mutation survived.
-Exit status 1 if any survived (or a mutation no longer applies), else 0.
+Exit status 1 if any survived (or a mutation no longer applies), else 0. A mutation whose tests
+need a binary (``needs``: environment variables naming it, such as ``ROLLOUT_LLAMA_SERVER``) is
+reported "NOT RUN" when it is missing, and listed as such at the end.
 
     .venv/bin/python tools/mutants.py                  # every mutation
     .venv/bin/python tools/mutants.py CLUSTER-12 MEM   # names or rule IDs starting so
@@ -28,6 +30,7 @@ import time
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 LIST = ROOT / "tools" / "mutants.toml"
@@ -47,6 +50,11 @@ class Mutation:
     old: str
     new: str
     tests: tuple[str, ...]
+    needs: tuple[str, ...] = ()  # environment variables naming files the tests need
+
+    def missing(self) -> list[str]:
+        """What this environment lacks to run the cited tests (nothing: they can run)."""
+        return [n for n in self.needs if not Path(os.environ.get(n) or "/nonexistent").is_file()]
 
     def selected(self, patterns: list[str]) -> bool:
         return not patterns or any(
@@ -56,15 +64,17 @@ class Mutation:
 
 def load(path: Path) -> list[Mutation]:
     data = tomllib.loads(path.read_text())
-    out = [
-        Mutation(m["name"], m["rule"], m["file"], m["old"], m["new"], tuple(m["tests"]))
-        for m in data["mutation"]
-    ]
+    out = [_mutation(m) for m in data["mutation"]]
     names = [m.name for m in out]
     duplicate = {n for n in names if names.count(n) > 1}
     if duplicate:
         raise SystemExit(f"{path}: duplicate names {sorted(duplicate)}")
     return out
+
+
+def _mutation(m: dict[str, Any]) -> Mutation:
+    tests, needs = tuple(m["tests"]), tuple(m.get("needs", ()))
+    return Mutation(m["name"], m["rule"], m["file"], m["old"], m["new"], tests, needs)
 
 
 def check(mutation: Mutation, root: Path) -> str | None:
@@ -142,6 +152,10 @@ def main() -> int:
                 print(f"    cannot apply: {problem}")
                 results.append((m, "NOT APPLIED"))
                 continue
+            if m.missing():
+                print(f"    not run: set {', '.join(m.missing())} to the file it names")
+                results.append((m, "NOT RUN"))
+                continue
             if args.baseline and run_tests(scratch, m.tests, args.timeout) != 0:
                 print("    the cited tests fail unmutated: no verdict")
                 results.append((m, "BASELINE FAILS"))
@@ -159,10 +173,14 @@ def main() -> int:
     print("\nmutation                                 rule         verdict")
     for m, outcome in results:
         print(f"{m.name:40} {m.rule:12} {outcome}")
-    bad = [m.name for m, outcome in results if not outcome.startswith("killed")]
-    killed = len(results) - len(bad)
+    bad = [m.name for m, outcome in results if outcome not in ("killed", "killed (error)")]
+    unrun = [m.name for m, outcome in results if outcome == "NOT RUN"]
+    bad = [name for name in bad if name not in unrun]
+    killed = len(results) - len(bad) - len(unrun)
+    if unrun:  # not a survivor, but not checked either: say so on every run
+        print(f"\nnot run here (a binary they need is missing): {', '.join(unrun)}")
     survivors = f"; not killed: {', '.join(bad)}" if bad else ""
-    print(f"\n{killed} of {len(results)} killed{survivors}")
+    print(f"\n{killed} of {len(results) - len(unrun)} run killed{survivors}")
     return 1 if bad else 0
 
 

@@ -45,8 +45,8 @@ agent: $(STAMP)
 	$(BIN)/rollout agent --url http://$(HOST):$(PORT)/v1
 
 lint: $(DEV_STAMP)
-	$(BIN)/ruff check protocol engine clients cli bench tests
-	$(BIN)/ruff format --check protocol engine clients cli bench tests
+	$(BIN)/ruff check protocol engine clients cli bench tools tests
+	$(BIN)/ruff format --check protocol engine clients cli bench tools tests
 
 types: $(DEV_STAMP)
 	$(BIN)/mypy
@@ -88,6 +88,14 @@ fuzz: $(DEV_STAMP)
 	@seed="$(SEED)"; [ -n "$$seed" ] || seed=$$($(BIN)/python -c 'import secrets; print(secrets.randbits(32))'); \
 	echo "fuzz seed: $$seed (replay: make fuzz SEED=$$seed)"; \
 	HYPOTHESIS_PROFILE=deep $(BIN)/pytest tests/fuzz tests/protocol -q -p no:cacheprovider --timeout 0 --hypothesis-show-statistics --hypothesis-seed=$$seed
+
+# Each named mutation in tools/mutants.toml (the smallest break of a rule), applied one at a
+# time to a scratch copy of the tree, must make the tests citing its rule fail; prints killed /
+# survived, exits 1 on a survivor. A developer tool, not part of `make test`; slow (the cluster
+# tests). `make mutants ONLY="MEM-13 PARK"` runs the mutations whose name or rule starts so.
+.PHONY: mutants
+mutants: $(DEV_STAMP)
+	ROLLOUT_LLAMA_SERVER=$${ROLLOUT_LLAMA_SERVER:-$(abspath $(LLAMA_SERVER))} $(BIN)/python tools/mutants.py $(ONLY)
 
 # End-to-end tests against the real llama.cpp server (part of `make test`, TOK-40): `llama-server`
 # is built from the llama.cpp source that the llama-cpp-python sdist vendors (vendor/llama.cpp,

@@ -8,8 +8,9 @@ a non-ASCII one), each list and dict its own table, and the context keeps ledger
 real footprint about 2.5x (issue 24: 132 MB counted, 336 MB of RSS growth).
 
 ``deep_size`` walks an item once when it is committed (``sys.getsizeof`` of every object it
-reaches, the way CPython's allocator sees them); ``tests/engine/test_footprint.py`` checks the
-walk against tracemalloc and a real server's RSS against the caches' counts.
+reaches, the way CPython's allocator sees them). ``tests/engine/test_footprint.py`` checks what
+a context is charged against what tracemalloc sees publishing it allocate, from both sides;
+``tests/server/test_memory_budget_functional.py`` a real server's RSS against the cache's count.
 """
 
 from __future__ import annotations
@@ -25,9 +26,11 @@ DICT_ENTRY = 48
 LIST_SLOT = 8
 SET_ENTRY = 24
 
-# The fixed part of a Context (the object, its empty dicts/sets/lists, the header array's
-# object): getsizeof of each, summed and rounded up.
-CONTEXT_OVERHEAD = 2048
+# The fixed part of a Context (the object and its attribute dict, the token buffer's object, its
+# empty dicts/sets/lists, the header array's object): what tracemalloc sees a one-message
+# context hold besides its item and its arrays' data, about 1.2 KiB, rounded up. (It was 2 KiB,
+# which overcharged a one-message context 13%; tests/engine/test_footprint.py measures it.)
+CONTEXT_OVERHEAD = 1280
 
 # Objects the interpreter shares: never charged to an item.
 _SHARED = (type(None), bool)

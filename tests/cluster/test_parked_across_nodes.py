@@ -9,6 +9,8 @@ notice) or, ``store: false`` included, by the parking node handing the rollout o
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 from collections.abc import Callable
 from typing import Any
 
@@ -108,6 +110,42 @@ async def test_one_keys_connections_spread_over_both_nodes(cluster: Cluster) -> 
     assert sum(served) == 6 and min(served) >= 1, served
 
 
+async def test_new_sockets_go_to_the_node_with_fewer_open_ones(cluster: Cluster) -> None:
+    """CLUSTER-10: least connections, not turns: six sockets spread three a node; the three on
+    one node close; the next three all go to that node, which holds fewer open connections
+    (round robin would alternate and send one of them to the busy node)."""
+    headers = {"Authorization": f"Bearer {KEY}"}
+    async with aiohttp.ClientSession(headers=headers) as http:
+        held: list[tuple[int, aiohttp.ClientWebSocketResponse]] = []
+        try:
+            for _ in range(6):
+                held.append(await _open_one(http, cluster))
+            busy = held[0][0]
+            for node, ws in held:
+                if node != busy:
+                    await ws.close()
+            held = [(node, ws) for node, ws in held if node == busy]
+            assert len(held) == 3, [node for node, _ in held]
+            await _until(cluster, lambda s: s[1 - busy]["open_sessions"] == 0)
+            for _ in range(3):
+                held.append(await _open_one(http, cluster))
+            assert [node for node, _ in held[3:]] == [1 - busy] * 3, [n for n, _ in held]
+        finally:
+            for _, ws in held:
+                await ws.close()
+
+
+async def _open_one(
+    http: aiohttp.ClientSession, cluster: Cluster
+) -> tuple[int, aiohttp.ClientWebSocketResponse]:
+    """One WebSocket through the balancer, and the node it reached (whose accepted-socket
+    count went up)."""
+    before = await node_stats(cluster)
+    ws = await http.ws_connect(f"{cluster.url}/responses")
+    stats = await _until(cluster, lambda s: sum(_opened(s, before)) == 1)
+    return _opened(stats, before).index(1), ws
+
+
 def _opened(stats: list[dict[str, Any]], before: list[dict[str, Any]]) -> list[int]:
     return [_count(a, "ws.connections") - _count(b, "ws.connections")
             for a, b in zip(stats, before, strict=True)]  # fmt: skip
@@ -204,9 +242,48 @@ async def test_node_changed_store_false_is_handed_over(keyed_cluster: Cluster) -
     assert again.type == "error" and again.error.code == "previous_response_not_found", again
 
 
+async def test_an_unreachable_parking_node_costs_only_the_handover(
+    haproxy_cluster: Cluster,
+) -> None:
+    """PARK-21: the node that parks a ``store: false`` rollout stops answering (SIGSTOP: its
+    socket still accepts, nothing answers). A continuation on the other node asks it, gives up
+    at the hand-over's bound (5 s, ``HANDOVER_TIMEOUT_S``), counts ``park.handover_failed`` and
+    answers ``previous_response_not_found``, as if nothing were parked; it serves on."""
+    cluster = haproxy_cluster
+    first = await _suspend(cluster.url, store=False)
+    home = _parked_on(await _until(cluster, lambda s: sum(x["parked"] for x in s) == 1))
+    other = 1 - home
+    proc = cluster.nodes[home].proc
+    assert proc is not None
+    os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        lost = await _continue(node_url(cluster, other), first, store=False)
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(
+                f"http://127.0.0.1:{cluster.nodes[other].port}/debug/stats",
+                headers=OPERATOR_HEADERS,
+            ) as resp,
+        ):
+            stats = await resp.json()  # the stopped node would not answer its own
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+    assert lost.type == "error", lost
+    assert (lost.error.code, lost.error.param) == (
+        "previous_response_not_found",
+        "previous_response_id",
+    )
+    assert _count(stats, "park.handover_failed") == 1, stats["counters"]
+    assert _count(stats, "park.handover_missed") == 0 and _count(stats, "create.handed_over") == 0
+    served = await _suspend(node_url(cluster, other), store=False)
+    assert served.status == "completed"
+
+
 async def test_the_handover_route_is_for_nodes_only(keyed_cluster: Cluster) -> None:
     """PARK-22, CLUSTER-12: the hand-over route refuses a token its store did not make, also
-    with a valid API key (403, nothing claimed), and the balancer refuses the route outright."""
+    with a valid API key (403 ``forbidden`` from the node, nothing claimed), and the balancer
+    refuses the route itself: its own 403 (not the node's JSON error body), and no node sees
+    the request (only the direct one is counted ``park.handover_refused``)."""
     cluster = keyed_cluster
     first = await _suspend(cluster.url, store=False)
     home = _parked_on(await _until(cluster, lambda s: sum(x["parked"] for x in s) == 1))
@@ -215,14 +292,21 @@ async def test_the_handover_route_is_for_nodes_only(keyed_cluster: Cluster) -> N
     direct = f"http://127.0.0.1:{cluster.nodes[home].port}/cluster/v1/handover"
     through = cluster.url.removesuffix("/v1") + "/cluster/v1/handover"
     async with aiohttp.ClientSession() as http:
-        for url in (direct, through):
-            async with http.post(url, json=body, headers=headers) as resp:
-                assert resp.status == 403, url
-        async with http.get(
-            f"http://127.0.0.1:{cluster.nodes[home].port}/debug/stats", headers=OPERATOR_HEADERS
-        ) as resp:
-            stats = await resp.json()
-    assert stats["parked"] == 1 and _count(stats, "park.handover_refused") == 1
+        async with http.post(direct, json=body, headers=headers) as resp:
+            assert resp.status == 403
+            assert (await resp.json())["error"]["code"] == "forbidden"  # the node's refusal
+        for _ in range(2):  # leastconn would send a second one to the other node
+            async with http.post(through, json=body, headers=headers) as resp:
+                assert resp.status == 403, through
+                refusal = await resp.text()
+                # the balancer's page (HAProxy's or nginx's HTML), not the node's JSON error
+                assert resp.content_type == "text/html", (resp.content_type, refusal)
+                assert "403 Forbidden" in refusal and '"error"' not in refusal, refusal
+    stats = await node_stats(cluster)
+    assert stats[home]["parked"] == 1
+    assert [_count(s, "park.handover_refused") for s in stats] == [
+        int(i == home) for i in range(len(stats))
+    ], stats  # the nodes saw only the direct request
 
 
 async def test_a_drained_node_retires_what_it_parks(haproxy_cluster: Cluster) -> None:

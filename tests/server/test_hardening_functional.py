@@ -73,6 +73,8 @@ async def test_websocket_disabled_answers_426(server_factory: Callable[..., Any]
 async def test_connection_limit_answers_503_before_upgrade(
     server_factory: Callable[..., Any],
 ) -> None:
+    """LIM-10, RETRY-1: past ``max_connections`` an upgrade is refused with 503 carrying
+    ``x-should-retry: true`` (no work was done); a freed slot takes the next one."""
     live: LiveServer = await server_factory(server=ServerConfig(max_connections=2))
     async with aiohttp.ClientSession() as http:
         first = await http.ws_connect(live.ws_url)
@@ -80,6 +82,9 @@ async def test_connection_limit_answers_503_before_upgrade(
         with pytest.raises(aiohttp.WSServerHandshakeError) as info:
             await http.ws_connect(live.ws_url)
         assert info.value.status == 503
+        # it did no work, so it may be sent again, to any node (RETRY-1)
+        assert info.value.headers is not None
+        assert info.value.headers.get("x-should-retry") == "true"
         await first.close()
         sessions = live.runner.app[SESSIONS]
         await wait_for(lambda: len(sessions) < 2, "the closed socket's slot to free up")

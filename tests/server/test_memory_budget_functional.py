@@ -97,13 +97,19 @@ async def test_the_hydration_share_bounds_rss(node: tuple[int, int]) -> None:
         rss1 = _rss(pid)
         assert evicted1 == 0 and counted1 > SHARE // 2
         grown, counted = rss1 - rss0, counted1 - counted0
-        # the count is the memory: RSS grows by about what the cache says it added, plus what
-        # serving 1,000 requests leaves elsewhere (allocator arenas, SQLite pages, counters):
-        # measured 1.03x-1.39x here; the old encoded-size count was 1.84x under (MEM-10)
-        assert grown < 1.5 * counted, f"RSS +{grown / MIB:.1f} MiB for {counted / MIB:.1f} counted"
+        # the count is the memory (MEM-10), from both sides: RSS grows by about what the cache
+        # says it added, plus what serving 1,000 requests leaves elsewhere (allocator arenas,
+        # SQLite pages, counters). Measured 1.37x-1.45x (2026-12-02) with a charge within 3% of
+        # tracemalloc; items charged twice show 0.93x, so the low bound catches an overcharge.
+        # The encoded-size count shows 1.67x, too near this noise (the bound was 1.5 and a run
+        # hit 1.501): tests/engine/test_footprint.py catches that one exactly (tools/mutants.toml)
+        ratio = grown / counted
+        assert 1.05 < ratio < 1.75, f"RSS +{grown / MIB:.1f} MiB for {counted / MIB:.1f} counted"
         await _drive(http, port, range(40 + filling, 40 + 3 * filling))  # past the share
         counted2, evicted2 = await _cache(http, port)
         rss2 = _rss(pid)
     assert evicted2 > 0 and counted2 <= SHARE
-    # ~2x the share was pushed through; resident growth stays near the share
-    assert rss2 - rss0 < 1.35 * SHARE + 4 * MIB, f"RSS +{(rss2 - rss0) / MIB:.1f} MiB"
+    # ~2x the share was pushed through; resident growth stays near the share: measured
+    # 18.5-19.1 MiB for the 12 MiB share (22.2 with the encoded-size count); a cache that kept
+    # what it evicts would hold ~2.7 shares
+    assert rss2 - rss0 < 1.6 * SHARE + 4 * MIB, f"RSS +{(rss2 - rss0) / MIB:.1f} MiB"

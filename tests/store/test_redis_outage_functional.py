@@ -113,6 +113,7 @@ async def test_outage_then_recovery_without_restart(outage: Outage, serve: Serve
         assert fresh.code == "store_unavailable" and fresh.status in UNSTORED
         async with http.get(f"{server.base}/v1/responses/{chain.acked[0]['id']}") as resp:
             assert resp.status == 503
+            assert resp.headers.get("x-should-retry") == "true"  # nothing was done (RETRY-1)
             assert (await resp.json())["error"]["code"] == "store_unavailable"
         on_ws = await ws_create(ws, body(chain.last, 3))
         assert on_ws.code == "store_unavailable" and on_ws.status in UNSTORED

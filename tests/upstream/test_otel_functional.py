@@ -139,10 +139,14 @@ async def test_trace_tree_of_a_ws_rollout(
 
 
 async def test_off_touches_no_tracer(
-    chat_peer: ChatPeer, engine_for: StartEngine, monkeypatch: pytest.MonkeyPatch
+    collector: Collector,
+    chat_peer: ChatPeer,
+    engine_for: StartEngine,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """OTEL-6: with tracing off no span is made: the SDK's tracer is never asked for one, and
-    the upstream gets no ``traceparent``."""
+    the upstream gets no ``traceparent``. The same spy, on an engine with tracing on, sees the
+    spans of the same rollout (so an empty count means no span, not a spy that sees none)."""
     from opentelemetry.sdk.trace import Tracer
 
     started: list[str] = []
@@ -157,6 +161,10 @@ async def test_off_touches_no_tracer(
     assert live.engine.tracing is None
     await rollout_with_a_tool_call(live.ws_url)
     assert started == []
+    assert len(chat_peer.requests) == 2
     assert all("traceparent" not in r.headers for r in chat_peer.requests)
-    # The check can fail: the same spy sees a traced engine's spans.
-    assert Tracer.start_span is counting
+    endpoint = f"http://127.0.0.1:{collector.port}"
+    traced = await engine_for(router_for("chat", chat_peer.base_url), otel_endpoint=endpoint)
+    await rollout_with_a_tool_call(traced.ws_url)
+    assert started.count("response") == 2, started
+    assert all("traceparent" in r.headers for r in chat_peer.requests[2:]), chat_peer.requests

@@ -219,7 +219,10 @@ async def test_tokens_route_continuations_exact_ws_and_http(
                 )
                 ws.append(await _terminal(conn))
         assert_chain_exact(recorder.turns, ws)
-        assert {r.status for r in ws} <= {"completed", "incomplete"}
+        # every turn was cut at its 6 tokens, and the next continued from the cut (TOK-8)
+        cut = [(r.status, r.incomplete_details and r.incomplete_details.reason) for r in ws]
+        assert cut == [("incomplete", "max_output_tokens")] * 3, cut
+        assert [len(turn.answer) for turn in recorder.turns] == [6] * 3
         assert server.engine.counters["create.cache_hit"] == 2
         # llama.cpp's own prompt cache agreed: the prefix it had was reused, not re-read
         assert recorder.turns[2].last["timings"]["cache_n"] >= len(recorder.turns[1].prompt)

@@ -1,0 +1,1 @@
+"""Developer tools outside the shipped packages: ``make mutants`` (mutants.py, mutants.toml)."""

@@ -18,6 +18,8 @@ from protocol.items import (
     Compaction,
     CustomToolCall,
     FunctionCall,
+    McpCall,
+    McpItem,
     Message,
     OutputItem,
     OutputText,
@@ -99,6 +101,17 @@ class _OpenCall:
             status=status,
             namespace=self.namespace,
         )
+
+
+class _OpenHosted:
+    """An open hosted-tool item (remote MCP, MCP-5, MCP-7): complete when added, its progress
+    events between ``output_item.added`` and ``.done``."""
+
+    __slots__ = ("item", "output_index")
+
+    def __init__(self, item: McpItem, output_index: int) -> None:
+        self.item = item
+        self.output_index = output_index
 
 
 class _NumberedEvents:
@@ -186,7 +199,7 @@ class _ReasoningItems(_NumberedEvents):
 
     def __init__(self, response: Response, stream_id: str | None = None) -> None:
         super().__init__(response, stream_id)
-        self._open: _OpenMessage | _OpenCall | _OpenReasoning | None = None
+        self._open: _OpenMessage | _OpenCall | _OpenReasoning | _OpenHosted | None = None
 
     @property
     def has_open_item(self) -> bool:
@@ -510,6 +523,49 @@ class ResponseStream(_ReasoningItems):
             ),
         ]
 
+    # ------------------------------------------------------------------ hosted tools (MCP-5, MCP-7)
+    def open_hosted(self, item: McpItem) -> ev.OutputItemAdded:
+        """Add a hosted-tool item (``mcp_list_tools``, ``mcp_call``); it stays open for its
+        progress events (``hosted_event``) until ``close_hosted``."""
+        self._require_closed()
+        seq = self._step(Step.OUTPUT)
+        index = len(self.response.output)
+        self._open = _OpenHosted(item, index)
+        return ev.OutputItemAdded(
+            sequence_number=seq, stream_id=self.stream_id, output_index=index, item=item
+        )
+
+    def hosted_event(self, kind: type[ev.McpProgress], **fields: str) -> ev.McpProgress:
+        """One numbered progress event of the open hosted item (``item_id``, ``output_index``
+        filled in)."""
+        item = self._open
+        if not isinstance(item, _OpenHosted):
+            raise _misuse("hosted_event without an open hosted item")
+        return kind(
+            sequence_number=self._step(Step.OUTPUT),
+            stream_id=self.stream_id,
+            item_id=item.item.id,
+            output_index=item.output_index,
+            **fields,
+        )
+
+    def close_hosted(self, done: McpItem) -> ev.OutputItemDone:
+        item = self._open
+        if not isinstance(item, _OpenHosted):
+            raise _misuse("close_hosted without an open hosted item")
+        self._open = None
+        self.response.output.append(done)
+        return ev.OutputItemDone(
+            sequence_number=self._step(Step.OUTPUT),
+            stream_id=self.stream_id,
+            output_index=item.output_index,
+            item=done,
+        )
+
+    def add_hosted(self, item: McpItem) -> list[ev.ServerEvent]:
+        """A hosted-tool item complete at once (``mcp_approval_request``, MCP-9)."""
+        return [self.open_hosted(item), self.close_hosted(item)]
+
     # ------------------------------------------------------------------ helpers
     def _abandon_open_item(self) -> None:
         """On failure, keep what was produced so far as an ``incomplete`` item (ORD-8)."""
@@ -521,6 +577,11 @@ class ResponseStream(_ReasoningItems):
             )
         elif isinstance(item, _OpenCall | _OpenReasoning):
             self.response.output.append(item.item("incomplete"))
+        elif isinstance(item, _OpenHosted):
+            kept = item.item
+            if isinstance(kept, McpCall):
+                kept = msgspec.structs.replace(kept, status="incomplete")
+            self.response.output.append(kept)
 
 
 def _misuse(what: str) -> Exception:

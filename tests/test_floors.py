@@ -186,6 +186,7 @@ ENGINE_PARTS = (
     "engine.models",
     "engine.observe",
     "engine.shared",
+    "engine.hosted",
     "engine.core",
     "engine.rollout",
     "engine.connection",

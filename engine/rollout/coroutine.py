@@ -27,6 +27,12 @@ from engine.core import Engine
 from engine.models.base import HOSTED_TOOLS, Backend, BackendError
 from engine.rollout.accounting import Accounting
 from engine.rollout.endings import Endings
+from engine.rollout.hosted import (
+    HostedTools,
+    approval_answers,
+    context_form,
+    needs_context_form,
+)
 from engine.rollout.sampling import compact_if_needed, sample
 from engine.rollout.state import RolloutState, RolloutStep, advance
 from engine.rollout.steering import Steer, Steering
@@ -81,6 +87,12 @@ class Rollout:
         self._wake: asyncio.Future[Turn | None] | None = None
         self._idle: asyncio.Timeout | None = None  # the idle limit of the current suspension
         self._model_timeout = engine.config.model_timeout_s
+        self.hosted = HostedTools(engine.mcp_limits)  # its MCP sessions (MCP-12)
+        self._mcp_calls = (turn.stream.id, 0)  # calls run in the current response (MCP-14)
+
+    @property
+    def supports(self) -> frozenset[str]:
+        return self.backend.supports
 
     def advance(self, step: RolloutStep) -> None:
         """The one way its state changes: by the table (``state.py``)."""
@@ -110,7 +122,7 @@ class Rollout:
             pruned = prune(self.ctx.items)  # a compaction item stands for what came before it
             if pruned is not None:  # (COMPACT-4), after validation: params index the input
                 self.replace_context(pruned)
-        missing = self.ctx.pending_calls()
+        missing = _unanswered(self.ctx, items)
         if missing:
             raise _missing_output(missing[0].call_id)
         self.accounting.ready()
@@ -122,7 +134,10 @@ class Rollout:
         param: str = "input",
         texts: ItemTexts | None = None,
     ) -> int:
-        """Pre-inference over ``items`` onto the context; what it renders counts as fresh."""
+        """Pre-inference over ``items`` onto the context; what it renders counts as fresh.
+        MCP items a client replays join in their context form (MCP-16)."""
+        if needs_context_form(items):
+            items, texts = [form for item in items for form in context_form(item)], None
         supports = self.backend.supports
         rendered = self.pipeline.apply(
             self.ctx, items, path=path, supports=supports, param=param, texts=texts
@@ -172,6 +187,7 @@ class Rollout:
                 if turn.successor is None:
                     break
                 turn = turn.successor
+            await self.hosted.aclose()  # its MCP sessions end with it (MCP-12)
 
     async def _loop(self) -> None:
         turn = self.turn
@@ -186,6 +202,8 @@ class Rollout:
                 else:  # append mode: queued steering joins after the tool outputs (STEER-5)
                     turn.stream.resume()
                     self._commit(self.steering.take())
+                continue
+            if self._hosted_again(turn, reason):  # MCP outputs joined: sample again (MCP-7)
                 continue
             # Accepted steering input continues the rollout in a successor response (STEER-3).
             successor = turn.successor = self.steering.successor(turn) if self.steering else None
@@ -205,7 +223,29 @@ class Rollout:
             await turn.sink.send(turn.stream.created())
             await turn.sink.send(turn.stream.in_progress())
 
+    def _hosted_again(self, turn: Turn, reason: SampleEnd) -> bool:
+        """The step ran MCP calls and asked the client for nothing: the model reads their
+        outputs in the same response, up to ``mcp_max_calls`` calls per response (MCP-14)."""
+        ran, self.hosted.ran = self.hosted.ran, 0
+        if not ran or reason in ("length", "steered") or self.ctx.pending_calls():
+            return False
+        response, count = self._mcp_calls
+        count = (count if response == turn.stream.id else 0) + ran
+        self._mcp_calls = (turn.stream.id, count)
+        return count < self.engine.config.mcp_max_calls
+
+    async def _hosted_turn(self, turn: Turn) -> None:
+        """Before the model samples: list the servers not listed yet (MCP-4), and run or deny
+        the calls the input answered approval requests for (MCP-9)."""
+        tools = self.settings.tools
+        if not tools.mcp:
+            return
+        await self.open_turn(turn)
+        await self.hosted.list_missing(self, turn, tools)
+        await self.hosted.answer_approvals(self, turn, tools)
+
     async def _sample(self, turn: Turn) -> tuple[list[ToolCall], SampleEnd]:
+        await self._hosted_turn(turn)
         if await compact_if_needed(self, turn, self._model_timeout):  # a compaction_trigger:
             return [], "stop"  # the response's one output is the compaction (COMPACT-7)
         step = self.accounting.begin_step(turn, self.ctx.prompt_tokens)
@@ -284,7 +324,7 @@ class Rollout:
         if self._idle is not None:  # any accepted input restarts the idle clock (APPEND-6)
             limit = self.engine.config.suspended_idle_timeout_s
             self._idle.reschedule(asyncio.get_running_loop().time() + limit)
-        return not self.ctx.pending_calls()
+        return not _unanswered(self.ctx, items)
 
     def resume(self, turn: Turn, settings: Settings | None = None) -> None:
         """Wake the coroutine: in the same response (append) or in a new one (standard)."""
@@ -353,11 +393,20 @@ class Rollout:
 
 
 def _require_answers(ctx: Context, items: list[InputItem]) -> None:
-    """Every function call must be answered before the model samples again (VAL-5)."""
+    """Every function call must be answered before the model samples again (VAL-5); an
+    ``mcp_approval_response`` answers its approval request (MCP-9)."""
     answered = {i.call_id for i in items if isinstance(i, ToolOutput)}
+    answered.update(approval_answers(items))
     for call in ctx.pending_calls():
         if call.call_id not in answered:
             raise _missing_output(call.call_id)
+
+
+def _unanswered(ctx: Context, items: list[InputItem]) -> list[ToolCall]:
+    """The context's pending calls that neither an output nor, for an MCP approval request,
+    an ``mcp_approval_response`` among ``items`` answers (MCP-9)."""
+    approved = approval_answers(items)
+    return [call for call in ctx.pending_calls() if call.call_id not in approved]
 
 
 def _missing_output(call_id: str) -> InvalidRequest:

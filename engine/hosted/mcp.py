@@ -211,7 +211,11 @@ async def _connect(server: McpServerTool, limits: McpLimits) -> AsyncIterator[Cl
         return
     client = create_mcp_http_client(headers=_headers(server), timeout=timeout)
     streams = streamable_http_client(
-        url, http_client=client, max_sse_event_size=limits.max_output_bytes + 65536
+        # the bound in real bytes on what the transport buffers: one event holds the output
+        # twice at most (content and structured content) and its JSON-RPC envelope (MCP-13)
+        url,
+        http_client=client,
+        max_sse_event_size=2 * limits.max_output_bytes + 65536,
     )
     async with client, streams as (read, write), ClientSession(read, write) as session:
         yield session

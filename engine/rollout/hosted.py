@@ -233,6 +233,7 @@ class HostedTools:
             else:
                 await self._deny(turn, item, approve, reason)
         join(host, self.take_outputs(), "mcp")
+        self.ran = 0  # they ran before the step: the model reads them in it
 
     async def _deny(self, turn: Turn, item: McpCall, approved: bool, reason: str | None) -> None:
         if approved:  # approved, but the request no longer names an offered tool

@@ -96,7 +96,7 @@ async def test_continuation_does_not_list_again(server_factory: Any) -> None:
         second = await client.responses.create(
             model="sim", input="use add now", tools=tools, previous_response_id=first.id
         )
-    assert [i.type for i in first.output][0] == "mcp_list_tools"
+    assert first.output[0].type == "mcp_list_tools"
     assert [i.type for i in second.output] == ["mcp_call", "message"]
     assert second.output[0].type == "mcp_call" and second.output[0].name == "add"
 

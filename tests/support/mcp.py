@@ -17,7 +17,14 @@ from pathlib import Path
 from tests.support.wait import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
-EVERYTHING = ROOT / ".tools" / "mcp-everything" / "node_modules" / "@modelcontextprotocol" / "server-everything"
+EVERYTHING = (
+    ROOT
+    / ".tools"
+    / "mcp-everything"
+    / "node_modules"
+    / "@modelcontextprotocol"
+    / "server-everything"
+)
 
 
 @dataclass

@@ -2,20 +2,20 @@
 (``MCPServer``, the former FastMCP) and run as its own process: ``python -m
 tests.support.mcp_server PORT streamable-http|sse``.
 
-Tools: ``add`` (two integers), ``echo`` (a text; it records the ``authorization`` header it was
-called with in a file next to nothing else: ``seen_headers`` returns it, so a test can prove the
-secret reached the server and nowhere else), ``fail`` (a tool error), ``big`` (``n`` bytes of
-text), ``slow`` (sleeps ``seconds``)."""
+Tools: ``add`` (two integers), ``echo`` (a text), ``seen_headers`` (the SHA-256 digests of the
+``authorization`` and ``x-api-key`` headers it was called with: a test proves the secrets
+reached the server without the answer carrying them), ``fail`` (a tool error), ``huge`` (50,000
+bytes of text), ``slow`` (sleeps a minute)."""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import sys
 
 from mcp.server.mcpserver import Context, MCPServer
 
 server = MCPServer(name="test-mcp")
-_SEEN: list[str] = []
 
 
 @server.tool(description="Add two integers.")
@@ -24,16 +24,16 @@ def add(a: int, b: int) -> str:
 
 
 @server.tool(description="Echo a text back.")
-def echo(text: str, ctx: Context) -> str:
-    request = ctx.request_context.request
-    header = request.headers.get("authorization") if request is not None else None
-    _SEEN.append(header or "")
+def echo(text: str) -> str:
     return f"echo: {text}"
 
 
-@server.tool(description="The authorization headers the server was called with.")
-def seen_headers() -> str:
-    return "|".join(_SEEN)
+@server.tool(description="Digests of the authorization headers of this call.")
+def seen_headers(ctx: Context) -> str:
+    request = ctx.request_context.request
+    headers = request.headers if request is not None else {}
+    seen = [headers.get("authorization", ""), headers.get("x-api-key", "")]
+    return " ".join(hashlib.sha256(value.encode()).hexdigest() for value in seen)
 
 
 @server.tool(description="Always fails.")
@@ -41,14 +41,14 @@ def fail(reason: str) -> str:
     raise ValueError(f"failed on purpose: {reason}")
 
 
-@server.tool(description="A text of n bytes.")
-def big(n: int) -> str:
-    return "x" * n
+@server.tool(description="A text of 50,000 bytes.")
+def huge() -> str:
+    return "x" * 50_000
 
 
-@server.tool(description="Sleep, then answer.")
-async def slow(seconds: float) -> str:
-    await asyncio.sleep(seconds)
+@server.tool(description="Sleep a minute, then answer.")
+async def slow() -> str:
+    await asyncio.sleep(60)
     return "slept"
 
 

@@ -2,7 +2,7 @@
 (``MCPServer``, the former FastMCP) and run as its own process: ``python -m
 tests.support.mcp_server PORT streamable-http|sse``.
 
-Tools: ``add`` (two integers), ``echo`` (a text), ``seen_headers`` (the SHA-256 digests of the
+Tools: ``add`` (two integers), ``weather`` (a city), ``echo`` (a text), ``seen_headers`` (the SHA-256 digests of the
 ``authorization`` and ``x-api-key`` headers it was called with: a test proves the secrets
 reached the server without the answer carrying them), ``fail`` (a tool error), ``huge`` (50,000
 bytes of text), ``slow`` (sleeps a minute)."""
@@ -21,6 +21,11 @@ server = MCPServer(name="test-mcp")
 @server.tool(description="Add two integers.")
 def add(a: int, b: int) -> str:
     return str(a + b)
+
+
+@server.tool(description="The weather in a city.")
+def weather(city: str) -> str:
+    return f"sunny in {city}"
 
 
 @server.tool(description="Echo a text back.")

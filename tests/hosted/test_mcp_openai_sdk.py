@@ -4,6 +4,7 @@ servers: the ``mcp`` SDK's own (Streamable HTTP and SSE) and the reference
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -185,3 +186,25 @@ async def _completed(conn: Any) -> Any:
             return event.response
         assert event.type not in ("error", "response.failed"), event
     raise AssertionError("the socket closed")
+
+
+def test_under_uvloop() -> None:
+    """MCP-12: the SDK's anyio sessions, each in its own task, run on uvloop (as ``rollout
+    serve`` runs) beside aiohttp: a listing and a call, and the sessions close with the
+    rollout."""
+    import uvloop
+
+    from tests.support.server import start_server
+
+    async def scenario() -> list[str]:
+        live = await start_server(_config())
+        try:
+            async with sdk_server() as mcp, sdk_client(live) as client:
+                tool = _mcp(mcp.url, require_approval="never")
+                response = await client.responses.create(model="sim", input="use add", tools=[tool])
+        finally:
+            await live.runner.cleanup()
+        assert "uvloop" in type(asyncio.get_running_loop()).__module__
+        return [item.type for item in response.output]
+
+    assert uvloop.run(scenario()) == ["mcp_list_tools", "mcp_call", "message"]

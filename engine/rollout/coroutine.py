@@ -27,12 +27,7 @@ from engine.core import Engine
 from engine.models.base import HOSTED_TOOLS, Backend, BackendError
 from engine.rollout.accounting import Accounting
 from engine.rollout.endings import Endings
-from engine.rollout.hosted import (
-    HostedTools,
-    approval_answers,
-    context_form,
-    needs_context_form,
-)
+from engine.rollout.hosted import HostedTools, approval_answers, replayed
 from engine.rollout.sampling import compact_if_needed, sample
 from engine.rollout.state import RolloutState, RolloutStep, advance
 from engine.rollout.steering import Steer, Steering
@@ -87,12 +82,7 @@ class Rollout:
         self._wake: asyncio.Future[Turn | None] | None = None
         self._idle: asyncio.Timeout | None = None  # the idle limit of the current suspension
         self._model_timeout = engine.config.model_timeout_s
-        self.hosted = HostedTools(engine.mcp_limits)  # its MCP sessions (MCP-12)
-        self._mcp_calls = (turn.stream.id, 0)  # calls run in the current response (MCP-14)
-
-    @property
-    def supports(self) -> frozenset[str]:
-        return self.backend.supports
+        self.hosted = HostedTools(engine.mcp_limits, engine.config.mcp_max_calls)  # MCP-12
 
     def advance(self, step: RolloutStep) -> None:
         """The one way its state changes: by the table (``state.py``)."""
@@ -134,13 +124,10 @@ class Rollout:
         param: str = "input",
         texts: ItemTexts | None = None,
     ) -> int:
-        """Pre-inference over ``items`` onto the context; what it renders counts as fresh.
-        MCP items a client replays join in their context form (MCP-16)."""
-        if needs_context_form(items):
-            items, texts = [form for item in items for form in context_form(item)], None
-        supports = self.backend.supports
+        """Pre-inference over ``items`` onto the context; what it renders counts as fresh."""
+        items, texts = replayed(items, texts)  # MCP items in their context form (MCP-16)
         rendered = self.pipeline.apply(
-            self.ctx, items, path=path, supports=supports, param=param, texts=texts
+            self.ctx, items, path=path, supports=self.backend.supports, param=param, texts=texts
         )
         self.accounting.rendered(rendered)
         return rendered
@@ -181,12 +168,7 @@ class Rollout:
             await endings.fail_quietly()
         finally:
             self.advance(RolloutStep.END)
-            status, turn = self.turn.status, self.turn
-            while True:  # a successor that never began ends with it
-                turn.settle(status)
-                if turn.successor is None:
-                    break
-                turn = turn.successor
+            _settle_chain(self.turn)
             await self.hosted.aclose()  # its MCP sessions end with it (MCP-12)
 
     async def _loop(self) -> None:
@@ -203,7 +185,7 @@ class Rollout:
                     turn.stream.resume()
                     self._commit(self.steering.take())
                 continue
-            if self._hosted_again(turn, reason):  # MCP outputs joined: sample again (MCP-7)
+            if self.hosted.again(self.ctx, turn.stream.id, reason):  # MCP outputs joined (MCP-7)
                 continue
             # Accepted steering input continues the rollout in a successor response (STEER-3).
             successor = turn.successor = self.steering.successor(turn) if self.steering else None
@@ -223,29 +205,8 @@ class Rollout:
             await turn.sink.send(turn.stream.created())
             await turn.sink.send(turn.stream.in_progress())
 
-    def _hosted_again(self, turn: Turn, reason: SampleEnd) -> bool:
-        """The step ran MCP calls and asked the client for nothing: the model reads their
-        outputs in the same response, up to ``mcp_max_calls`` calls per response (MCP-14)."""
-        ran, self.hosted.ran = self.hosted.ran, 0
-        if not ran or reason in ("length", "steered") or self.ctx.pending_calls():
-            return False
-        response, count = self._mcp_calls
-        count = (count if response == turn.stream.id else 0) + ran
-        self._mcp_calls = (turn.stream.id, count)
-        return count < self.engine.config.mcp_max_calls
-
-    async def _hosted_turn(self, turn: Turn) -> None:
-        """Before the model samples: list the servers not listed yet (MCP-4), and run or deny
-        the calls the input answered approval requests for (MCP-9)."""
-        tools = self.settings.tools
-        if not tools.mcp:
-            return
-        await self.open_turn(turn)
-        await self.hosted.list_missing(self, turn, tools)
-        await self.hosted.answer_approvals(self, turn, tools)
-
     async def _sample(self, turn: Turn) -> tuple[list[ToolCall], SampleEnd]:
-        await self._hosted_turn(turn)
+        await self.hosted.before_sampling(self, turn, self.settings.tools)  # MCP-4, MCP-9
         if await compact_if_needed(self, turn, self._model_timeout):  # a compaction_trigger:
             return [], "stop"  # the response's one output is the compaction (COMPACT-7)
         step = self.accounting.begin_step(turn, self.ctx.prompt_tokens)
@@ -390,6 +351,16 @@ class Rollout:
         """Steering input joins the context (STEER-3, STEER-5)."""
         if items:
             self._apply(items, INCREMENTAL, param="steer")
+
+
+def _settle_chain(first: Turn) -> None:
+    """The turn ends, and a successor that never began ends with it."""
+    status, turn = first.status, first
+    while True:
+        turn.settle(status)
+        if turn.successor is None:
+            break
+        turn = turn.successor
 
 
 def _require_answers(ctx: Context, items: list[InputItem]) -> None:

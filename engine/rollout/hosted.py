@@ -22,6 +22,7 @@ import msgspec
 from engine.conversation.context import Context
 from engine.conversation.pipeline import INCREMENTAL, Pipeline
 from engine.hosted.mcp import McpFault, McpLimits, McpSessions
+from engine.models.base import Backend
 from engine.rollout.turn import Turn
 from protocol import events as ev
 from protocol.items import (
@@ -46,9 +47,9 @@ class Host(Protocol):
 
     ctx: Context
     pipeline: Pipeline
+    backend: Backend
 
-    @property
-    def supports(self) -> frozenset[str]: ...
+    async def open_turn(self, turn: Turn) -> None: ...
 
 
 class _Pending:
@@ -67,8 +68,10 @@ class _Pending:
 class HostedTools:
     """One rollout's remote MCP tools: its sessions, what each server listed, the open call."""
 
-    def __init__(self, limits: McpLimits) -> None:
+    def __init__(self, limits: McpLimits, max_calls: int) -> None:
         self._limits = limits
+        self._max_calls = max_calls
+        self._calls = ("", 0)  # calls run in the current response (MCP-14)
         self._sessions: McpSessions | None = None
         self._offered: tuple[tuple[bytes, ...], int, Toolset] | None = None
         self._routes: dict[str, tuple[McpServerTool, McpListedTool]] = {}
@@ -86,6 +89,26 @@ class HostedTools:
         """The rollout ended: its sessions close (MCP-12)."""
         if self._sessions is not None:
             await self._sessions.aclose()
+
+    async def before_sampling(self, host: Host, turn: Turn, tools: Toolset) -> None:
+        """List the servers not listed yet (MCP-4), then run or deny the calls the input
+        answered approval requests for (MCP-9). The response opens first."""
+        if not tools.mcp:
+            return
+        await host.open_turn(turn)
+        await self.list_missing(host, turn, tools)
+        await self.answer_approvals(host, turn, tools)
+
+    def again(self, ctx: Context, response_id: str, reason: str) -> bool:
+        """The step ran MCP calls and asked the client for nothing: the model reads their
+        outputs in the same response, up to ``mcp_max_calls`` calls per response (MCP-14)."""
+        ran, self.ran = self.ran, 0
+        if not ran or reason in ("length", "steered") or ctx.pending_calls():
+            return False
+        response, count = self._calls
+        count = (count if response == response_id else 0) + ran
+        self._calls = (response_id, count)
+        return count < self._max_calls
 
     # ------------------------------------------------------------------ listing (MCP-4, MCP-5)
     async def list_missing(self, host: Host, turn: Turn, tools: Toolset) -> None:
@@ -288,8 +311,14 @@ def context_form(item: OutputItem | InputItem) -> list[InputItem]:
     return [call, FunctionCallOutput(call_id=call.call_id, output=str(answer))]
 
 
-def needs_context_form(items: Iterable[InputItem]) -> bool:
-    return any(isinstance(i, OpaqueItem) and i.type in _REPLAYED for i in items)
+def replayed(
+    items: list[InputItem], texts: list[list[str]] | None
+) -> tuple[list[InputItem], list[list[str]] | None]:
+    """A client's items with its replayed MCP items in their context form (MCP-16); their
+    texts are recomputed when anything changed."""
+    if not any(isinstance(i, OpaqueItem) and i.type in _REPLAYED for i in items):
+        return items, texts
+    return [form for item in items for form in context_form(item)], None
 
 
 _REPLAYED = frozenset({"mcp_call", "mcp_approval_request"})
@@ -299,7 +328,8 @@ def join(host: Host, items: list[InputItem], param: str) -> None:
     """Items the engine adds (listings, MCP outputs) join the context through the one
     pipeline, like a client's input (validated, scanned, rendered)."""
     if items:
-        host.pipeline.apply(host.ctx, items, path=INCREMENTAL, supports=host.supports, param=param)
+        supports = host.backend.supports
+        host.pipeline.apply(host.ctx, items, path=INCREMENTAL, supports=supports, param=param)
 
 
 def listed_servers(items: Iterable[InputItem]) -> dict[str, list[McpListedTool]]:

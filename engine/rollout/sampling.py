@@ -55,9 +55,6 @@ class Rollout(Protocol):
     steering: Steering
     hosted: HostedTools
 
-    @property
-    def supports(self) -> frozenset[str]: ...
-
     async def open_turn(self, turn: Turn) -> None: ...
 
     def replace_context(self, items: list[InputItem]) -> None: ...

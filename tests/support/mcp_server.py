@@ -2,10 +2,10 @@
 (``MCPServer``, the former FastMCP) and run as its own process: ``python -m
 tests.support.mcp_server PORT streamable-http|sse``.
 
-Tools: ``add`` (two integers), ``weather`` (a city), ``echo`` (a text), ``seen_headers`` (the SHA-256 digests of the
-``authorization`` and ``x-api-key`` headers it was called with: a test proves the secrets
-reached the server without the answer carrying them), ``fail`` (a tool error), ``huge`` (50,000
-bytes of text), ``slow`` (sleeps a minute)."""
+Tools: ``add`` (two integers), ``weather`` (a city), ``echo`` (a text), ``seen_headers``
+(the sha256 digests of the ``authorization`` and ``x-api-key`` headers it was called with: a
+test proves the secrets reached the server without the answer carrying them), ``fail`` (a tool
+error), ``huge`` (50,000 bytes of text), ``slow`` (sleeps a minute)."""
 
 from __future__ import annotations
 

@@ -56,7 +56,7 @@ async def test_mcp_call_in_the_trajectory(
         await live.runner.cleanup()
     assert [i["type"] for i in first["output"]] == ["mcp_list_tools", "mcp_call", "message"]
     assert first["output"][1]["output"] == "echo: hi"
-    turn1, turn2, turn3 = token_peer.turns
+    turn1, turn2, _turn3 = token_peer.turns
     # The tools the model was offered: the listed MCP tool, as a function in its template.
     assert '"name": "echo"' in token_peer.text(turn1.prompt)
     # The second sample's prompt is the first prompt, the sampled call exactly, then only the

@@ -5,7 +5,7 @@ tests.support.mcp_server PORT streamable-http|sse``.
 Tools: ``add`` (two integers), ``weather`` (a city), ``echo`` (a text), ``seen_headers``
 (the sha256 digests of the ``authorization`` and ``x-api-key`` headers it was called with: a
 test proves the secrets reached the server without the answer carrying them), ``fail`` (a tool
-error), ``huge`` (50,000 bytes of text), ``slow`` (sleeps a minute)."""
+error), ``huge`` (20,000 bytes of text), ``slow`` (sleeps a minute)."""
 
 from __future__ import annotations
 
@@ -46,9 +46,9 @@ def fail(reason: str) -> str:
     raise ValueError(f"failed on purpose: {reason}")
 
 
-@server.tool(description="A text of 50,000 bytes.")
+@server.tool(description="A text of 20,000 bytes.")
 def huge() -> str:
-    return "x" * 50_000
+    return "x" * 20_000
 
 
 @server.tool(description="Sleep a minute, then answer.")

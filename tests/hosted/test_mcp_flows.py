@@ -219,3 +219,19 @@ async def _completed(conn: Any) -> Any:
             return event.response
         assert event.type not in ("error", "response.failed"), event
     raise AssertionError("the socket closed")
+
+
+async def test_calls_per_response_are_bounded(server_factory: Any) -> None:
+    """MCP-14: past ``mcp_max_calls`` calls in one response the model does not sample again:
+    the response completes with the call's output in its context, for a continuation."""
+    live = await server_factory(_config(mcp_max_calls=1))
+    async with sdk_server() as mcp, sdk_client(live) as client:
+        tools = [_mcp(mcp.url, require_approval="never")]
+        first = await client.responses.create(model="sim", input="use echo", tools=tools)
+        second = await client.responses.create(
+            model="sim", input="and now?", tools=[], previous_response_id=first.id
+        )
+    assert [i.type for i in first.output] == ["mcp_list_tools", "mcp_call"]
+    assert first.status == "completed"
+    assert first.output[1].type == "mcp_call" and first.output[1].error is None
+    assert second.output_text.startswith("This is a simulated answer")

@@ -10,8 +10,7 @@ from pathlib import Path
 
 from engine.conversation.pipeline import StageStats
 from engine.conversation.tokens import encoding
-from engine.hosted.mcp import McpLimits
-from engine.hosted.policy import HostPolicy
+from engine.hosted.policy import HostPolicy, McpLimits
 from engine.models.router import Router, simulator_router
 from engine.observe.benchclock import BenchClock
 from engine.observe.metrics import Metrics

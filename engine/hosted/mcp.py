@@ -22,37 +22,20 @@ import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import anyio
-import httpx2
-from mcp.client.session import ClientSession
-from mcp.client.sse import sse_client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
-from mcp.shared.exceptions import MCPError as _McpError
-from mcp_types import PaginatedRequestParams
-
-from engine.hosted.policy import HostPolicy, Refused, check_url
+from engine.hosted.policy import McpLimits, Refused, check_url
 from protocol.items import McpListedTool
 from protocol.tools import McpServerTool
+
+if TYPE_CHECKING:  # the SDK is imported when a rollout first needs a session (~2 s of imports)
+    from mcp.client.session import ClientSession
 
 log = logging.getLogger("rollout.hosted")
 
 # JSON-RPC codes of the faults the engine itself reports (MCP-8).
 UNREACHABLE, TIMED_OUT, TOO_LARGE, REFUSED = -32000, -32001, -32002, -32003
 QUEUED_REQUESTS = 8  # per session: a rollout calls one tool at a time
-
-
-@dataclass(frozen=True)
-class McpLimits:
-    """From ``EngineConfig`` (CFG-6): one call's (and one listing's) time, its output's size,
-    the operator's allowlist."""
-
-    call_timeout_s: float
-    max_output_bytes: int
-    hosts: HostPolicy
 
 
 class McpFault(Exception):
@@ -72,7 +55,7 @@ class McpFault(Exception):
         return str(message) if message is not None else "The tool reported an error."
 
 
-Job = Callable[[ClientSession], Awaitable[Any]]
+Job = Callable[["ClientSession"], Awaitable[Any]]
 
 
 class _Request:
@@ -103,6 +86,8 @@ class _Session:
             return await request.future
 
     async def _run(self, server: McpServerTool) -> None:
+        import anyio
+
         limits = self._limits
         try:
             await check_url(server.server_url or "", limits.hosts)
@@ -130,6 +115,9 @@ class _Session:
                     left.future.set_exception(fault)
 
     async def _serve(self, session: ClientSession, request: _Request) -> None:
+        import anyio
+        from mcp.shared.exceptions import MCPError
+
         try:
             with anyio.fail_after(self._limits.call_timeout_s):
                 result = await request.job(session)
@@ -140,7 +128,7 @@ class _Session:
             _settle(request, exc)
         except Exception as exc:  # a JSON-RPC error from the server, a broken stream …
             _settle(request, _call_fault(exc))
-            if not isinstance(exc, _McpError):
+            if not isinstance(exc, MCPError):
                 raise  # the transport is gone: end the session
         else:
             if not request.future.done():
@@ -165,7 +153,9 @@ def _settle(request: _Request, fault: McpFault) -> None:
 
 
 def _call_fault(exc: BaseException) -> McpFault:
-    if isinstance(exc, _McpError):
+    from mcp.shared.exceptions import MCPError
+
+    if isinstance(exc, MCPError):
         error = getattr(exc, "error", None)
         code = getattr(error, "code", UNREACHABLE)
         message = getattr(error, "message", "The MCP server answered with an error.")
@@ -175,6 +165,8 @@ def _call_fault(exc: BaseException) -> McpFault:
 
 def _connection_fault(exc: BaseException) -> McpFault:
     """What a broken connection tells the model: the HTTP status when there was one."""
+    import httpx2
+
     for leaf in _leaves(exc):
         if isinstance(leaf, httpx2.HTTPStatusError):
             status = leaf.response.status_code
@@ -197,6 +189,12 @@ def _headers(server: McpServerTool) -> dict[str, str]:
 
 @asynccontextmanager
 async def _connect(server: McpServerTool, limits: McpLimits) -> AsyncIterator[ClientSession]:
+    import httpx2
+    from mcp.client.session import ClientSession
+    from mcp.client.sse import sse_client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
     url = server.server_url or ""
     timeout = httpx2.Timeout(limits.call_timeout_s)
     if url.rstrip("/").endswith("/sse"):
@@ -237,6 +235,8 @@ class McpSessions:
 
     async def list_tools(self, server: McpServerTool) -> list[McpListedTool]:
         """The server's tools (every page), as the ``mcp_list_tools`` item lists them."""
+
+        from mcp_types import PaginatedRequestParams
 
         async def job(session: ClientSession) -> list[McpListedTool]:
             listed: list[McpListedTool] = []

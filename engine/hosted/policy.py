@@ -17,6 +17,16 @@ Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
+@dataclass(frozen=True)
+class McpLimits:
+    """From ``EngineConfig`` (CFG-6): one call's (and one listing's) time, its output's size
+    (MCP-8, MCP-13), the operator's allowlist (MCP-10)."""
+
+    call_timeout_s: float
+    max_output_bytes: int
+    hosts: HostPolicy
+
+
 class Refused(Exception):
     """The URL may not be fetched; the message names why, never a header."""
 

@@ -21,7 +21,8 @@ import msgspec
 
 from engine.conversation.context import Context
 from engine.conversation.pipeline import INCREMENTAL, Pipeline
-from engine.hosted.mcp import McpFault, McpLimits, McpSessions
+from engine.hosted.mcp import McpFault, McpSessions
+from engine.hosted.policy import McpLimits
 from engine.models.base import Backend
 from engine.rollout.turn import Turn
 from protocol import events as ev

@@ -27,7 +27,7 @@ from engine.core import Engine
 from engine.models.base import HOSTED_TOOLS, Backend, BackendError
 from engine.rollout.accounting import Accounting
 from engine.rollout.endings import Endings
-from engine.rollout.hosted import HostedTools, approval_answers, replayed
+from engine.rollout.hosted import HostedTools, approval_answers
 from engine.rollout.sampling import compact_if_needed, sample
 from engine.rollout.state import RolloutState, RolloutStep, advance
 from engine.rollout.steering import Steer, Steering
@@ -125,7 +125,7 @@ class Rollout:
         texts: ItemTexts | None = None,
     ) -> int:
         """Pre-inference over ``items`` onto the context; what it renders counts as fresh."""
-        items, texts = replayed(items, texts)  # MCP items in their context form (MCP-16)
+        items, texts = self.hosted.accept(items, texts)  # MCP items as the context holds them
         rendered = self.pipeline.apply(
             self.ctx, items, path=path, supports=self.backend.supports, param=param, texts=texts
         )

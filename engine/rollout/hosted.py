@@ -79,6 +79,7 @@ class HostedTools:
         self._pending: _Pending | None = None
         self.outputs: list[InputItem] = []  # this step's call outputs, joined after its output
         self.ran = 0  # calls run in this step
+        self._answers: dict[str, tuple[bool, str | None]] = {}  # approvals not acted on yet
 
     @property
     def sessions(self) -> McpSessions:
@@ -195,7 +196,9 @@ class HostedTools:
             event = turn.stream.hosted_event(ev.McpCallArgumentsDelta, delta=text)
             await turn.sink.send(event)
 
-    async def end(self, turn: Turn) -> None:
+    async def end(self, turn: Turn) -> FunctionCall | None:
+        """The call is written: run it, or (approval required) ask, and return the call the
+        rollout waits on like a client's function call (MCP-9)."""
         pending, self._pending = self._pending, None
         assert pending is not None
         arguments = "".join(pending.pieces)
@@ -206,12 +209,13 @@ class HostedTools:
             )
             for event in turn.stream.add_hosted(request):
                 await turn.sink.send(event)
-            return
+            return FunctionCall(call_id=request.id, name=request.name, arguments=arguments)
         await turn.sink.send(turn.stream.hosted_event(ev.McpCallArgumentsDone, arguments=arguments))
         call = McpCall(
             id=pending.item_id, server_label=label, name=pending.name, arguments=arguments
         )
         await self._run(turn, pending.server, call)
+        return None
 
     async def _run(self, turn: Turn, server: McpServerTool, call: McpCall) -> None:
         """Call the server; the item ends completed or failed, the rollout goes on (MCP-8)."""
@@ -235,7 +239,7 @@ class HostedTools:
         """The input's ``mcp_approval_response`` items: an approved call runs now, a denied one
         is reported; either way its output joins the context before the model samples (MCP-9).
         The call's server is the one whose listed tool it names (as offered, MCP-6)."""
-        answers = approval_answers(turn.input_items)
+        answers = self._answers
         if not answers:
             return
         self.offered(tools, host.ctx)
@@ -256,6 +260,7 @@ class HostedTools:
                 await self._run(turn, route[0], item)
             else:
                 await self._deny(turn, item, approve, reason)
+        self._answers = {}
         join(host, self.take_outputs(), "mcp")
         self.ran = 0  # they ran before the step: the model reads them in it
 
@@ -270,6 +275,14 @@ class HostedTools:
         await turn.sink.send(turn.stream.close_hosted(done))
         call_id = item.approval_request_id or item.id
         self.outputs.append(FunctionCallOutput(call_id=call_id, output=message))
+
+    def accept(
+        self, items: list[InputItem], texts: list[list[str]] | None
+    ) -> tuple[list[InputItem], list[list[str]] | None]:
+        """A client's items as they join the context (MCP-16); the approval answers among them
+        are acted on before the model next samples, whatever the path (MCP-9)."""
+        self._answers.update(approval_answers(items))
+        return replayed(items, texts)
 
     def take_outputs(self) -> list[InputItem]:
         outputs, self.outputs = self.outputs, []
@@ -291,7 +304,8 @@ def call_form(item: OutputItem) -> InputItem:
 
 def context_form(item: OutputItem | InputItem) -> list[InputItem]:
     """An MCP item a client replays as the context holds it (see the module docstring): a
-    finished call as its function call and output (MCP-16); other items as they are."""
+    finished call as its function call and output, or only its output when it ran on an
+    approval (the request stands for the call) (MCP-16); other items as they are."""
     if isinstance(item, McpCall | McpApprovalRequest):
         data: dict[str, Any] = msgspec.to_builtins(item)
     elif isinstance(item, McpListTools):
@@ -309,6 +323,9 @@ def context_form(item: OutputItem | InputItem) -> list[InputItem]:
     if answer is None:
         error = data.get("error")
         answer = f"Error: {error.get('message', 'failed') if isinstance(error, dict) else error}"
+    approved = data.get("approval_request_id")
+    if isinstance(approved, str):
+        return [FunctionCallOutput(call_id=approved, output=str(answer))]
     return [call, FunctionCallOutput(call_id=call.call_id, output=str(answer))]
 
 

@@ -182,7 +182,9 @@ async def _emit(rollout: Rollout, turn: Turn, step: Step, delta: Delta) -> None:
                 stream.add_function_call(delta.name, delta.call_id, delta.namespace, delta.custom)
             )
     elif isinstance(delta, CallEnd) and rollout.hosted.writing:
-        await rollout.hosted.end(turn)
+        asked = await rollout.hosted.end(turn)
+        if asked is not None:  # an approval request: the rollout waits for its answer (MCP-9)
+            step.calls.append(asked)
     elif isinstance(delta, CallEnd):
         call, events = stream.finish_function_call()
         step.calls.append(call)

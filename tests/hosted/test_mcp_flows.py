@@ -10,12 +10,14 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
 from engine.core import EngineConfig
 from engine.store import open_store
 from tests.support.fixtures import sdk_client
 from tests.support.mcp import sdk_server
+from tests.support.ws import turn
 
 SECRET = "tok-5ecret-8f3a91d2"
 
@@ -235,3 +237,61 @@ async def test_calls_per_response_are_bounded(server_factory: Any) -> None:
     assert first.status == "completed"
     assert first.output[1].type == "mcp_call" and first.output[1].error is None
     assert second.output_text.startswith("This is a simulated answer")
+
+
+async def test_approval_in_append_mode(server_factory: Any) -> None:
+    """MCP-9 in append mode (WebSocket): the approval request suspends the one response
+    (``response.done`` names it among ``pending_calls``); a ``response.append`` of the
+    ``mcp_approval_response`` resumes it, the call runs and the model answers, all in that
+    response."""
+    live = await server_factory(_config())
+    async with (
+        sdk_server() as mcp,
+        aiohttp.ClientSession() as http,
+        http.ws_connect(live.ws_url) as ws,
+    ):
+        create = {
+            "type": "response.create",
+            "model": "sim",
+            "input": "use echo",
+            "tools": [_mcp(mcp.url)],
+            "store": False,
+            "rollout_mode": "append",
+        }
+        done = await turn(ws, create, "response.done")
+        (pending,) = done[-1]["pending_calls"]
+        request = done[-1]["response"]["output"][-1]
+        assert request["type"] == "mcp_approval_request" and pending["call_id"] == request["id"]
+        answer = {"type": "mcp_approval_response", "approval_request_id": request["id"]}
+        append = {
+            "type": "response.append",
+            "response_id": done[-1]["response"]["id"],
+            "input": [{**answer, "approve": True}],
+        }
+        events = await turn(ws, append, "response.completed")
+    final = events[-1]["response"]
+    kinds = [item["type"] for item in final["output"]]
+    assert kinds == ["mcp_list_tools", "mcp_approval_request", "mcp_call", "message"], kinds
+    assert final["output"][2]["output"].startswith("echo: ")
+
+
+async def test_a_replayed_approval_runs_once(server_factory: Any) -> None:
+    """MCP-16: a stateless client replays a finished approval flow (request, response, the
+    call that ran on it): the call is in the context as done and never runs again."""
+    live = await server_factory(_config())
+    async with sdk_server() as mcp, sdk_client(live) as client:
+        tools = [_mcp(mcp.url)]
+        first = await client.responses.create(model="sim", input="use echo", tools=tools)
+        request = first.output[-1]
+        assert request.type == "mcp_approval_request"
+        answer: dict[str, Any] = {"type": "mcp_approval_response", "approve": True}
+        answer["approval_request_id"] = request.id
+        history: list[Any] = [{"role": "user", "content": "use echo"}]
+        history += [item.model_dump(exclude_none=True) for item in first.output]
+        history.append(answer)
+        second = await client.responses.create(model="sim", input=history, tools=tools)
+        history += [item.model_dump(exclude_none=True) for item in second.output]
+        history.append({"role": "user", "content": "thanks"})
+        third = await client.responses.create(model="sim", input=history, tools=tools)
+    assert [i.type for i in second.output] == ["mcp_call", "message"]
+    assert [i.type for i in third.output] == ["mcp_approval_request"]

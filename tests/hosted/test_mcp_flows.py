@@ -4,6 +4,7 @@ never leave the call (SPEC §18)."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -17,6 +18,7 @@ from engine.core import EngineConfig
 from engine.store import open_store
 from tests.support.fixtures import sdk_client
 from tests.support.mcp import sdk_server
+from tests.support.wait import wait_for
 from tests.support.ws import turn
 
 SECRET = "tok-5ecret-8f3a91d2"
@@ -295,3 +297,25 @@ async def test_a_replayed_approval_runs_once(server_factory: Any) -> None:
         third = await client.responses.create(model="sim", input=history, tools=tools)
     assert [i.type for i in second.output] == ["mcp_call", "message"]
     assert [i.type for i in third.output] == ["mcp_approval_request"]
+
+
+def _sessions() -> list[asyncio.Task[Any]]:
+    """The engine's MCP session tasks (the server runs in this test's loop)."""
+    return [t for t in asyncio.all_tasks() if t.get_name().startswith("mcp ") and not t.done()]
+
+
+async def test_sessions_live_with_their_rollout(server_factory: Any) -> None:
+    """MCP-12: one session per server per rollout, alive while the rollout waits for a client
+    call, and closed when the rollout ends (here: its socket closes, and nothing parks it)."""
+    live = await server_factory(_config(park_seconds=0))
+    lookup = {"type": "function", "name": "lookup", "parameters": {"type": "object"}}
+    async with sdk_server() as mcp, sdk_client(live) as client:
+        tools = [_mcp(mcp.url, require_approval="never"), lookup]
+        async with client.responses.connect() as conn:
+            await conn.response.create(
+                model="sim", input="use echo and lookup", tools=tools, store=False
+            )
+            first = await _completed(conn)
+            assert [i.type for i in first.output] == ["mcp_list_tools", "function_call", "mcp_call"]
+            assert len(_sessions()) == 1  # the rollout waits for lookup's output
+        await wait_for(lambda: not _sessions(), "the MCP session to close with its rollout")

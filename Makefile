@@ -30,7 +30,7 @@ sysdeps:
 # Stored responses survive restarts in data/ (ignored by git); STORE ?= redis://… to share them.
 STORE ?= sqlite:///data/rollout.db
 run: $(STAMP)
-	$(BIN)/rollout serve --host $(HOST) --port $(PORT) --store $(STORE)
+	$(BIN)/rollout serve --host $(HOST) --port $(PORT) --store $(STORE) $(ARGS)
 
 # A redis-server, NODES `rollout serve` nodes and HAProxy on PORT, in the foreground until
 # Ctrl-C (CLUSTER-1); `kill -HUP` the launcher for a rolling restart (DRAIN-5).

@@ -11,6 +11,7 @@ from pathlib import Path
 from engine.conversation.pipeline import StageStats
 from engine.conversation.sealed import KeyRing
 from engine.conversation.tokens import encoding
+from engine.hosted.policy import HostPolicy, McpLimits
 from engine.models.router import Router, simulator_router
 from engine.observe.benchclock import BenchClock
 from engine.observe.metrics import Metrics
@@ -158,6 +159,43 @@ class EngineConfig:
     )
     # count and bytes, per owner and per process (PARK-7); None: the budget's share (MEM-12)
     park_bounds: ParkingBounds | None = None
+    # Remote MCP tools (SPEC §18): one call's time, its output's size, reachable private hosts.
+    mcp_call_timeout_s: float = setting(
+        30.0,
+        "--mcp-call-timeout",
+        help="one remote MCP list or call, connecting included (MCP-8, LIM-40)",
+        group=LIMITS,
+        unit="s",
+    )
+    mcp_max_output_bytes: int = setting(
+        1024 * 1024,
+        "--mcp-max-output",
+        help="one remote MCP call's output (MCP-13, LIM-41)",
+        group=LIMITS,
+        unit="bytes",
+    )
+    mcp_max_calls: int = setting(
+        32,
+        "--mcp-max-calls",
+        help="remote MCP calls the model may make in one response (MCP-14, LIM-42)",
+        group=LIMITS,
+    )
+    mcp_allow_hosts: str = setting(
+        "",
+        "--mcp-allow-hosts",
+        help="comma-separated host names, addresses or networks an mcp tool's server_url may "
+        "reach although they are loopback, link-local or private (MCP-10; default: none)",
+        group=ENGINE,
+        metavar="HOSTS",
+    )
+
+    @property
+    def mcp_limits(self) -> McpLimits:
+        return McpLimits(
+            self.mcp_call_timeout_s,
+            self.mcp_max_output_bytes,
+            HostPolicy.parse(self.mcp_allow_hosts),
+        )
 
     @property
     def budget(self) -> MemoryBudget:
@@ -199,6 +237,7 @@ class Engine:
         self.post = PostInference(
             self.metrics, self.config.post_queue_size, self.config.ledger_path
         )
+        self.mcp_limits = self.config.mcp_limits  # parsed once (MCP-10)
         self.bench_clock = BenchClock() if self.config.bench_timings else None
         # Seals and opens reasoning.encrypted_content (SEAL-5): one ring per process.
         self.reasoning_keys = KeyRing.from_file(self.config.reasoning_key_file)

@@ -174,6 +174,57 @@ class CompactionCompacting(_Event, tag="response.compaction.compacting"):
     output_index: int
 
 
+class _ItemProgress(_Event):
+    item_id: str
+    output_index: int
+
+
+# Remote MCP progress events (MCP-5, MCP-7): between the item's ``output_item.added`` and
+# ``.done``.
+class McpListToolsInProgress(_ItemProgress, tag="response.mcp_list_tools.in_progress"):
+    pass
+
+
+class McpListToolsCompleted(_ItemProgress, tag="response.mcp_list_tools.completed"):
+    pass
+
+
+class McpListToolsFailed(_ItemProgress, tag="response.mcp_list_tools.failed"):
+    pass
+
+
+class McpCallInProgress(_ItemProgress, tag="response.mcp_call.in_progress"):
+    pass
+
+
+class McpCallCompleted(_ItemProgress, tag="response.mcp_call.completed"):
+    pass
+
+
+class McpCallFailed(_ItemProgress, tag="response.mcp_call.failed"):
+    pass
+
+
+class McpCallArgumentsDelta(_ItemProgress, tag="response.mcp_call_arguments.delta"):
+    delta: str
+
+
+class McpCallArgumentsDone(_ItemProgress, tag="response.mcp_call_arguments.done"):
+    arguments: str
+
+
+McpProgress = (
+    McpListToolsInProgress
+    | McpListToolsCompleted
+    | McpListToolsFailed
+    | McpCallInProgress
+    | McpCallCompleted
+    | McpCallFailed
+    | McpCallArgumentsDelta
+    | McpCallArgumentsDone
+)
+
+
 class PendingCall(msgspec.Struct, omit_defaults=True):
     call_id: str
     name: str
@@ -285,6 +336,7 @@ ServerEvent = (
     | CustomToolCallInputDelta
     | CustomToolCallInputDone
     | CompactionCompacting
+    | McpProgress
     | ResponseDone
     | InjectCreated
     | InjectFailed

@@ -195,6 +195,50 @@ OPAQUE_ITEMS: dict[str, tuple[str, ...]] = {
     "program_output": ("id", "call_id", "result", "status"),
 }
 
+# --------------------------------------------------------------------------- remote MCP (MCP-*)
+# The engine's own MCP output items (MCP-4, MCP-6, MCP-9). As input (a client replaying them)
+# they stay ``OpaqueItem``s like every MCP item; as output they are typed, so a stored Response
+# decodes them.
+
+
+class McpListedTool(msgspec.Struct, omit_defaults=True, kw_only=True):
+    name: str
+    input_schema: Any
+    description: str | None = None
+    annotations: Any = None
+
+
+class McpListTools(
+    msgspec.Struct, tag="mcp_list_tools", tag_field="type", omit_defaults=True, kw_only=True
+):
+    id: str
+    server_label: str
+    tools: list[McpListedTool]
+    error: str | None = None
+
+
+class McpCall(msgspec.Struct, tag="mcp_call", tag_field="type", omit_defaults=True, kw_only=True):
+    id: str
+    server_label: str
+    name: str
+    arguments: str
+    output: str | None = None
+    error: dict[str, Any] | None = None
+    approval_request_id: str | None = None
+    status: Literal["in_progress", "completed", "incomplete", "calling", "failed"] | None = None
+
+
+class McpApprovalRequest(
+    msgspec.Struct, tag="mcp_approval_request", tag_field="type", omit_defaults=True, kw_only=True
+):
+    id: str
+    server_label: str
+    name: str
+    arguments: str
+
+
+McpItem = McpListTools | McpCall | McpApprovalRequest
+
 TypedItem = (
     Message
     | FunctionCall
@@ -208,7 +252,7 @@ TypedItem = (
 InputItem = TypedItem | OpaqueItem
 ToolCall = FunctionCall | CustomToolCall
 ToolOutput = FunctionCallOutput | CustomToolCallOutput
-OutputItem = Message | FunctionCall | CustomToolCall | Compaction | Reasoning
+OutputItem = Message | FunctionCall | CustomToolCall | Compaction | Reasoning | McpItem
 
 
 def part_text(part: ContentPart) -> str | None:

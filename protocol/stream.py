@@ -20,6 +20,8 @@ from protocol.items import (
     Compaction,
     CustomToolCall,
     FunctionCall,
+    McpCall,
+    McpItem,
     Message,
     OutputItem,
     OutputText,
@@ -258,6 +260,17 @@ KINDS = (MESSAGE, REASONING, FUNCTION_CALL, CUSTOM_TOOL_CALL)
 _MESSAGES, _REASONINGS, _CALLS = (MESSAGE,), (REASONING,), (FUNCTION_CALL, CUSTOM_TOOL_CALL)
 
 
+class _OpenHosted:
+    """An open hosted-tool item (remote MCP, MCP-5, MCP-7): complete when added, its progress
+    events between ``output_item.added`` and ``.done``."""
+
+    __slots__ = ("item", "output_index")
+
+    def __init__(self, item: McpItem, output_index: int) -> None:
+        self.item = item
+        self.output_index = output_index
+
+
 class _NumberedEvents:
     """One response's event numbering and state, and the notices that take a number without
     being part of its items (inject, steering). ``ResponseStream`` adds the items and the
@@ -342,17 +355,18 @@ class ResponseStream(_NumberedEvents):
     def __init__(self, response: Response, stream_id: str | None = None) -> None:
         super().__init__(response, stream_id)
         self._open: _Open | None = None
+        self._hosted: _OpenHosted | None = None  # a hosted-tool item (MCP-5), outside KINDS
 
     @property
     def has_open_item(self) -> bool:
-        return self._open is not None
+        return self._open is not None or self._hosted is not None
 
     @property
     def reasoning_open(self) -> bool:
         return self._open is not None and self._open.kind is REASONING
 
     def _require_closed(self) -> None:
-        if self._open is not None:
+        if self._open is not None or self._hosted is not None:
             raise _misuse("an output item is still open")
 
     def _add(
@@ -421,8 +435,14 @@ class ResponseStream(_NumberedEvents):
     def _abandon_open_item(self) -> None:
         """On failure, keep what was produced so far as an ``incomplete`` item (ORD-8)."""
         item, self._open = self._open, None
+        hosted, self._hosted = self._hosted, None
         if item is not None:
             self.response.output.append(item.kind.done(item, "incomplete"))
+        if hosted is not None:
+            kept = hosted.item
+            if isinstance(kept, McpCall):
+                kept = msgspec.structs.replace(kept, status="incomplete")
+            self.response.output.append(kept)
 
     # ------------------------------------------------------------------ message items
     def add_message(self) -> list[ev.ServerEvent]:
@@ -581,6 +601,49 @@ class ResponseStream(_NumberedEvents):
                 item=item,
             ),
         ]
+
+    # ------------------------------------------------------------------ hosted tools (MCP-5, MCP-7)
+    def open_hosted(self, item: McpItem) -> ev.OutputItemAdded:
+        """Add a hosted-tool item (``mcp_list_tools``, ``mcp_call``); it stays open for its
+        progress events (``hosted_event``) until ``close_hosted``."""
+        self._require_closed()
+        seq = self._step(Step.OUTPUT)
+        index = len(self.response.output)
+        self._hosted = _OpenHosted(item, index)
+        return ev.OutputItemAdded(
+            sequence_number=seq, stream_id=self.stream_id, output_index=index, item=item
+        )
+
+    def hosted_event(self, kind: type[ev.McpProgress], **fields: str) -> ev.McpProgress:
+        """One numbered progress event of the open hosted item (``item_id``, ``output_index``
+        filled in)."""
+        item = self._hosted
+        if item is None:
+            raise _misuse("hosted_event without an open hosted item")
+        return kind(
+            sequence_number=self._step(Step.OUTPUT),
+            stream_id=self.stream_id,
+            item_id=item.item.id,
+            output_index=item.output_index,
+            **fields,
+        )
+
+    def close_hosted(self, done: McpItem) -> ev.OutputItemDone:
+        item = self._hosted
+        if item is None:
+            raise _misuse("close_hosted without an open hosted item")
+        self._hosted = None
+        self.response.output.append(done)
+        return ev.OutputItemDone(
+            sequence_number=self._step(Step.OUTPUT),
+            stream_id=self.stream_id,
+            output_index=item.output_index,
+            item=done,
+        )
+
+    def add_hosted(self, item: McpItem) -> list[ev.ServerEvent]:
+        """A hosted-tool item complete at once (``mcp_approval_request``, MCP-9)."""
+        return [self.open_hosted(item), self.close_hosted(item)]
 
 
 def _misuse(what: str) -> Exception:

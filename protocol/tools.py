@@ -51,6 +51,29 @@ class NamespaceTool(msgspec.Struct, tag="namespace", tag_field="type", kw_only=T
 
 CallableSpec = FunctionTool | CustomTool | NamespaceTool
 
+
+class McpServerTool(msgspec.Struct, tag="mcp", tag_field="type", kw_only=True):
+    """A remote MCP server the engine calls for the model (SPEC §18, MCP-1). ``headers`` and
+    ``authorization`` live only here, in memory, for the calls: the tool's raw JSON (echo,
+    store, upstreams) is kept without them (MCP-3)."""
+
+    server_label: str
+    server_url: str | None = None
+    headers: dict[str, str] | None = None
+    authorization: str | None = None
+    allowed_tools: list[str] | dict[str, Any] | None = None
+    require_approval: str | dict[str, Any] | None = None
+    server_description: str | None = None
+    connector_id: str | None = None
+    tunnel_id: str | None = None
+
+    def __repr__(self) -> str:  # never the secrets (MCP-3)
+        return f"McpServerTool(server_label={self.server_label!r}, server_url={self.server_url!r})"
+
+
+# What the echo, the store and upstreams never see of an ``mcp`` tool (MCP-3).
+MCP_SECRET_KEYS = ("headers", "authorization")
+
 # The SDK's hosted (built-in) tool types, with the fields its models require. The engine never
 # calls them; only an upstream Responses server can (TOOL-4).
 HOSTED_TOOL_REQUIRED: dict[str, tuple[str, ...]] = {
@@ -106,9 +129,10 @@ class Toolset:
 
     raw: tuple[msgspec.Raw, ...] = field(default=(), compare=False)
     # per tool: its typed view, or a hosted tool's type
-    specs: tuple[CallableSpec | str, ...] = field(default=(), compare=False)
+    specs: tuple[CallableSpec | McpServerTool | str, ...] = field(default=(), compare=False)
     callables: tuple[CallableTool, ...] = field(default=(), compare=False)
     hosted: frozenset[str] = field(default=frozenset(), compare=False)
+    mcp: tuple[McpServerTool, ...] = field(default=(), compare=False)  # remote MCP (MCP-1)
     key: tuple[bytes, ...] = ()  # the tools' bytes: equal keys, equal toolsets
 
     def __bool__(self) -> bool:
@@ -121,7 +145,9 @@ class Toolset:
         return None
 
 
-def toolset_of(raw: list[msgspec.Raw], specs: list[CallableSpec | str]) -> Toolset:
+def toolset_of(
+    raw: list[msgspec.Raw], specs: Sequence[CallableSpec | McpServerTool | str]
+) -> Toolset:
     # A decoded Raw is a view into the whole request frame; the toolset outlives the request
     # (rollout, lane and hydration caches, parking), so each tool keeps its own bytes (LIM-21).
     raw = [r.copy() for r in raw]
@@ -130,6 +156,8 @@ def toolset_of(raw: list[msgspec.Raw], specs: list[CallableSpec | str]) -> Tools
     for spec in specs:
         if isinstance(spec, str):
             hosted.add(spec)
+        elif isinstance(spec, McpServerTool):
+            hosted.add("mcp")
         elif isinstance(spec, NamespaceTool):
             callables.extend(CallableTool(inner, spec.name) for inner in spec.tools)
         else:
@@ -139,6 +167,7 @@ def toolset_of(raw: list[msgspec.Raw], specs: list[CallableSpec | str]) -> Tools
         specs=tuple(specs),
         callables=tuple(callables),
         hosted=frozenset(hosted),
+        mcp=tuple(spec for spec in specs if isinstance(spec, McpServerTool)),
         key=tuple(bytes(r) for r in raw),
     )
 
@@ -159,11 +188,16 @@ def parse_tools(raw: list[msgspec.Raw]) -> Toolset:
     """Typed views of a request's tools (TOOL-1): every type of the SDK's ``Tool`` union is
     accepted; callable tools are decoded, hosted ones checked for the fields the SDK requires.
     Errors name the JSON path (``tools[2].type``) as CODEC-3 does."""
-    specs: list[CallableSpec | str] = []
+    specs: list[CallableSpec | McpServerTool | str] = []
+    kept = list(raw)
     for index, tool in enumerate(raw):
         where = f"tools[{index}]"
         kind = _tool_kind(tool, where)
-        if kind in CALLABLE_TOOL_TYPES:
+        if kind == "mcp":
+            spec = _mcp_tool(tool, where)
+            specs.append(spec)
+            kept[index] = _without_secrets(tool)
+        elif kind in CALLABLE_TOOL_TYPES:
             try:
                 specs.append(_CALLABLE_SPEC.decode(tool))
             except msgspec.ValidationError as exc:
@@ -173,7 +207,41 @@ def parse_tools(raw: list[msgspec.Raw]) -> Toolset:
             specs.append(kind)
         else:
             raise invalid_value(kind, f"{where}.type")
-    return toolset_of(raw, specs)
+    return toolset_of(kept, specs)
+
+
+_MCP_SPEC = msgspec.json.Decoder(McpServerTool)
+
+
+def _mcp_tool(tool: msgspec.Raw, where: str) -> McpServerTool:
+    """An ``mcp`` tool (MCP-1, MCP-2): a ``server_url`` this engine calls; connectors and
+    tunnels (OpenAI-hosted) are not offered here."""
+    require_fields(msgspec.json.decode(tool), ("server_label",), where)
+    try:
+        spec = _MCP_SPEC.decode(tool)
+    except msgspec.ValidationError as exc:
+        raise validation_error(exc, where) from None
+    for name in ("connector_id", "tunnel_id"):
+        if getattr(spec, name) is not None:
+            raise InvalidRequest(
+                "unsupported_parameter",
+                f"'{where}.{name}' is not supported: this server calls remote MCP servers by "
+                "'server_url' only.",
+                f"{where}.{name}",
+            )
+    if not spec.server_url:
+        raise missing_parameter(f"{where}.server_url")
+    return spec
+
+
+def _without_secrets(tool: msgspec.Raw) -> msgspec.Raw:
+    """The tool as echoed, stored and forwarded: without headers or authorization (MCP-3)."""
+    data: dict[str, Any] = msgspec.json.decode(tool)
+    if not any(key in data for key in MCP_SECRET_KEYS):
+        return tool
+    return msgspec.Raw(
+        msgspec.json.encode({k: v for k, v in data.items() if k not in MCP_SECRET_KEYS})
+    )
 
 
 class _Kind(msgspec.Struct):

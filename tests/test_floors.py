@@ -203,6 +203,7 @@ ENGINE_PARTS = (
     "engine.models",
     "engine.observe",
     "engine.retained",
+    "engine.hosted",
     "engine.core",
     "engine.rollout",
     "engine.connection",

@@ -32,17 +32,19 @@ from engine.rollout.coroutine import Rollout
 from protocol.codec import parse_input
 from protocol.errors import InvalidRequest, NotFound, ProtocolError, TooManyRequests
 from protocol.events import InjectError, InjectFailed, ResponseInject
-from protocol.items import InputItem, ToolOutput
+from protocol.items import InputItem, OpaqueItem, ToolOutput
 from protocol.response import CreateParams
 
 MULTI_AGENT_BETA = "responses_multi_agent=v1"  # the OpenAI-Beta value of the beta (INJECT-1)
 
 
 def tool_outputs(raw: list[Any]) -> list[InputItem]:
-    """The input of an append or inject: tool outputs only (APPEND-3, INJECT-3)."""
+    """The input of an append or inject: tool outputs only (APPEND-3, INJECT-3), and answers to
+    MCP approval requests (MCP-9)."""
     items = parse_input(raw)
     for index, item in enumerate(items):
-        if not isinstance(item, ToolOutput):
+        approval = isinstance(item, OpaqueItem) and item.type == "mcp_approval_response"
+        if not isinstance(item, ToolOutput) and not approval:
             raise InvalidRequest(
                 "invalid_append_input",
                 "Only function_call_output and custom_tool_call_output items can be appended"

@@ -27,6 +27,7 @@ from engine.core import Engine
 from engine.models.base import HOSTED_TOOLS, Backend, BackendError
 from engine.rollout.accounting import Accounting
 from engine.rollout.endings import Endings
+from engine.rollout.hosted import HostedTools, approval_answers
 from engine.rollout.sampling import compact_if_needed, sample
 from engine.rollout.state import RolloutState, RolloutStep, advance
 from engine.rollout.steering import Steer, Steering
@@ -81,6 +82,7 @@ class Rollout:
         self._wake: asyncio.Future[Turn | None] | None = None
         self._idle: asyncio.Timeout | None = None  # the idle limit of the current suspension
         self._model_timeout = engine.config.model_timeout_s
+        self.hosted = HostedTools(engine.mcp_limits, engine.config.mcp_max_calls)  # MCP-12
 
     def advance(self, step: RolloutStep) -> None:
         """The one way its state changes: by the table (``state.py``)."""
@@ -110,7 +112,7 @@ class Rollout:
             pruned = prune(self.ctx.items)  # a compaction item stands for what came before it
             if pruned is not None:  # (COMPACT-4), after validation: params index the input
                 self.replace_context(pruned)
-        missing = self.ctx.pending_calls()
+        missing = _unanswered(self.ctx, items)
         if missing:
             raise _missing_output(missing[0].call_id)
         self.accounting.ready()
@@ -123,7 +125,7 @@ class Rollout:
         texts: ItemTexts | None = None,
     ) -> int:
         """Pre-inference over ``items`` onto the context; what it renders counts as fresh."""
-        self.pipeline.seal_keys(self.engine.reasoning_keys, self.owner)  # SEAL-2, SEAL-4
+        items, texts = _admitted(self, items, texts)
         rendered = self.pipeline.apply(
             self.ctx, items, path=path, supports=self.backend.supports, param=param, texts=texts
         )
@@ -166,12 +168,8 @@ class Rollout:
             await endings.fail_quietly()
         finally:
             self.advance(RolloutStep.END)
-            status, turn = self.turn.status, self.turn
-            while True:  # a successor that never began ends with it
-                turn.settle(status)
-                if turn.successor is None:
-                    break
-                turn = turn.successor
+            _settle_chain(self.turn)
+            await self.hosted.aclose()  # its MCP sessions end with it (MCP-12)
 
     async def _loop(self) -> None:
         turn = self.turn
@@ -186,6 +184,8 @@ class Rollout:
                 else:  # append mode: queued steering joins after the tool outputs (STEER-5)
                     turn.stream.resume()
                     self._commit(self.steering.take())
+                continue
+            if self.hosted.again(self.ctx, turn.stream.id, reason):  # MCP outputs joined (MCP-7)
                 continue
             # Accepted steering input continues the rollout in a successor response (STEER-3).
             successor = turn.successor = self.steering.successor(turn) if self.steering else None
@@ -206,6 +206,7 @@ class Rollout:
             await turn.sink.send(turn.stream.in_progress())
 
     async def _sample(self, turn: Turn) -> tuple[list[ToolCall], SampleEnd]:
+        await self.hosted.before_sampling(self, turn, self.settings.tools)  # MCP-4, MCP-9
         if await compact_if_needed(self, turn, self._model_timeout):  # a compaction_trigger:
             return [], "stop"  # the response's one output is the compaction (COMPACT-7)
         step = self.accounting.begin_step(turn, self.ctx.prompt_tokens)
@@ -284,7 +285,7 @@ class Rollout:
         if self._idle is not None:  # any accepted input restarts the idle clock (APPEND-6)
             limit = self.engine.config.suspended_idle_timeout_s
             self._idle.reschedule(asyncio.get_running_loop().time() + limit)
-        return not self.ctx.pending_calls()
+        return not _unanswered(self.ctx, items)
 
     def resume(self, turn: Turn, settings: Settings | None = None) -> None:
         """Wake the coroutine: in the same response (append) or in a new one (standard)."""
@@ -352,12 +353,31 @@ class Rollout:
             self._apply(items, INCREMENTAL, param="steer")
 
 
+def _settle_chain(first: Turn) -> None:
+    """The turn ends, and a successor that never began ends with it."""
+    status, turn = first.status, first
+    while True:
+        turn.settle(status)
+        if turn.successor is None:
+            break
+        turn = turn.successor
+
+
 def _require_answers(ctx: Context, items: list[InputItem]) -> None:
-    """Every function call must be answered before the model samples again (VAL-5)."""
+    """Every function call must be answered before the model samples again (VAL-5); an
+    ``mcp_approval_response`` answers its approval request (MCP-9)."""
     answered = {i.call_id for i in items if isinstance(i, ToolOutput)}
+    answered.update(approval_answers(items))
     for call in ctx.pending_calls():
         if call.call_id not in answered:
             raise _missing_output(call.call_id)
+
+
+def _unanswered(ctx: Context, items: list[InputItem]) -> list[ToolCall]:
+    """The context's pending calls that neither an output nor, for an MCP approval request,
+    an ``mcp_approval_response`` among ``items`` answers (MCP-9)."""
+    approved = approval_answers(items)
+    return [call for call in ctx.pending_calls() if call.call_id not in approved]
 
 
 def _missing_output(call_id: str) -> InvalidRequest:
@@ -376,3 +396,12 @@ __all__ = [
     "Sink",
     "Turn",
 ]
+
+
+def _admitted(
+    rollout: Rollout, items: list[InputItem], texts: ItemTexts | None
+) -> tuple[list[InputItem], ItemTexts | None]:
+    """What pre-inference sees of new items: sealed reasoning opened with this owner's keys
+    (SEAL-2, SEAL-4), MCP items as the context holds them (MCP-15)."""
+    rollout.pipeline.seal_keys(rollout.engine.reasoning_keys, rollout.owner)
+    return rollout.hosted.accept(items, texts)

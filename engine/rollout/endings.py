@@ -22,6 +22,7 @@ from engine.models.base import Backend
 from engine.observe.accounting import safety_report
 from engine.observe.postinference import UsageRecord
 from engine.rollout.accounting import Accounting
+from engine.rollout.hosted import as_input
 from engine.rollout.state import RolloutState, RolloutStep
 from engine.rollout.steering import Steering
 from engine.rollout.turn import ClientGone, Mode, Settings, Turn, TurnNotStored, now
@@ -164,7 +165,8 @@ class Endings:
         stored_as = turn.stream.id if self._rollout.settings.store else None
         successor = turn.successor  # a steered response's: it holds the conversation next
         then = successor.input_items if successor is not None else None
-        handed = await joined.finish(status, turn.stream.response.output, stored_as, then)
+        output = [as_input(item) for item in turn.stream.response.output]
+        handed = await joined.finish(status, output, stored_as, then)
         if successor is not None:
             successor.conversation = handed
 

@@ -34,10 +34,11 @@ from engine.models.base import (
 from engine.models.compaction import CompactRequest, compact
 from engine.models.tracecontext import TRACEPARENT
 from engine.rollout.accounting import Accounting, Step
+from engine.rollout.hosted import HostedTools, call_form, join
 from engine.rollout.sealing import StepSeal
 from engine.rollout.steering import Steering
 from engine.rollout.turn import Settings, Turn
-from protocol.items import InputItem
+from protocol.items import InputItem, OutputItem
 from protocol.response import Response, RolloutTokens, SampleTokens
 from protocol.states import ResponseState
 from protocol.stream import ResponseStream
@@ -55,6 +56,7 @@ class Rollout(Protocol):
     accounting: Accounting
     steering: Steering
     owner: str | None
+    hosted: HostedTools
 
     async def open_turn(self, turn: Turn) -> None: ...
 
@@ -132,14 +134,19 @@ async def sample(rollout: Rollout, turn: Turn, step: Step, model_timeout: float)
     if step.reason not in ("length", "steered"):  # a cut-short item ends incomplete (ORD-8)
         await _close_message(turn, "completed")
         await _close_reasoning(turn, "completed", _blob(seal, turn.stream))
-    # The model's own output joins the context (rendered once, never re-encoded).
-    output: list[InputItem] = list(turn.stream.output[step.first_new :])
+    # The model's own output joins the context (rendered once, never re-encoded); an MCP call
+    # joins as its function-call form, its output after the step's own items (MCP-15).
+    produced = turn.stream.output[step.first_new :]
+    output = [call_form(item) for item in produced]
     rollout.pipeline.apply(rollout.ctx, output, path=OUTPUT, supports=frozenset({"text"}))
+    join(rollout, rollout.hosted.take_outputs(), "mcp")
     if step.tokens is not None and rollout.settings.include_tokens:
-        _report_tokens(turn.stream.response, step.tokens, output)
+        _report_tokens(turn.stream.response, step.tokens, produced)
 
 
-def _report_tokens(response: Response, step: StepTokens, produced: Sequence[InputItem]) -> None:
+def _report_tokens(
+    response: Response, step: StepTokens, produced: Sequence[InputItem | OutputItem]
+) -> None:
     """``include: ["rollout.token_ids"]``: the step's ids join the response (TOK-9)."""
     if isinstance(response.rollout_tokens, msgspec.UnsetType):
         response.rollout_tokens = RolloutTokens()
@@ -183,13 +190,23 @@ async def _emit(
         await send(stream.reasoning_delta(delta.text))
     elif isinstance(delta, ArgsDelta):
         step.produced += 1
-        await send(stream.arguments_delta(delta.text))
+        if rollout.hosted.writing:
+            await rollout.hosted.arguments(turn, delta.text)
+        else:
+            await send(stream.arguments_delta(delta.text))
     elif isinstance(delta, CallStart):
         await _close_message(turn, "completed")
         await _close_reasoning(turn, "completed", _blob(seal, stream))
-        await send(
-            stream.add_function_call(delta.name, delta.call_id, delta.namespace, delta.custom)
-        )
+        if rollout.hosted.claims(delta.name, delta.namespace):  # an MCP tool (MCP-7)
+            await rollout.hosted.start(turn, delta.name)
+        else:
+            await send(
+                stream.add_function_call(delta.name, delta.call_id, delta.namespace, delta.custom)
+            )
+    elif isinstance(delta, CallEnd) and rollout.hosted.writing:
+        asked = await rollout.hosted.end(turn)
+        if asked is not None:  # an approval request: the rollout waits for its answer (MCP-9)
+            step.calls.append(asked)
     elif isinstance(delta, CallEnd):
         call, events = stream.finish_function_call()
         step.calls.append(call)
@@ -221,7 +238,7 @@ def _request(rollout: Rollout) -> SampleRequest:
     return SampleRequest(
         model=s.model,
         context=rollout.ctx,
-        tools=s.tools,
+        tools=rollout.hosted.offered(s.tools, rollout.ctx),  # MCP tools as functions (MCP-6)
         tool_choice=s.tool_choice,
         parallel_tool_calls=s.parallel_tool_calls,
         max_output_tokens=s.max_output_tokens,

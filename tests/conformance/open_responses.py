@@ -298,6 +298,15 @@ NON_DOCUMENT_EVENTS: dict[str, Table] = {
     # calls them response.reasoning.delta/.done with the same fields.
     "response.reasoning_text.delta": _t({**_CONTENT, "delta": (STR,)}, _OBFUSCATION),
     "response.reasoning_text.done": _t({**_CONTENT, "text": (STR,)}),
+    # The SDK's remote MCP events (SPEC §18, MCP-5, MCP-7), which the document does not define.
+    "response.mcp_list_tools.in_progress": _t(_ITEM),
+    "response.mcp_list_tools.completed": _t(_ITEM),
+    "response.mcp_list_tools.failed": _t(_ITEM),
+    "response.mcp_call.in_progress": _t(_ITEM),
+    "response.mcp_call.completed": _t(_ITEM),
+    "response.mcp_call.failed": _t(_ITEM),
+    "response.mcp_call_arguments.delta": _t({**_ITEM, "delta": (STR,)}),
+    "response.mcp_call_arguments.done": _t({**_ITEM, "arguments": (STR,)}),
 }
 
 # Codex's own events (its WebSocket reads them, ``codex-api/src/endpoint/responses_websocket.rs``):

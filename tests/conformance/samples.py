@@ -39,7 +39,9 @@ HOSTED_TOOLS: list[dict[str, Any]] = [
     },
     {"type": "web_search", "external_web_access": False},
     {"type": "web_search_2025_08_26"},
-    {"type": "mcp", "server_label": "deepwiki", "server_url": "https://mcp.example/mcp"},
+    # a private address: the engine runs mcp tools itself (MCP-6) and refuses this one without
+    # contacting it or resolving a name (MCP-10, MCP-11)
+    {"type": "mcp", "server_label": "deepwiki", "server_url": "http://10.0.0.1/mcp"},
     {"type": "code_interpreter", "container": {"type": "auto"}},
     {"type": "programmatic_tool_calling"},
     {"type": "image_generation", "quality": "low"},

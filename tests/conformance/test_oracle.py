@@ -31,6 +31,7 @@ from openai.lib.streaming.responses._responses import ResponseStreamState
 from openai.types.beta import BetaResponsesServerEvent
 from openai.types.responses import Response, ResponsesServerEvent, ResponseStreamEvent
 
+from engine.core import EngineConfig
 from protocol import events as protocol_events
 from tests.conformance.oracle_kit import (
     CLOCK,
@@ -45,6 +46,7 @@ from tests.conformance.oracle_kit import (
     ws_until_done,
 )
 from tests.support.fixtures import sdk_client
+from tests.support.mcp import sdk_server
 from tests.support.oracle import sdk_parse
 from tests.support.server import LiveServer, start_server
 
@@ -487,13 +489,20 @@ async def test_oracle_http_json_response_is_sdk_response(live: LiveServer) -> No
 
 
 async def test_oracle_every_server_event_type_is_exercised_and_parses(
-    client: AsyncOpenAI, sdk_oracle: list[bytes]
+    live: LiveServer, client: AsyncOpenAI, sdk_oracle: list[bytes]
 ) -> None:
     """CONF-1, EV-2: run one of each outcome; every type in ``protocol.events.ServerEvent`` must
     have been emitted, and each emitted frame parses with the SDK (the fixture checks at
-    teardown too)."""
+    teardown too). Remote MCP (MCP-5, MCP-7) against a real MCP server, allowed on loopback."""
     start = len(sdk_oracle)
-    async with client.responses.connect() as conn:
+    live.engine.mcp_limits = EngineConfig(mcp_allow_hosts="127.0.0.1").mcp_limits
+    async with client.responses.connect() as conn, sdk_server() as mcp:
+        never = {"type": "mcp", "server_label": "m", "server_url": mcp.url}
+        never["require_approval"] = "never"
+        refused = {"type": "mcp", "server_label": "r", "server_url": "http://10.0.0.1/mcp"}
+        await ws_turn(conn, input="use echo", tools=[never, refused])  # listed, failed; a call
+        failing = {**never, "server_label": "f", "allowed_tools": ["fail"]}
+        await ws_turn(conn, input="use fail", tools=[failing])  # a call that fails
         await ws_turn(conn, input="Text answer")
         done = await ws_turn(conn, input="Weather in Paris?", tools=[WEATHER])
         waiting = done[-1]["response"]

@@ -106,12 +106,14 @@ async def test_every_tool_type_is_accepted_and_echoed_exactly(server: LiveServer
 
 async def test_hosted_tools_are_never_called_by_the_simulator(server: LiveServer) -> None:
     """TOOL-4: with only hosted tools the simulator answers in text; with a function too, it
-    calls the function."""
+    calls the function. The ``mcp`` sample is the engine's to list (MCP-4): its private address
+    is refused (MCP-11), so its listing fails and offers nothing."""
     status, text = await post(server, {"input": "Search the web", "tools": HOSTED_TOOLS})
     assert status == 200, text
-    assert [i["type"] for i in json.loads(text)["output"]] == ["message"]
+    assert [i["type"] for i in json.loads(text)["output"]] == ["mcp_list_tools", "message"]
     status, text = await post(server, {"input": "Paris", "tools": [*HOSTED_TOOLS, FUNCTION]})
-    (call,) = json.loads(text)["output"]
+    listing, call = json.loads(text)["output"]
+    assert listing["type"] == "mcp_list_tools" and "mcp-allow-hosts" in listing["error"]
     assert call["type"] == "function_call" and call["name"] == "get_weather"
 
 

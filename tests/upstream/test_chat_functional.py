@@ -238,12 +238,14 @@ async def test_a_namespaced_function_called_by_a_chat_server_keeps_its_namespace
     chat_server: LiveServer, chat_peer: ChatPeer
 ) -> None:
     """TOOL-2: the chat server sees ``lookup`` by its plain name; the call the client gets
-    carries ``namespace: docs``; hosted and custom tools are accepted and not sent (TOOL-4)."""
+    carries ``namespace: docs``; hosted and custom tools are accepted and not sent (TOOL-4); the
+    sample's ``mcp`` server is refused (a private address), so its listing fails (MCP-11)."""
     from tests.conformance.samples import ALL_TOOLS
 
     chat_peer.queue(Reply(calls=[Call("lookup", '{"q":"x"}', "call_ns")]))
     status, body = await post(chat_server, model="model-a", input="hi", tools=ALL_TOOLS)
     assert status == 200, body
-    (call,) = body["output"]
+    listing, call = body["output"]
+    assert listing["type"] == "mcp_list_tools" and listing["tools"] == []
     assert (call["name"], call["namespace"]) == ("lookup", "docs")
     assert [t["function"]["name"] for t in chat_peer.last["tools"]] == ["get_weather", "lookup"]

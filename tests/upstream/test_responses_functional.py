@@ -151,8 +151,9 @@ async def test_hosted_tools_opaque_items_and_forced_hosted_choice_are_forwarded(
     responses_server: LiveServer, responses_peer: ResponsesPeer
 ) -> None:
     """TOOL-1, TOOL-4, TOOL-5, ITEM-7: a Responses upstream runs hosted tools, so every tool is
-    forwarded exactly as sent, a forced hosted ``tool_choice`` is accepted and forwarded, and
-    opaque input items go up unchanged."""
+    forwarded exactly as sent (except ``mcp``, which the engine runs itself and never forwards,
+    MCP-6), a forced hosted ``tool_choice`` is accepted and forwarded, and opaque input items go
+    up unchanged."""
     from tests.conformance.samples import ALL_TOOLS, ECHOED_TOOLS
 
     shell_call = {"type": "shell_call", "call_id": "sh_1", "action": {"commands": ["ls"]}}
@@ -171,7 +172,8 @@ async def test_hosted_tools_opaque_items_and_forced_hosted_choice_are_forwarded(
     assert status == 200, body
     assert body["tools"] == ECHOED_TOOLS and body["tool_choice"] == choice
     sent = responses_peer.last
-    assert sent["tools"] == ALL_TOOLS and sent["tool_choice"] == choice
+    forwarded = [tool for tool in ALL_TOOLS if tool["type"] != "mcp"]
+    assert sent["tools"] == forwarded and sent["tool_choice"] == choice
     assert sent["input"] == [shell_call, shell_out, user]
 
 

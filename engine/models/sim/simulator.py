@@ -8,7 +8,10 @@
   plausible by parameter name (``schema_args``). Last item a tool output -> a text answer, unless
   ``tool_choice`` is ``required`` or names a tool (then that call again).
 * Usable tools are the callable ones: functions, custom tools and the functions inside
-  namespaces (a call carries its ``namespace``). Hosted tools are never called (TOOL-4).
+  namespaces (a call carries its ``namespace``). Hosted tools are never called (TOOL-4), except
+  remote MCP tools, which the rollout offers as functions (MCP-6): the same policy calls them
+  (SIM-7: "use the echo tool" calls a listed ``echo``), and an ``mcp_list_tools`` item in the
+  context is not the last item the policy looks at.
 * Steering shows (SIM-6): a steered successor's context ends with the steering message, so the
   answer quotes it (or calls the tools it names); steering queued behind tool calls sits right
   before their outputs, and the answer to those outputs adds ``(steered: <its words>)``.
@@ -39,7 +42,7 @@ from engine.models.base import (
 )
 from engine.models.sim.scenarios import SCENARIOS
 from engine.models.sim.schema_args import arguments_for, command_like
-from protocol.items import InputItem, Message, ToolOutput, text_of
+from protocol.items import InputItem, Message, OpaqueItem, ToolOutput, text_of
 from protocol.tools import CallableTool, ToolChoice, ToolChoiceAllowed, forced_callable
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9_\-]*")
@@ -110,7 +113,7 @@ class SimulatedModel(Backend):
         tools = _usable(list(request.tools.callables), choice)
         if self.scenario is not None:
             return self._scripted(items, tools)
-        last = items[-1] if items else None
+        last = next((i for i in reversed(items) if not _listing(i)), None)
         if not tools or last is None:
             return Plan(self._answer(items), [])
         forced = choice == "required" or forced_callable(choice) is not None
@@ -186,6 +189,11 @@ class SimulatedModel(Backend):
     def _call_id(request: SampleRequest, index: int, name: str) -> str:
         seed = f"{len(request.context.items)}:{request.context.prompt_tokens}:{index}:{name}"
         return "call_" + hashlib.sha256(seed.encode()).hexdigest()[:24]
+
+
+def _listing(item: InputItem) -> bool:
+    """An ``mcp_list_tools`` item: the rollout's, not a turn of the conversation (SIM-7)."""
+    return isinstance(item, OpaqueItem) and item.type == "mcp_list_tools"
 
 
 def _usable(tools: list[CallableTool], choice: ToolChoice) -> list[CallableTool]:

@@ -208,6 +208,8 @@ def functions_for(tools: Toolset, dropped: Counter[str]) -> list[dict[str, Any]]
     out = [tool_for(t.spec) for t in tools.callables if isinstance(t.spec, FunctionTool)]
     dropped.update(f"tool.{t.spec.__struct_config__.tag}" for t in tools.callables if t.custom)
     dropped.update(f"tool.{kind}" for kind in tools.specs if isinstance(kind, str))
+    if tools.mcp:  # the rollout offers their listed tools as functions instead (MCP-6)
+        dropped["tool.mcp"] += len(tools.mcp)
     return out
 
 

@@ -46,6 +46,9 @@ from protocol.tools import ToolChoice
 
 _PLAIN = (Message, FunctionCall, FunctionCallOutput, CustomToolCall, CustomToolCallOutput)
 
+# MCP items the engine itself runs: the upstream sees their calls as function calls (MCP-6).
+ENGINE_MCP_ITEMS = frozenset({"mcp_list_tools", "mcp_approval_response"})
+
 RESERVED = frozenset({"model", "input", "stream", "previous_response_id", "store", "tools"})
 
 
@@ -64,6 +67,8 @@ def input_items(items: list[InputItem], pass_reasoning: bool, dropped: Counter[s
             out.append(msgspec.to_builtins(msgspec.structs.replace(item, id=None, status=None)))
         elif isinstance(item, Compaction):
             out.append(compaction_input(item))
+        elif isinstance(item, OpaqueItem) and item.type in ENGINE_MCP_ITEMS:
+            dropped[item.type] += 1  # the engine's own MCP bookkeeping (MCP-6)
         elif isinstance(item, OpaqueItem):
             out.append(item.data)
         elif isinstance(item, Reasoning) and pass_reasoning:

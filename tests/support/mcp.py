@@ -1,0 +1,101 @@
+"""Real MCP servers for the remote MCP tests (SPEC §18), each its own process on a free loopback
+port: the ``mcp`` SDK's server (``tests/support/mcp_server.py``, Streamable HTTP or SSE) and
+``@modelcontextprotocol/server-everything`` from npm (installed by ``.ci/sysdeps`` into
+``.tools/``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.support.wait import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+EVERYTHING = (
+    ROOT
+    / ".tools"
+    / "mcp-everything"
+    / "node_modules"
+    / "@modelcontextprotocol"
+    / "server-everything"
+)
+
+
+@dataclass
+class McpProcess:
+    url: str
+    process: asyncio.subprocess.Process
+
+    async def kill(self) -> None:
+        """The server dies (a test of MCP-8): killed, and reaped."""
+        with contextlib.suppress(ProcessLookupError):
+            self.process.kill()
+        await self.process.wait()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def _listening(port: int) -> bool:
+    try:
+        _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    except OSError:
+        return False
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return True
+
+
+@contextlib.asynccontextmanager
+async def _process(
+    args: list[str], port: int, path: str, env: dict[str, str]
+) -> AsyncIterator[McpProcess]:
+    process = await asyncio.create_subprocess_exec(
+        *args,
+        cwd=ROOT,
+        env={**os.environ, **env},
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        await wait_for(lambda: _listening(port), f"the MCP server on port {port}", limit=30)
+        yield McpProcess(f"http://127.0.0.1:{port}{path}", process)
+    finally:
+        if process.returncode is None:
+            process.terminate()
+            try:
+                async with asyncio.timeout(5):
+                    await process.wait()
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+
+
+@contextlib.asynccontextmanager
+async def sdk_server(transport: str = "streamable-http") -> AsyncIterator[McpProcess]:
+    """The ``mcp`` SDK's server: ``/mcp`` (Streamable HTTP) or ``/sse`` (SSE)."""
+    port = free_port()
+    path = "/sse" if transport == "sse" else "/mcp"
+    args = [sys.executable, "-m", "tests.support.mcp_server", str(port), transport]
+    async with _process(args, port, path, {}) as server:
+        yield server
+
+
+@contextlib.asynccontextmanager
+async def everything_server() -> AsyncIterator[McpProcess]:
+    """``@modelcontextprotocol/server-everything`` over Streamable HTTP (``/mcp``)."""
+    port = free_port()
+    script = EVERYTHING / "dist" / "index.js"
+    args = ["node", str(script), "streamableHttp"]
+    async with _process(args, port, "/mcp", {"PORT": str(port)}) as server:
+        yield server

@@ -23,13 +23,13 @@ from engine.core import Engine
 from engine.models.base import Backend
 from engine.rollout.coroutine import Rollout
 from engine.rollout.turn import Mode
+from engine.shared.handover import Handed
 from engine.shared.hydration import CachedContext
 from engine.shared.parking import Parked
 from engine.store import Hydrated, StoreError
 from engine.store.errors import wire_error
 from engine.store.framing import OwnerFilter
 from protocol.errors import InvalidRequest, previous_response_not_found, response_not_found
-from protocol.items import InputItem
 
 
 class Path(enum.Enum):
@@ -76,7 +76,7 @@ class Found:
     parked: Parked | None = None  # PARKED: claimed, so the caller now owns its task
     cached: CachedContext | None = None  # HYDRATED
     stored: Hydrated | None = None  # STORE
-    handed: list[InputItem] | None = None  # HANDED: the context another node handed over
+    handed: Handed | None = None  # HANDED: the context another node handed over
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ import msgspec
 from engine.connection.session import Session
 from engine.conversation.footprint import LIST_SLOT
 from engine.core import Engine
+from engine.shared.handover import RUN_LEASE_S
 from engine.shared.ratelimit import Quota
 from engine.store import ResponseRecord, StoreError, chain_record, listing_form
 from engine.store.errors import wire_error
@@ -250,6 +251,9 @@ class BackgroundRun:
             owner=self.owner,
         )
         try:
+            # The lease first: a reader on any node that finds the record unfinished also
+            # finds who runs it, or knows nobody does (LIVE-1).
+            await self.engine.handover.lease(record.response.id)
             await self.engine.store.put(record)
         except StoreError as exc:
             self.turn = None
@@ -315,6 +319,7 @@ class BackgroundRuns:
         budget = engine.config.budget
         self.budget = LogBudget(budget.background, budget.background_per_owner)
         self.budget.shed = self._shed_finished
+        self._renewing: asyncio.Task[None] | None = None
 
     async def start(
         self,
@@ -342,6 +347,8 @@ class BackgroundRuns:
             self._starting.discard(run)
         if not run.task.done():
             self.live[run.response.id] = run
+            if self.engine.handover.enabled and (self._renewing is None or self._renewing.done()):
+                self._renewing = asyncio.create_task(self._renew(), name="background-leases")
         else:
             self._keep_log(run)
         return run
@@ -353,6 +360,19 @@ class BackgroundRuns:
             log.error("background run failed", exc_info=task.exception())
         if run.turn is not None and self.live.pop(run.response.id, None) is not None:
             self._keep_log(run)
+            self.engine.handover.finished(run.response.id)
+
+    async def _renew(self) -> None:
+        """Renew every live run's lease each third of it, while any lives (LIVE-1). A renewal
+        the store refuses is retried at the next beat; the lease outlives two misses."""
+        while self.live:
+            await asyncio.sleep(RUN_LEASE_S / 3)
+            for response_id in list(self.live):
+                try:
+                    await self.engine.handover.lease(response_id)
+                except StoreError as exc:
+                    log.warning("background %s: lease not renewed: %s", response_id, exc)
+                    break
 
     def _keep_log(self, run: BackgroundRun) -> None:
         if run.turn is None:
@@ -389,6 +409,9 @@ class BackgroundRuns:
 
     async def close(self) -> None:
         """Shutdown, after the grace period: cancel what still runs (LIM-13, BG-6)."""
+        if self._renewing is not None:
+            self._renewing.cancel()
+            await asyncio.gather(self._renewing, return_exceptions=True)
         runs = [*self.live.values(), *self._starting]
         for run in runs:
             if run.task is not None:
@@ -397,9 +420,11 @@ class BackgroundRuns:
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def settle(self, record: ResponseRecord) -> ResponseRecord:
-        """A stored unfinished background response that no live run of this process owns and
-        that is older than any run can last is orphaned: its process is gone (BG-8)."""
+    async def settle(self, record: ResponseRecord, gone: bool = False) -> ResponseRecord:
+        """A stored unfinished background response that no live run of this process owns is
+        orphaned when nobody holds its lease (LIVE-1), when the node holding it says it runs
+        nothing of the kind (``gone``, LIVE-3), or, where nothing is shared, when it is older
+        than any run can last (BG-8): its process is gone."""
         response = record.response
         if not response.background or response.status not in UNFINISHED:
             return record
@@ -409,18 +434,36 @@ class BackgroundRuns:
         if finished is not None and finished.late_error is not None:
             # Ran here, and its terminal record was not stored: failed now (BG-10).
             settled = unstored(response, finished.late_error)
+        elif gone or await self._lease_lost(response):
+            settled = orphaned(response)
         elif time.time() - response.created_at < self.engine.config.background_orphan_after_s:
             return record
         else:
-            settled = msgspec.structs.replace(
-                response,
-                status="failed",
-                error=ResponseErrorInfo(code="server_error", message=ORPHANED),
-                completed_at=int(time.time()),
-            )
+            settled = orphaned(response)
         record = msgspec.structs.replace(record, response=settled)
         try:
             await self.engine.store.put(record)
         except StoreError as exc:  # the reader still gets the settled response
             log.warning("background %s: not settled in the store: %s", response.id, exc)
+        self.engine.counters["background.settled"] += 1
         return record
+
+    async def _lease_lost(self, response: Response) -> bool:
+        """Nobody holds the run's lease (LIVE-1): its node died, or stopped renewing it. Only
+        where leases are kept; a store that cannot say keeps the record as it is."""
+        if not self.engine.handover.enabled:
+            return False
+        try:
+            return await self.engine.handover.running_at(response.id) is None
+        except StoreError:
+            return False
+
+
+def orphaned(response: Response) -> Response:
+    """An unfinished background response whose process is gone: ``failed`` (BG-8, LIVE-1)."""
+    return msgspec.structs.replace(
+        response,
+        status="failed",
+        error=ResponseErrorInfo(code="server_error", message=ORPHANED),
+        completed_at=int(time.time()),
+    )

@@ -16,6 +16,7 @@ from engine.inspector.read_model import Inspector
 from engine.server import (
     background,
     cluster,
+    cluster_runs,
     codex_headers,
     http,
     idempotency,
@@ -124,9 +125,9 @@ def _key_hint(path: str) -> str:
     return "Incorrect or missing API key (use Authorization: Bearer)."
 
 
-# The hand-over route is opened by a node token instead of an API key (PARK-22); the login
-# form checks the key it is posted itself (AUTH-13).
-_OPEN_PATHS = frozenset({"/healthz", HANDOVER_PATH, inspector.LOGIN_PATH})
+# The node-to-node routes are opened by a node token instead of an API key (PARK-22, LIVE-2);
+# the login form checks the key it is posted itself (AUTH-13).
+_OPEN_PATHS = frozenset({"/healthz", HANDOVER_PATH, *cluster_runs.NODE_PATHS, inspector.LOGIN_PATH})
 # What shows every tenant's figures: only an operator key reads it on a keyed server (AUTH-11).
 OPERATOR_PATHS = frozenset({"/metrics", "/debug/stats", "/v1/bench/timings"})
 
@@ -242,6 +243,7 @@ def create_app(
     app[INSPECTOR] = Inspector(app[ENGINE], [lambda: sessions, lambda: requests, runs.sessions])
     inspector.install(app)
     cluster.install(app)  # node-to-node hand-over of parked rollouts (PARK-21)
+    cluster_runs.install(app)  # background runs reached from any node (LIVE-2)
     if app[ENGINE].bench_clock is not None:  # rollout serve --bench-timings (OBS-5)
         app.router.add_get("/v1/bench/timings", http.bench_timings)
     turn_state.install(app, app[ENGINE], config.node_id or turn_state.default_node_id())

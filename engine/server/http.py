@@ -23,6 +23,7 @@ from engine.observe.benchclock import TimedSink
 from engine.observe.metrics import CONTENT_TYPE
 from engine.rollout.turn import ClientGone
 from engine.server import background, codex_headers, idempotency, identity, ratelimits
+from engine.server.cluster_runs import ELSEWHERE, RunRequest
 from engine.server.export import tokens_body
 from engine.server.keys import (
     BACKGROUND,
@@ -251,6 +252,10 @@ async def delete_response(request: web.Request) -> web.Response:
     run = request.app[BACKGROUND].live.get(response_id)
     if run is not None and (owner is ANY_OWNER or run.owner == owner):
         await run.cancel()  # a running background response is cancelled first (BG-9)
+    elif run is None:  # ... also where another node runs it (LIVE-2)
+        mine = None if owner is ANY_OWNER else owner
+        asked = RunRequest(response_id, mine, any_owner=owner is ANY_OWNER)
+        await request.app[ELSEWHERE].cancel(request, asked)
     try:
         deleted = await engine.store.delete(response_id, owner)
     except StoreError as exc:

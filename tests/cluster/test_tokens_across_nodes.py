@@ -18,17 +18,12 @@ from typing import Any
 import pytest
 from openai import AsyncOpenAI
 
-from cli.cluster import Cluster, node_id
-from tests.cluster.conftest import cluster_spec, node_stats
+from cli.cluster import Cluster
+from tests.cluster.conftest import cluster_spec, node_stats, via
 from tests.support.tools import WEATHER
 from tests.upstream.token_peer import TokenPeer, assert_exact, make_tokenizer
 
 MODEL = "model-a"
-
-
-def _via(index: int) -> dict[str, str]:
-    """Through the balancer to node ``index`` (TURN-1's token names it, CLUSTER-11)."""
-    return {"x-codex-turn-state": f"rts1.{node_id(index)}.{'0' * 32}"}
 
 
 @pytest.fixture
@@ -63,7 +58,7 @@ def _output(call: Any) -> list[dict[str, str]]:
 
 
 async def _ws_turn(sdk: AsyncOpenAI, node: int, **create: Any) -> Any:
-    async with sdk.responses.connect(extra_headers=_via(node)) as conn:
+    async with sdk.responses.connect(extra_headers=via(node)) as conn:
         await conn.response.create(model=MODEL, tools=[WEATHER], **create)
         async for event in conn:
             if event.type in ("response.completed", "response.failed", "error"):
@@ -125,7 +120,7 @@ async def test_http_continuation_on_another_node_is_token_exact(
         await _parked(cluster, 0)
         second = await sdk.responses.create(
             model=MODEL, tools=[WEATHER], store=False, previous_response_id=first.response.id,
-            input=_output(call), extra_headers=_via(1),
+            input=_output(call), extra_headers=via(1),
         )  # fmt: skip
     finally:
         await sdk.close()
@@ -144,7 +139,7 @@ async def test_a_reconnect_before_the_old_close_waits_and_is_handed_over(
     cluster = tokens_cluster
     sdk = AsyncOpenAI(base_url=cluster.url, api_key="x", max_retries=0)
     try:
-        async with sdk.responses.connect(extra_headers=_via(0)) as old:
+        async with sdk.responses.connect(extra_headers=via(0)) as old:
             await old.response.create(
                 model=MODEL, tools=[WEATHER], input="Weather in Paris?", store=False
             )

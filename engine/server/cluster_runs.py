@@ -35,6 +35,9 @@ CANCEL_PATH = "/cluster/v1/runs/cancel"
 EVENTS_PATH = "/cluster/v1/runs/events"
 NODE_PATHS = (CANCEL_PATH, EVENTS_PATH)  # opened by the node token, not an API key
 JSON = "application/json"
+# A cancel waits for the run's cancelled record to be stored there (BG-6): bounded, a hung
+# node is ``node_unavailable`` (LIVE-2).
+CANCEL_TIMEOUT = aiohttp.ClientTimeout(total=2 * HANDOVER_TIMEOUT_S)
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 
 
@@ -155,7 +158,10 @@ class Elsewhere:
             return None
         body, headers = await self._body(request, asked)
         try:
-            async with self._session().post(where + CANCEL_PATH, data=body, headers=headers) as got:
+            post = self._session().post(
+                where + CANCEL_PATH, data=body, headers=headers, timeout=CANCEL_TIMEOUT
+            )
+            async with post as got:
                 answer, status = await got.read(), got.status
         except (aiohttp.ClientConnectorError, ConnectionRefusedError):
             return None  # nobody listens there any more: the run died with its node (LIVE-3)

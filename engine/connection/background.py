@@ -230,7 +230,8 @@ class BackgroundRun:
         if self.log.late_error is not None:  # its terminal record was not stored (BG-10)
             return unstored(response, self.log.late_error)
         opened = self.turn is not None and self.turn.stream.state is not ResponseState.NEW
-        status = response.status if opened else "queued"
+        # A run cancelled before its first delta ended all the same: its end, not ``queued``.
+        status = response.status if opened or response.status not in UNFINISHED else "queued"
         if status not in UNFINISHED and self.turn is not None and not self.turn.done.done():
             status = "in_progress"  # terminal only once stored and sent (STORE-6)
         return msgspec.structs.replace(response, status=status, output=list(response.output))

@@ -225,6 +225,7 @@ def create_app(
     app[UNREADY] = [False]
     app[BACKGROUND] = BackgroundRuns(app[ENGINE])
     app[idempotency.PENDING] = {}
+    app.router.add_post(cluster_runs.IDEM_FOLLOW_PATH, idempotency.answer_follow)  # LIVE-8
     app.router.add_get("/v1/responses", responses_get)
     app.router.add_post("/v1/responses", http.create_response)
     app.router.add_post("/v1/responses/compact", http.compact_response)

@@ -33,8 +33,14 @@ log = logging.getLogger("rollout.cluster")
 
 CANCEL_PATH = "/cluster/v1/runs/cancel"
 EVENTS_PATH = "/cluster/v1/runs/events"
-NODE_PATHS = (CANCEL_PATH, EVENTS_PATH)  # opened by the node token, not an API key
+IDEM_FOLLOW_PATH = "/cluster/v1/idempotent/follow"  # a repeat follows the first (LIVE-8)
+NODE_PATHS = (
+    CANCEL_PATH,
+    EVENTS_PATH,
+    IDEM_FOLLOW_PATH,
+)  # opened by the node token, not an API key
 JSON = "application/json"
+RELAYED_HEADERS = ("idempotent-replayed", "x-should-retry")
 # A cancel waits for the run's cancelled record to be stored there (BG-6): bounded, a hung
 # node is ``node_unavailable`` (LIVE-2).
 CANCEL_TIMEOUT = aiohttp.ClientTimeout(total=2 * HANDOVER_TIMEOUT_S)
@@ -45,20 +51,21 @@ class RunRequest(msgspec.Struct, forbid_unknown_fields=True):
     """Which run, for which owner (``any_owner``: an operator's DELETE, OWN-5), and for a
     follower where to start (BG-4)."""
 
-    response_id: str
+    response_id: str  # for ``kind`` "idem": the Idempotency-Key's scope (LIVE-8)
     owner: str | None = None
     any_owner: bool = False
     starting_after: int = -1
+    kind: str = "run"
 
 
 _DECODER = msgspec.json.Decoder(RunRequest)
 
 
 def _purpose(asked: RunRequest) -> str:
-    return "run-any" if asked.any_owner else "run"
+    return f"{asked.kind}-any" if asked.any_owner else asked.kind
 
 
-async def _verified(request: web.Request) -> RunRequest:
+async def verified(request: web.Request) -> RunRequest:
     """The request's body, from a node of this cluster (PARK-22's token, LIVE-2)."""
     engine = request.app[ENGINE]
     try:
@@ -83,9 +90,9 @@ def _not_here(response_id: str) -> HttpStatusError:
 async def answer_cancel(request: web.Request) -> web.Response:
     """Cancel a run of this node for its owner (BG-6): 200 with the cancelled Response; 404
     when this node runs nothing under that id for that owner (finished, or never here)."""
-    asked = await _verified(request)
+    asked = await verified(request)
     run = request.app[BACKGROUND].live.get(asked.response_id)
-    if run is None or not (asked.any_owner or run.owner == asked.owner):
+    if asked.kind != "run" or run is None or not (asked.any_owner or run.owner == asked.owner):
         raise _not_here(asked.response_id)
     await run.cancel()
     request.app[ENGINE].counters["runs.remote_cancelled"] += 1
@@ -95,9 +102,9 @@ async def answer_cancel(request: web.Request) -> web.Response:
 async def answer_events(request: web.Request) -> web.StreamResponse:
     """A run's events after ``starting_after`` as SSE, then followed (BG-4, BG-5), for the
     node whose client follows it; 404 when no log of that run and owner is kept here."""
-    asked = await _verified(request)
+    asked = await verified(request)
     log_ = request.app[BACKGROUND].event_log(asked.response_id)
-    if log_ is None or log_.owner != asked.owner:
+    if asked.kind != "run" or log_ is None or log_.owner != asked.owner:
         raise _not_here(asked.response_id)
     log_.check_start(asked.starting_after)
     request.app[ENGINE].counters["runs.remote_followed"] += 1
@@ -182,18 +189,29 @@ class Elsewhere:
         where = await self._where(request, asked.response_id)
         if where is None:
             return None
+        relayed = await self.relay(request, where, EVENTS_PATH, asked)
+        if relayed is not None:
+            request.app[ENGINE].counters["runs.follow_forwarded"] += 1
+        return relayed
+
+    async def relay(
+        self, request: web.Request, where: str, path: str, asked: RunRequest
+    ) -> web.StreamResponse | None:
+        """Ask node ``where`` at ``path`` and relay its answer: an SSE stream byte for byte,
+        anything else as it is; None for its 404, for this node's own address, or when
+        nothing listens there (its process is gone)."""
+        if where == request.app[ENGINE].handover.address:
+            return None
         body, headers = await self._body(request, asked)
         try:
-            async with self._session().post(where + EVENTS_PATH, data=body, headers=headers) as got:
+            async with self._session().post(where + path, data=body, headers=headers) as got:
                 if got.status == 404:
                     return None
-                if got.status != 200:
-                    answer = await got.read()
-                    return web.Response(
-                        body=answer, status=got.status, content_type="application/json"
-                    )
-                request.app[ENGINE].counters["runs.follow_forwarded"] += 1
-                stream = web.StreamResponse(headers=SSE_HEADERS)
+                kept = {k: v for k, v in got.headers.items() if k.lower() in RELAYED_HEADERS}
+                if got.content_type != "text/event-stream":
+                    answer, status, kind = await got.read(), got.status, got.content_type
+                    return web.Response(body=answer, status=status, content_type=kind, headers=kept)
+                stream = web.StreamResponse(status=got.status, headers={**SSE_HEADERS, **kept})
                 await stream.prepare(request)
                 try:
                     async for chunk in got.content.iter_any():

@@ -133,3 +133,34 @@ async def test_a_run_whose_node_died_ends_failed(slow_cluster: Cluster) -> None:
         assert polled.status == "failed", polled
     finally:
         await sdk.close()
+
+
+async def test_a_streamed_repeat_on_the_other_node_follows_the_first_live(
+    slow_cluster: Cluster,
+) -> None:
+    """LIVE-8, IDEM-4: a streamed create with an Idempotency-Key runs on node 0; its repeat
+    reaches node 1 while it runs and follows it there, live, event for event (node 1 asks node
+    0, whose address the key's entry names); the model ran once, on node 0."""
+    cluster = slow_cluster
+    sdk = _sdk(cluster)
+    key = {"Idempotency-Key": "soak-repeat-1"}
+    try:
+        first = await sdk.responses.create(
+            model=MODEL, input=LONG, stream=True, extra_headers={**key, **via(0)}
+        )
+        seen = []
+        async for event in first:
+            seen.append(event.model_dump())
+            if len(seen) == 4:
+                break
+        repeat = await sdk.responses.create(
+            model=MODEL, input=LONG, stream=True, extra_headers={**key, **via(1)}
+        )
+        followed = [event.model_dump() async for event in repeat]
+        seen += [event.model_dump() async for event in first]
+    finally:
+        await sdk.close()
+    assert followed == seen
+    assert seen[-1]["type"] == "response.completed"
+    counters = await node_counters(cluster)
+    assert [c.get("create.stateless", 0) for c in counters] == [1, 0]

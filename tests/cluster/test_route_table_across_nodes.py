@@ -179,6 +179,9 @@ CALLS: dict[tuple[str, str], Step] = {
     ("POST", "/cluster/v1/handover"): lambda w: _node_only(w, "/cluster/v1/handover"),
     ("POST", "/cluster/v1/runs/cancel"): lambda w: _node_only(w, "/cluster/v1/runs/cancel"),
     ("POST", "/cluster/v1/runs/events"): lambda w: _node_only(w, "/cluster/v1/runs/events"),
+    ("POST", "/cluster/v1/idempotent/follow"): lambda w: _node_only(
+        w, "/cluster/v1/idempotent/follow"
+    ),
 }
 
 

@@ -86,6 +86,7 @@ ROUTES: dict[tuple[str, str], list[Call] | None] = {
     # the owner (LIVE-2); tests/cluster/test_background_across_nodes.py.
     ("POST", "/cluster/v1/runs/cancel"): None,
     ("POST", "/cluster/v1/runs/events"): None,
+    ("POST", "/cluster/v1/idempotent/follow"): None,  # the scope holds the owner (LIVE-8)
     ("GET", "/v1/models"): None,
     ("HEAD", "/v1/models"): None,
     ("GET", "/healthz"): None,

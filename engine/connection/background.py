@@ -396,8 +396,19 @@ class BackgroundRuns:
                 return True
         return False
 
-    def event_log(self, response_id: str) -> EventLog | None:
+    def find(self, response_id: str) -> BackgroundRun | None:
+        """The run of this process behind ``response_id``: live, or admitted and stored but
+        not yet listed live (a read in that moment must not take it for orphaned, LIVE-3)."""
         run = self.live.get(response_id)
+        if run is not None:
+            return run
+        for starting in self._starting:
+            if starting.turn is not None and starting.response.id == response_id:
+                return starting
+        return None
+
+    def event_log(self, response_id: str) -> EventLog | None:
+        run = self.find(response_id)
         return run.log if run is not None else self.finished.get(response_id)
 
     @property
@@ -429,7 +440,7 @@ class BackgroundRuns:
         response = record.response
         if not response.background or response.status not in UNFINISHED:
             return record
-        if response.id in self.live:
+        if self.find(response.id) is not None:
             return record
         finished = self.finished.get(response.id)
         if finished is not None and finished.late_error is not None:

@@ -66,7 +66,7 @@ async def lookup(request: web.Request, gone: bool = False) -> tuple[BackgroundRu
     runs = request.app[BACKGROUND]
     response_id = request.match_info["response_id"]
     owner = await identity.owner(request)  # another key's response is not found (OWN-2)
-    run = runs.live.get(response_id)
+    run = runs.find(response_id)
     if run is not None and run.turn is not None and run.owner == owner:
         return runs, response_id, run.snapshot()
     try:
@@ -110,7 +110,7 @@ async def cancel(request: web.Request) -> web.Response:
         raise InvalidRequest(
             "response_not_cancellable", "Only background responses can be cancelled.", None
         )
-    run = runs.live.get(response_id)
+    run = runs.find(response_id)
     if run is not None:
         await run.cancel()
         return _json(run.snapshot())

@@ -91,7 +91,7 @@ async def answer_cancel(request: web.Request) -> web.Response:
     """Cancel a run of this node for its owner (BG-6): 200 with the cancelled Response; 404
     when this node runs nothing under that id for that owner (finished, or never here)."""
     asked = await verified(request)
-    run = request.app[BACKGROUND].live.get(asked.response_id)
+    run = request.app[BACKGROUND].find(asked.response_id)
     if asked.kind != "run" or run is None or not (asked.any_owner or run.owner == asked.owner):
         raise _not_here(asked.response_id)
     await run.cancel()

@@ -249,7 +249,7 @@ async def delete_response(request: web.Request) -> web.Response:
     its owner, or an operator key, may delete it, corrupt or not (OWN-5)."""
     engine, response_id = _stored(request)
     owner: OwnerFilter = ANY_OWNER if identity.is_admin(request) else await identity.owner(request)
-    run = request.app[BACKGROUND].live.get(response_id)
+    run = request.app[BACKGROUND].find(response_id)
     if run is not None and (owner is ANY_OWNER or run.owner == owner):
         await run.cancel()  # a running background response is cancelled first (BG-9)
     elif run is None:  # ... also where another node runs it (LIVE-2)

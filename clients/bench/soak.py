@@ -297,6 +297,12 @@ def rss_report(samples: list[tuple[float, dict[str, int]]]) -> dict[str, Any]:
             "rss_mb_last": round(last_mean / 2**20, 1),
             "rss_mb_max": round(max(series) / 2**20, 1),
             "growth_last_vs_middle": round(last_mean / mid_mean - 1, 4),
+            # the shape: the mean of each tenth of the run, MB (a plateau or a slope)
+            "rss_mb_by_tenth": [
+                round(sum(part) / len(part) / 2**20, 1)
+                for n in range(10)
+                if (part := series[n * len(series) // 10 : (n + 1) * len(series) // 10])
+            ],
         }
     return out
 

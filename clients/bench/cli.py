@@ -138,6 +138,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chaos-seconds", type=float, default=90.0, help="the chaos run's load, s")
     p.add_argument("--chaos-interval", type=float, default=20.0, help="between node kills, s")
     p.add_argument(
+        "--soak", action="store_true",
+        help="the cluster as one server over time: rollout cluster under mixed openai-SDK "
+        "traffic (background runs cancelled and followed, parked rollouts continued, WS and "
+        "HTTP chains, SSE) from fresh connections; errors, RSS, read-back (LIVE-9)",
+    )  # fmt: skip
+    p.add_argument("--soak-seconds", type=float, default=600.0, help="the soak's duration, s")
+    p.add_argument(
+        "--soak-kill-interval", type=float, default=0.0,
+        help="with --soak: kill -9 a node every this many seconds (0: none, CHAOS-1's schedule)",
+    )  # fmt: skip
+    p.add_argument(
         "--server-pid", type=int, action="append", default=[],
         help="with --url: a server process whose CPU time to read (repeat per node, LOAD-3)",
     )  # fmt: skip
@@ -279,6 +290,26 @@ def run_chaos_mode(args: argparse.Namespace) -> int:
     return 0 if report["acknowledged_lost"] == 0 and report["unreadable"] == 0 else 1
 
 
+def run_soak_mode(args: argparse.Namespace) -> int:
+    """``--soak``: prints (and with ``--json`` writes) the report; exit 1 on any client-visible
+    error without faults, and with faults on a lost acknowledged response or a background
+    response left unfinished (LIVE-9)."""
+    from clients.bench.suites.soak import SoakSettings, run_soak
+
+    settings = SoakSettings(
+        seconds=args.soak_seconds, kill_interval=args.soak_kill_interval,
+        client_processes=max(1, args.client_processes if args.client_processes > 1 else 2),
+    )  # fmt: skip
+    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        report = runner.run(run_soak(settings))
+    print(json.dumps(report, indent=1))
+    if args.json is not None:
+        args.json.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    lost = report["acknowledged_lost"] + report["unreadable"] + report["background_unfinished"]
+    errors = report["client_errors"] if settings.kill_interval == 0 else 0
+    return 0 if lost == 0 and errors == 0 else 1
+
+
 def run_upstream_kind(args: argparse.Namespace) -> int:
     """``--upstream-kind``: prints the side-by-side table; ``--json`` writes the turns."""
     from clients.bench.suites.upstream_kind import KINDS, render, run_upstream_kinds
@@ -332,6 +363,8 @@ def run_bench(args: argparse.Namespace) -> int:
         return run_peers_mode(args)
     if args.chaos:
         return run_chaos_mode(args)
+    if args.soak:
+        return run_soak_mode(args)
     if args.load:
         return run_load(args)
     if args.upstream_kind:

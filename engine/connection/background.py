@@ -27,6 +27,7 @@ import msgspec
 from engine.connection.session import Session
 from engine.conversation.footprint import LIST_SLOT
 from engine.core import Engine
+from engine.retained.handover import RUN_LEASE_S
 from engine.retained.ratelimits import Quota
 from engine.store import ResponseRecord, StoreError, chain_record, listing_form
 from engine.store.failures import wire_error
@@ -229,7 +230,8 @@ class BackgroundRun:
         if self.log.late_error is not None:  # its terminal record was not stored (BG-10)
             return unstored(response, self.log.late_error)
         opened = self.turn is not None and self.turn.stream.state is not ResponseState.NEW
-        status = response.status if opened else "queued"
+        # A run cancelled before its first delta ended all the same: its end, not ``queued``.
+        status = response.status if opened or response.status not in UNFINISHED else "queued"
         if status not in UNFINISHED and self.turn is not None and not self.turn.done.done():
             status = "in_progress"  # terminal only once stored and sent (STORE-6)
         return msgspec.structs.replace(response, status=status, output=list(response.output))
@@ -250,6 +252,9 @@ class BackgroundRun:
             owner=self.owner,
         )
         try:
+            # The lease first: a reader on any node that finds the record unfinished also
+            # finds who runs it, or knows nobody does (LIVE-1).
+            await self.engine.handover.lease(record.response.id)
             await self.engine.store.put(record)
         except StoreError as exc:
             self.turn = None
@@ -315,6 +320,7 @@ class BackgroundRuns:
         budget = engine.config.budget
         self.budget = LogBudget(budget.background, budget.background_per_owner)
         self.budget.shed = self._shed_finished
+        self._renewing: asyncio.Task[None] | None = None
 
     async def start(
         self,
@@ -342,6 +348,8 @@ class BackgroundRuns:
             self._starting.discard(run)
         if not run.task.done():
             self.live[run.response.id] = run
+            if self.engine.handover.enabled and (self._renewing is None or self._renewing.done()):
+                self._renewing = asyncio.create_task(self._renew(), name="background-leases")
         else:
             self._keep_log(run)
         return run
@@ -353,6 +361,19 @@ class BackgroundRuns:
             log.error("background run failed", exc_info=task.exception())
         if run.turn is not None and self.live.pop(run.response.id, None) is not None:
             self._keep_log(run)
+            self.engine.handover.finished(run.response.id)
+
+    async def _renew(self) -> None:
+        """Renew every live run's lease each third of it, while any lives (LIVE-1). A renewal
+        the store refuses is retried at the next beat; the lease outlives two misses."""
+        while self.live:
+            await asyncio.sleep(RUN_LEASE_S / 3)
+            for response_id in list(self.live):
+                try:
+                    await self.engine.handover.lease(response_id)
+                except StoreError as exc:
+                    log.warning("background %s: lease not renewed: %s", response_id, exc)
+                    break
 
     def _keep_log(self, run: BackgroundRun) -> None:
         if run.turn is None:
@@ -375,8 +396,19 @@ class BackgroundRuns:
                 return True
         return False
 
-    def event_log(self, response_id: str) -> EventLog | None:
+    def find(self, response_id: str) -> BackgroundRun | None:
+        """The run of this process behind ``response_id``: live, or admitted and stored but
+        not yet listed live (a read in that moment must not take it for orphaned, LIVE-3)."""
         run = self.live.get(response_id)
+        if run is not None:
+            return run
+        for starting in self._starting:
+            if starting.turn is not None and starting.response.id == response_id:
+                return starting
+        return None
+
+    def event_log(self, response_id: str) -> EventLog | None:
+        run = self.find(response_id)
         return run.log if run is not None else self.finished.get(response_id)
 
     @property
@@ -389,6 +421,9 @@ class BackgroundRuns:
 
     async def close(self) -> None:
         """Shutdown, after the grace period: cancel what still runs (LIM-13, BG-6)."""
+        if self._renewing is not None:
+            self._renewing.cancel()
+            await asyncio.gather(self._renewing, return_exceptions=True)
         runs = [*self.live.values(), *self._starting]
         for run in runs:
             if run.task is not None:
@@ -397,30 +432,50 @@ class BackgroundRuns:
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def settle(self, record: ResponseRecord) -> ResponseRecord:
-        """A stored unfinished background response that no live run of this process owns and
-        that is older than any run can last is orphaned: its process is gone (BG-8)."""
+    async def settle(self, record: ResponseRecord, gone: bool = False) -> ResponseRecord:
+        """A stored unfinished background response that no live run of this process owns is
+        orphaned when nobody holds its lease (LIVE-1), when the node holding it says it runs
+        nothing of the kind (``gone``, LIVE-3), or, where nothing is shared, when it is older
+        than any run can last (BG-8): its process is gone."""
         response = record.response
         if not response.background or response.status not in UNFINISHED:
             return record
-        if response.id in self.live:
+        if self.find(response.id) is not None:
             return record
         finished = self.finished.get(response.id)
         if finished is not None and finished.late_error is not None:
             # Ran here, and its terminal record was not stored: failed now (BG-10).
             settled = unstored(response, finished.late_error)
+        elif gone or await self._lease_lost(response):
+            settled = orphaned(response)
         elif time.time() - response.created_at < self.engine.config.background_orphan_after_s:
             return record
         else:
-            settled = msgspec.structs.replace(
-                response,
-                status="failed",
-                error=ResponseErrorInfo(code="server_error", message=ORPHANED),
-                completed_at=int(time.time()),
-            )
+            settled = orphaned(response)
         record = msgspec.structs.replace(record, response=settled)
         try:
             await self.engine.store.put(record)
         except StoreError as exc:  # the reader still gets the settled response
             log.warning("background %s: not settled in the store: %s", response.id, exc)
+        self.engine.counters["background.settled"] += 1
         return record
+
+    async def _lease_lost(self, response: Response) -> bool:
+        """Nobody holds the run's lease (LIVE-1): its node died, or stopped renewing it. Only
+        where leases are kept; a store that cannot say keeps the record as it is."""
+        if not self.engine.handover.enabled:
+            return False
+        try:
+            return await self.engine.handover.running_at(response.id) is None
+        except StoreError:
+            return False
+
+
+def orphaned(response: Response) -> Response:
+    """An unfinished background response whose process is gone: ``failed`` (BG-8, LIVE-1)."""
+    return msgspec.structs.replace(
+        response,
+        status="failed",
+        error=ResponseErrorInfo(code="server_error", message=ORPHANED),
+        completed_at=int(time.time()),
+    )

@@ -387,11 +387,17 @@ def _run_handed(session: Connection, lane: Lane, job: Admission, found: Found) -
     """PARK-21: the items of a rollout another node parked (and retired on handing them over),
     then the input, both on the full path, as the store path does; nothing of it is stored
     before this response (a ``store: false`` context stays off the store, STORE-1)."""
-    assert found.handed is not None
+    handed = found.handed
+    assert handed is not None
     session.engine.counters["create.handed_over"] += 1
-    rollout = Rollout(session.engine, job.backend, job.settings, job.turn, job.mode, Context())
+    # The token trajectory continues as it was sampled there (LIVE-4); nothing of it is stored.
+    tokens = Trajectory.from_segments([handed.tokens]) if handed.tokens is not None else None
+    if tokens is not None:
+        tokens.stored = (0, 0, 0)
+    ctx = Context(model_tokens=tokens)
+    rollout = Rollout(session.engine, job.backend, job.settings, job.turn, job.mode, ctx)
     rollout.owner = session.owner
-    rollout.prepare(job.items, job.texts, path=FULL, history=found.handed)
+    rollout.prepare(job.items, job.texts, path=FULL, history=handed.items)
     return rollout, True
 
 

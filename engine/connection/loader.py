@@ -22,6 +22,7 @@ from engine.connection.lane import CacheEntry, Lane
 from engine.conversation.pipeline import TurnLog
 from engine.core import Engine
 from engine.models.base import Backend
+from engine.retained.handover import Handed
 from engine.retained.hydration import CachedContext
 from engine.retained.parking import Parked
 from engine.rollout.coroutine import Rollout
@@ -88,7 +89,7 @@ class Found:
     parked: Parked | None = None  # PARKED: claimed, so the caller now owns its task
     cached: CachedContext | None = None  # HYDRATED
     stored: Hydrated | None = None  # STORE
-    handed: list[InputItem] | None = None  # HANDED: the context another node handed over
+    handed: Handed | None = None  # HANDED: the context another node handed over
     # A create on a conversation (CONV-6): its items the context does not hold yet, which go
     # before the input (any path: CONVERSATION has all of them), and its held lock (CONV-7).
     pending: list[InputItem] | None = None

@@ -27,6 +27,7 @@ import msgspec
 
 from engine.store import ResponseStore, StoreError
 from engine.store.record_codec import decode_items
+from engine.store.trajectory import TokenSegment
 from protocol.items import InputItem
 
 log = logging.getLogger("rollout.handover")
@@ -37,6 +38,17 @@ TOKEN_HEADER = "x-rollout-node-token"
 # the rest (counted), which costs those rollouts only their hand-over, never correctness.
 MAX_PENDING = 256
 HANDOVER_TIMEOUT_S = 5.0  # one node-to-node request, connect included (PARK-21)
+# How long a continuation waits for the parking node to register a rollout it has not yet
+# parked (its old socket's close not seen yet, or the registration still in flight), LIVE-5.
+HANDOVER_WAIT_S = 2.0
+HANDOVER_POLL_S = 0.05
+
+# A live background run's lease (LIVE-1): ``rollout:parked:run:<id>`` = its node's address,
+# written before the create answers and renewed every third of it while the run lives; once
+# it ends, kept a while so its event log stays followable from every node (BG-5).
+RUN_PREFIX = "run:"
+RUN_LEASE_S = 15.0
+FINISHED_RUN_S = 120.0
 
 # POST ``body`` with ``headers`` to a URL: (status, body). Raises OSError or TimeoutError when the
 # node cannot be reached. The server gives it (engine/server/routes/cluster.py: only the transport
@@ -51,9 +63,28 @@ class HandoverRequest(msgspec.Struct, forbid_unknown_fields=True):
     owner: str | None = None
 
 
-def token_message(response_id: str, owner: str | None) -> str:
-    """What the node token signs: the rollout and the owner, so a token opens nothing else."""
-    return f"handover\n{response_id}\n{owner or ''}"
+class HandoverAnswer(msgspec.Struct):
+    """What the parking node answers (PARK-21): the context's items as records hold them, and
+    its model-token trajectory as one snapshot segment, if it has one (LIVE-4)."""
+
+    items: msgspec.Raw
+    tokens: TokenSegment | None = None
+
+
+class Handed(msgspec.Struct):
+    """A handed-over rollout's context, decoded."""
+
+    items: list[InputItem]
+    tokens: TokenSegment | None = None
+
+
+_ANSWER = msgspec.json.Decoder(HandoverAnswer)
+
+
+def token_message(response_id: str, owner: str | None, purpose: str = "handover") -> str:
+    """What the node token signs: the purpose, the rollout or run and the owner, so a token
+    opens nothing else (PARK-22, LIVE-2)."""
+    return f"{purpose}\n{response_id}\n{owner or ''}"
 
 
 class Handover:
@@ -101,14 +132,51 @@ class Handover:
             self._counters["park.register_failed"] += 1
             log.warning("store: parked rollout's address not kept: %s", exc)
 
-    async def fetch(self, response_id: str, owner: str | None) -> list[InputItem] | None:
+    async def lease(self, response_id: str, seconds: float = RUN_LEASE_S) -> None:
+        """Hold (or renew) a background run's lease for ``seconds`` (LIVE-1). Raises
+        ``StoreError``: a run whose lease cannot be written does not start."""
+        if self.enabled:
+            assert self.address is not None
+            await self.store.register_parked(RUN_PREFIX + response_id, self.address, seconds)
+
+    def finished(self, response_id: str) -> None:
+        """The run ended here: its log stays followable from other nodes a while (LIVE-2)."""
+        if self.enabled:
+            assert self.address is not None
+            key = RUN_PREFIX + response_id
+            self._later(self.store.register_parked(key, self.address, FINISHED_RUN_S))
+
+    async def running_at(self, response_id: str) -> str | None:
+        """The node holding a background run's lease, None when nobody does (or nothing is
+        shared); raises ``StoreError``."""
+        if not self.enabled:
+            return None
+        return await self.store.parked_at(RUN_PREFIX + response_id)
+
+    async def _where(self, response_id: str) -> str | None:
+        """The node parking ``response_id``'s rollout. A reconnect may arrive before the old
+        node saw its socket close (or wrote its address): wait for the address, polling,
+        at most ``HANDOVER_WAIT_S`` (LIVE-5)."""
+        loop = asyncio.get_running_loop()
+        deadline, waited = loop.time() + HANDOVER_WAIT_S, False
+        while True:
+            where = await self.store.parked_at(response_id)
+            if where is not None or loop.time() >= deadline:
+                if waited and where is not None:
+                    self._counters["park.handover_waited"] += 1
+                return where
+            waited = True
+            await asyncio.sleep(HANDOVER_POLL_S)
+
+    async def fetch(self, response_id: str, owner: str | None) -> Handed | None:
         """The context of the rollout another node parks behind ``response_id`` for ``owner``,
-        now retired there (PARK-21); None when no node parks it for that owner, or the node
-        cannot be reached (the caller answers ``previous_response_not_found``)."""
+        now retired there (PARK-21), with its token trajectory (LIVE-4); None when no node
+        parks it for that owner, or the node cannot be reached (the caller answers
+        ``previous_response_not_found``)."""
         if not self.enabled:
             return None
         try:
-            where = await self.store.parked_at(response_id)
+            where = await self._where(response_id)
             if where is None or where == self.address:
                 return None
             token = await self.store.node_token(token_message(response_id, owner))
@@ -123,14 +191,15 @@ class Handover:
             if status != 200:
                 self._counters["park.handover_missed"] += 1
                 return None
-            items = decode_items(answer)
+            handed = _ANSWER.decode(answer)
+            items = decode_items(bytes(handed.items))
         except (OSError, TimeoutError, msgspec.MsgspecError) as exc:
             self._counters["park.handover_failed"] += 1
             name = type(exc).__name__
             log.warning("hand-over of %s from %s failed: %s", response_id, where, name)
             return None
         self._counters["park.handover_received"] += 1
-        return items
+        return Handed(items, handed.tokens)
 
     async def close(self) -> None:
         if self._pending:

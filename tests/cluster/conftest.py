@@ -12,7 +12,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from cli.launcher import Cluster, ClusterSpec, free_port
+from cli.launcher import Cluster, ClusterSpec, free_port, node_id
 
 # Keyed clusters: two tenants and an operator key, given to the nodes through
 # their environment, never on a command line.
@@ -102,3 +102,9 @@ async def node_stats(cluster: Cluster) -> list[dict[str, Any]]:
 def node_url(cluster: Cluster, index: int) -> str:
     """Node ``index`` straight, bypassing the balancer (a client whose reconnect landed there)."""
     return f"http://127.0.0.1:{cluster.nodes[index].port}/v1"
+
+
+def via(index: int) -> dict[str, str]:
+    """Headers that send a request through the balancer to node ``index``: a turn-state token
+    naming it (TURN-1, CLUSTER-11), the way a client whose connection landed there is served."""
+    return {"x-codex-turn-state": f"rts1.{node_id(index)}.{'0' * 32}"}

@@ -162,6 +162,19 @@ async def test_cancel_ends_the_run_cancelled_stored_and_billed(
     assert again.status == "cancelled"
 
 
+async def test_a_cancel_before_the_first_delta_answers_cancelled(
+    scripted: Callable[..., Any],
+) -> None:
+    """BG-6 (found by LIVE-7's walk): a run cancelled before the model's first delta opened
+    the response answers ``cancelled``, as its stored record says, never ``queued``."""
+    never = asyncio.Event()
+    _live, client = await scripted([[never, TextDelta("never sent")]])
+    created = await client.responses.create(model="m", input="hi", background=True)
+    cancelled = await client.responses.cancel(created.id)
+    assert cancelled.status == "cancelled", cancelled
+    assert (await client.responses.retrieve(created.id)).status == "cancelled"
+
+
 async def test_cancel_refusals(server: LiveServer) -> None:
     """BG-6: only background responses are cancellable; unknown ids are 404."""
     client = await _client(server)

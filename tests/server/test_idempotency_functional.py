@@ -135,6 +135,36 @@ async def test_a_repeat_while_the_first_runs_joins_it(node: Node) -> None:
     assert len(await node.ledger_records()) == 1
 
 
+async def test_a_streamed_repeat_follows_the_running_first_live(node: Node) -> None:
+    """LIVE-8: the repeat of a streamed create that is still running follows its stream live:
+    it gets the events sent so far while the model is held mid-answer (the first's delta
+    ``Hello`` before the gate opens), then the rest; one run, one bill."""
+    node.gate.clear()
+    sdk = _sdk(node)
+    try:
+        first = await sdk.responses.create(model="m", input="hi", stream=True, extra_headers=KEY)
+        seen = []
+        async for event in first:
+            seen.append(event.model_dump())
+            if event.type == "response.output_text.delta":
+                break  # held at the gate: the first is still running
+        repeat = await sdk.responses.create(model="m", input="hi", stream=True, extra_headers=KEY)
+        followed = []
+        async for event in repeat:
+            followed.append(event.model_dump())
+            if event.type == "response.output_text.delta":
+                break  # live: the held run's delta reached the repeat before it ended
+        node.gate.set()
+        followed += [event.model_dump() async for event in repeat]
+        seen += [event.model_dump() async for event in first]
+    finally:
+        await sdk.close()
+    assert followed == seen
+    assert seen[-1]["type"] == "response.completed"
+    assert len(node.model.requests) == 1
+    assert len(await node.ledger_records()) == 1
+
+
 async def test_a_different_body_with_the_key_is_refused(node: Node) -> None:
     """IDEM-5: 422 ``idempotency_key_reused``; nothing runs for it."""
     sdk = _sdk(node, retries=0)

@@ -263,3 +263,23 @@ def _alive(pid: int) -> bool:
             return stat.read().split(") ", 1)[1][0] != "Z"
     except FileNotFoundError:  # reaped meanwhile
         return False
+
+
+async def test_per_worker_rate_limits_are_warned_at_start() -> None:
+    """LIVE-6, RATE-7: rate limits on a store that counts per process (memory) with
+    ``--workers 2`` multiply a key's limits: the parent says so on stderr before it serves."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "cli", "serve", "--port", "0", "--announce-port",
+        "--workers", "2", "--tps", "0", "--log-level", "WARNING", "--store", "memory://",
+        "--rate-requests", "5",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        await _announced_port(proc)
+    finally:
+        proc.kill()
+        await proc.wait()
+    assert proc.stderr is not None
+    err = (await proc.stderr.read()).decode()
+    assert "rate limits are counted per worker on the memory store" in err, err
+    assert "up to 2 times its limits" in err, err

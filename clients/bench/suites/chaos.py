@@ -24,6 +24,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,7 @@ from clients.bench.suites.load_checks import TOOLS, tool_output
 
 KEY = "chaos-key"  # the one tenant of the chaos cluster (its nodes require keys)
 KEYS_ENV = "ROLLOUT_CHAOS_KEYS"
+OPERATOR, OPERATOR_ENV = "chaos-operator", "ROLLOUT_CHAOS_ADMIN"  # reads /debug/stats (AUTH-11)
 START_TIMEOUT_S = 90.0
 RETRY_AFTER_S = 0.1  # a client's pause before it tries again after an error
 TURNS = 8  # tool turns per chain: long enough to cross faults, short enough to start anew
@@ -59,17 +61,19 @@ class Launched:
     proc: asyncio.subprocess.Process
     port: int = 0
     pids: dict[str, int] = field(default_factory=dict)
+    ports: dict[str, int] = field(default_factory=dict)  # each node's own port
     restarted: list[tuple[float, str]] = field(default_factory=list)  # (time.time(), name)
 
 
-async def launch(workdir: Path) -> Launched:
-    """``python -m cli cluster`` on free ports, with keys; returns once its balancer routes."""
-    env = {**os.environ, KEYS_ENV: KEY}
+async def launch(workdir: Path, extra: Sequence[str] = ()) -> Launched:
+    """``python -m cli cluster`` on free ports, with keys (``extra``: more serve flags, the
+    soak's); returns once its balancer routes."""
+    env = {**os.environ, KEYS_ENV: KEY, OPERATOR_ENV: OPERATOR}
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "cli", "cluster", "--port", "0", "--announce-port",
         "--store", f"redis://127.0.0.1:{_free_port()}/0", "--workdir", str(workdir),
         "--drain-delay", "0.5", "--", "--tps", "0", "--bench-models",
-        "--api-keys-env", KEYS_ENV, "--log-level", "ERROR",
+        "--api-keys-env", KEYS_ENV, "--log-level", "ERROR", *extra,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, env=env,
     )  # fmt: skip
     launched = Launched(proc)
@@ -87,8 +91,9 @@ def _note(launched: Launched, line: str) -> None:
     """Read one launcher line: the banner's pids, PORT, and 'X restarted (pid N)'."""
     if line.startswith("PORT "):
         launched.port = int(line.split()[1])
-    for index, (_port, pid) in enumerate(re.findall(r"127\.0\.0\.1:(\d+) \(pid (\d+)\)", line)):
+    for index, (port, pid) in enumerate(re.findall(r"127\.0\.0\.1:(\d+) \(pid (\d+)\)", line)):
         launched.pids[f"node{index}"] = int(pid)
+        launched.ports[f"node{index}"] = int(port)
     if found := re.search(r"\(redis-server pid (\d+)", line):
         launched.pids["redis"] = int(found.group(1))
     if found := re.search(r"(\w+) restarted \(pid (\d+)\)", line):

@@ -37,6 +37,7 @@ from engine.server.transport.keys import ENGINE, UNREADY
 from engine.server.transport.server_config import ServerConfig, refuse_if_open
 from engine.store import ResponseStore, StoreError, default_store_url, describe, open_store
 from engine.store.embedded.sqlite import SqliteStore
+from engine.store.ratelimits import LocalCounters
 
 
 def tls_context(cert: Path | None, key: Path | None) -> ssl.SSLContext | None:
@@ -114,6 +115,15 @@ def _serve_workers(args: argparse.Namespace, options: ServeOptions) -> int:
         print(
             f"  workers:   {options.workers} processes on port {number} (SO_REUSEPORT)", flush=True
         )
+        if server_config(args).rate_limited and isinstance(store.limits, LocalCounters):
+            # LIVE-6: only Redis counts for the whole pool; say so before a key finds out.
+            print(
+                f"rollout serve: warning: rate limits are counted per worker on the {store.kind}"
+                f" store: a key may get up to {options.workers} times its limits"
+                " (use a redis:// store to count them once)",
+                file=sys.stderr,
+                flush=True,
+            )
 
         def announce() -> None:  # once every worker listens: a client may connect at once
             if options.announce_port:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from engine.connection.background import BackgroundRuns, EventLog, EventsExpired
+from engine.server.routes.cluster_runs import ELSEWHERE, RunRequest
 from engine.server.transport import identity, ratelimits
 from engine.server.transport.idempotency import Tap
 from engine.server.transport.keys import BACKGROUND, DRAINING, ENGINE
@@ -59,12 +60,13 @@ async def create(
     return _json(run.at_admission)
 
 
-async def lookup(request: web.Request) -> tuple[BackgroundRuns, str, Response]:
-    """A response as of now: a live run's snapshot, else the stored record (settled, BG-8)."""
+async def lookup(request: web.Request, gone: bool = False) -> tuple[BackgroundRuns, str, Response]:
+    """A response as of now: a live run's snapshot, else the stored record (settled, BG-8,
+    LIVE-1; ``gone``: the node holding its lease runs nothing of the kind, LIVE-3)."""
     runs = request.app[BACKGROUND]
     response_id = request.match_info["response_id"]
     owner = await identity.owner(request)  # another key's response is not found (OWN-2)
-    run = runs.live.get(response_id)
+    run = runs.find(response_id)
     if run is not None and run.turn is not None and run.owner == owner:
         return runs, response_id, run.snapshot()
     try:
@@ -73,7 +75,7 @@ async def lookup(request: web.Request) -> tuple[BackgroundRuns, str, Response]:
         raise wire_error(exc) from None
     if record is None:
         raise response_not_found(response_id)
-    return runs, response_id, (await runs.settle(record)).response
+    return runs, response_id, (await runs.settle(record, gone)).response
 
 
 async def retrieve(request: web.Request) -> web.StreamResponse:
@@ -84,6 +86,12 @@ async def retrieve(request: web.Request) -> web.StreamResponse:
         return _json(response)
     starting_after = _starting_after(request.query.get("starting_after"))
     log = runs.event_log(response_id)
+    if log is None and response.background:  # its run's node relays it (LIVE-2)
+        owner = await identity.owner(request)
+        asked = RunRequest(response_id, owner, starting_after=starting_after)
+        relayed = await request.app[ELSEWHERE].follow(request, asked)
+        if relayed is not None:
+            return relayed
     if log is None:
         raise InvalidRequest(
             "invalid_value",
@@ -102,10 +110,17 @@ async def cancel(request: web.Request) -> web.Response:
         raise InvalidRequest(
             "response_not_cancellable", "Only background responses can be cancelled.", None
         )
-    run = runs.live.get(response_id)
+    run = runs.find(response_id)
     if run is not None:
         await run.cancel()
         return _json(run.snapshot())
+    if response.status in ("queued", "in_progress"):  # running on another node? (LIVE-2)
+        asked = RunRequest(response_id, await identity.owner(request))
+        cancelled = await request.app[ELSEWHERE].cancel(request, asked)
+        if cancelled is not None:
+            return cancelled
+        if request.app[ENGINE].handover.enabled:  # nobody runs it: settled failed (LIVE-3)
+            return _json((await lookup(request, gone=True))[2])
     if response.status in ("queued", "in_progress"):
         raise InvalidRequest(
             "response_not_cancellable",

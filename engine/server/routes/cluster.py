@@ -19,6 +19,7 @@ from engine.retained.handover import (
     HANDOVER_PATH,
     HANDOVER_TIMEOUT_S,
     TOKEN_HEADER,
+    HandoverAnswer,
     HandoverRequest,
     token_message,
 )
@@ -34,8 +35,8 @@ _DECODER = msgspec.json.Decoder(HandoverRequest)
 
 async def handover(request: web.Request) -> web.Response:
     """Claim the rollout parked behind the named response for the named owner, retire it here
-    and answer its context's items (200 JSON array); 404 when nothing is parked under that id
-    for that owner; 403 for a token this store's processes did not make."""
+    and answer its context's items and token trajectory (200 JSON, LIVE-4); 404 when nothing
+    is parked under that id for that owner; 403 for a token this store's processes did not make."""
     engine = request.app[ENGINE]
     try:
         asked = _DECODER.decode(await request.read())
@@ -52,10 +53,15 @@ async def handover(request: web.Request) -> web.Response:
     if entry is None:
         raise HttpStatusError(404, "not_found", "Nothing parked under that id.")
     assert isinstance(entry.rollout, Rollout)  # the only kind a session parks
-    items = encode_items(list(entry.rollout.ctx.items))
+    ctx = entry.rollout.ctx
+    trajectory = ctx.model_tokens  # carried as it was sampled (LIVE-4)
+    tokens = None
+    if trajectory is not None and trajectory.covered == len(ctx.items):
+        tokens = trajectory.segment(snapshot=True)
+    answer = HandoverAnswer(msgspec.Raw(encode_items(list(ctx.items))), tokens)
     engine.parking.release(entry)  # it lives on over there: retire this copy (never two)
     engine.counters["park.handed_over"] += 1
-    return web.Response(body=items, content_type="application/json")
+    return web.Response(body=msgspec.json.encode(answer), content_type="application/json")
 
 
 class NodeClient:

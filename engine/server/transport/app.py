@@ -14,7 +14,7 @@ from engine.connection.session import Session
 from engine.core import Engine, EngineConfig
 from engine.inspector.read_model import Inspector
 from engine.retained.handover import HANDOVER_PATH
-from engine.server.routes import background, cluster, conversations, inspector
+from engine.server.routes import background, cluster, cluster_runs, conversations, inspector
 from engine.server.routes.export import export_tokens
 from engine.server.transport import codex_headers, http, idempotency, ratelimits, turn_state
 from engine.server.transport.identity import PRESENTED
@@ -116,10 +116,18 @@ def _key_hint(path: str) -> str:
     return "Incorrect or missing API key (use Authorization: Bearer)."
 
 
-# The hand-over route is opened by a node token instead of an API key (PARK-22); the login
-# form checks the key it is posted itself (AUTH-13), sign-out revokes the cookie's session
-# whatever it is (AUTH-14).
-_OPEN_PATHS = frozenset({"/healthz", HANDOVER_PATH, inspector.LOGIN_PATH, inspector.LOGOUT_PATH})
+# The node-to-node routes are opened by a node token instead of an API key (PARK-22, LIVE-2);
+# the login form checks the key it is posted itself (AUTH-13), sign-out revokes the cookie's
+# session whatever it is (AUTH-14).
+_OPEN_PATHS = frozenset(
+    {
+        "/healthz",
+        HANDOVER_PATH,
+        *cluster_runs.NODE_PATHS,
+        inspector.LOGIN_PATH,
+        inspector.LOGOUT_PATH,
+    }
+)
 # What shows every tenant's figures: only an operator key reads it on a keyed server (AUTH-11).
 OPERATOR_PATHS = frozenset({"/metrics", "/debug/stats", "/v1/bench/timings"})
 
@@ -217,6 +225,7 @@ def create_app(
     app[UNREADY] = [False]
     app[BACKGROUND] = BackgroundRuns(app[ENGINE])
     app[idempotency.PENDING] = {}
+    app.router.add_post(cluster_runs.IDEM_FOLLOW_PATH, idempotency.answer_follow)  # LIVE-8
     app.router.add_get("/v1/responses", responses_get)
     app.router.add_post("/v1/responses", http.create_response)
     app.router.add_post("/v1/responses/compact", http.compact_response)
@@ -236,6 +245,7 @@ def create_app(
     app[INSPECTOR] = Inspector(app[ENGINE], [lambda: sessions, lambda: requests, runs.sessions])
     inspector.install(app)
     cluster.install(app)  # node-to-node hand-over of parked rollouts (PARK-21)
+    cluster_runs.install(app)  # background runs reached from any node (LIVE-2)
     if app[ENGINE].bench_clock is not None:  # rollout serve --bench-timings (OBS-5)
         app.router.add_get("/v1/bench/timings", http.bench_timings)
     turn_state.install(app, app[ENGINE], config.node_id or turn_state.default_node_id())

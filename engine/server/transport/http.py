@@ -23,6 +23,7 @@ from engine.observe.benchclock import TimedSink
 from engine.observe.metrics import CONTENT_TYPE
 from engine.rollout.turn import ClientGone
 from engine.server.routes import background
+from engine.server.routes.cluster_runs import ELSEWHERE, RunRequest
 from engine.server.routes.export import tokens_body
 from engine.server.transport import codex_headers, idempotency, identity, ratelimits
 from engine.server.transport.keys import (
@@ -249,9 +250,13 @@ async def delete_response(request: web.Request) -> web.Response:
     its owner, or an operator key, may delete it, corrupt or not (OWN-5)."""
     engine, response_id = _stored(request)
     owner: OwnerFilter = ANY_OWNER if identity.is_admin(request) else await identity.owner(request)
-    run = request.app[BACKGROUND].live.get(response_id)
+    run = request.app[BACKGROUND].find(response_id)
     if run is not None and (owner is ANY_OWNER or run.owner == owner):
         await run.cancel()  # a running background response is cancelled first (BG-9)
+    elif run is None:  # ... also where another node runs it (LIVE-2)
+        mine = None if owner is ANY_OWNER else owner
+        asked = RunRequest(response_id, mine, any_owner=owner is ANY_OWNER)
+        await request.app[ELSEWHERE].cancel(request, asked)
     try:
         deleted = await engine.store.delete(response_id, owner)
     except StoreError as exc:

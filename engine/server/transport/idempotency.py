@@ -14,12 +14,13 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 import msgspec
 from aiohttp import web
 
+from engine.server.routes.cluster_runs import ELSEWHERE, IDEM_FOLLOW_PATH, RunRequest, verified
 from engine.server.transport import identity
 from engine.server.transport.keys import ENGINE, SERVER
 from engine.server.transport.server_config import ServerConfig
@@ -45,6 +46,7 @@ class Entry(msgspec.Struct, omit_defaults=True):
     status: int = 0
     content_type: str = ""
     body: bytes = b""  # the JSON answer, or every SSE frame sent, in order
+    node: str = ""  # RUNNING: the address of the node running it, for repeats (LIVE-8)
 
 
 _encode = msgspec.json.Encoder().encode
@@ -59,16 +61,43 @@ class Tap:
     started: bool = False
     frames: list[bytes] = field(default_factory=list)
     frame_bytes: int = 0
+    closed: bool = False
+    _waiters: list[asyncio.Future[None]] = field(default_factory=list)
 
     def frame(self, data: bytes) -> None:
         self.frames.append(data)
         self.frame_bytes += len(data)
+        self._wake()
+
+    def close(self) -> None:
+        self.closed = True
+        self._wake()
+
+    def _wake(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def follow(self) -> AsyncIterator[bytes]:
+        """Every frame sent so far, then each as it is sent, until the request ends (LIVE-8):
+        a repeat follows the first one's stream live, nothing run again."""
+        sent = 0
+        while True:
+            while sent < len(self.frames):
+                yield self.frames[sent]
+                sent += 1
+            if self.closed:
+                return
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            await waiter
 
 
 Create = Callable[[Tap], Awaitable[web.StreamResponse]]
-# Requests with a key claimed by this process and not answered yet: a repeat here waits for the
-# first one's answer (IDEM-4). Bounded by the requests in flight.
-Pending = dict[str, asyncio.Future[Entry]]
+# Requests with a key claimed by this process and not answered yet: a repeat here follows the
+# first one's stream, or waits for its answer (IDEM-4, LIVE-8). Bounded by the requests in flight.
+Pending = dict[str, tuple[asyncio.Future[Entry], Tap]]
 PENDING = web.AppKey("idempotent_pending", Pending)
 
 
@@ -80,7 +109,8 @@ async def once(request: web.Request, key: str, body: bytes, create: Create) -> w
     owner = await identity.owner(request)
     scope = f"{owner or '-'}:{hashlib.sha256(key.encode()).hexdigest()}"
     fingerprint = hashlib.sha256(body).hexdigest()
-    claim = Entry(fingerprint, RUNNING, time.time())
+    node = request.app[ENGINE].handover.address or ""  # where repeats follow it (LIVE-8)
+    claim = Entry(fingerprint, RUNNING, time.time(), node=node)
     try:
         held = await store.claim_key(scope, _encode(claim), config.idempotency_ttl_s)
     except StoreError as exc:
@@ -89,8 +119,8 @@ async def once(request: web.Request, key: str, body: bytes, create: Create) -> w
         return await _repeat(request, scope, _decode(held), fingerprint)
     pending: Pending = request.app[PENDING]
     answered: asyncio.Future[Entry] = asyncio.get_running_loop().create_future()
-    pending[scope] = answered
     tap, entry = Tap(), None
+    pending[scope] = (answered, tap)
     try:
         response = await create(tap)
         entry = _answer(response, tap, fingerprint, config.idempotency_max_answer_bytes)
@@ -98,6 +128,7 @@ async def once(request: web.Request, key: str, body: bytes, create: Create) -> w
         entry = _failure(exc, tap, fingerprint)
         raise
     finally:
+        tap.close()
         del pending[scope]
         await _settle(request, scope, entry, answered)
     return response
@@ -192,18 +223,60 @@ async def _repeat(
         )
     if entry.state == RUNNING:
         first = request.app[PENDING].get(scope)
+        if first is None and entry.node:  # running on another node: follow it there (LIVE-8)
+            asked = RunRequest(scope, kind="idem")
+            relayed = await request.app[ELSEWHERE].relay(
+                request, entry.node, IDEM_FOLLOW_PATH, asked
+            )
+            if relayed is not None:
+                return relayed
         if first is None:  # running on another node (or its node died before it answered)
             raise HttpStatusError(
                 409,
                 "idempotency_key_in_use",
                 f"A request with this {HEADER} is still running; retry later.",
             )
+        answered, tap = first
+        if tap.frames:  # the first one streams: follow it live (LIVE-8)
+            return await _follow(request, tap)
         try:
-            entry = await asyncio.shield(first)
+            entry = await asyncio.shield(answered)
         except _Released:
             raise HttpStatusError(
                 409, "idempotency_key_in_use", f"Retry the request with this {HEADER}."
             ) from None
+    return await _replay(request, entry)
+
+
+async def _follow(request: web.Request, tap: Tap) -> web.StreamResponse:
+    stream = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", REPLAYED: "true"}
+    )
+    await stream.prepare(request)
+    try:
+        async for data in tap.follow():
+            await stream.write(data)
+    except ConnectionError:
+        return stream  # the repeat left; the first one runs on
+    await stream.write_eof()
+    return stream
+
+
+async def answer_follow(request: web.Request) -> web.StreamResponse:
+    """``POST /cluster/v1/idempotent/follow`` (LIVE-8): another node's repeat of a request this
+    node runs follows it here: its stream live, or its answer once answered; 404 when it is
+    not running here (answered meanwhile: the repeat reads the settled entry)."""
+    asked = await verified(request)
+    first = request.app[PENDING].get(asked.response_id)
+    if asked.kind != "idem" or first is None:
+        raise HttpStatusError(404, "not_found", "Not running here.")
+    answered, tap = first
+    if tap.frames:
+        return await _follow(request, tap)
+    try:
+        entry = await asyncio.shield(answered)
+    except _Released:
+        raise HttpStatusError(404, "not_found", "Not running here.") from None
     return await _replay(request, entry)
 
 

@@ -13,7 +13,10 @@ token, with its ``StreamableParser``.
   every later one as the previous prompt + the sampled ids + ``render`` of each new item + the
   generation prompt ``<|start|>assistant`` (HARMONY-2). harmony itself drops earlier
   ``analysis`` messages when it renders a whole conversation: that is ``history = "rerender"``;
-  ``exact`` keeps what was sampled.
+  ``exact`` keeps what was sampled. ``render`` of a message is its frame (the header through
+  ``<|message|>``, then the end id) around the ordinary o200k ids of its text; the text is
+  encoded by bpe-openai's o200k_base, several times faster than harmony's own BPE, and the
+  frame rendered by harmony with no text and kept per header (HARMONY-7).
 * ``HarmonyReader`` maps the sampled messages to items (HARMONY-3): ``analysis`` -> reasoning,
   ``commentary`` with ``to=functions.NAME`` -> a function call (its arguments checked as a JSON
   object when the message ends), ``final`` and ``commentary`` without a recipient -> message
@@ -29,6 +32,7 @@ import json
 import os
 import secrets
 import tempfile
+import warnings
 from collections import Counter
 from functools import cache
 from pathlib import Path
@@ -44,12 +48,14 @@ from openai_harmony import (
     Role,
     StreamableParser,
     SystemContent,
+    TextContent,
     ToolDescription,
     load_harmony_encoding,
 )
 from openai_harmony import Message as HarmonyMessage
 
 from engine.conversation.compaction import summary_text
+from engine.conversation.tokens import CHUNK_CHARS
 from engine.conversation.trajectory import Trajectory
 from engine.models.base import ArgsDelta, CallEnd, CallStart, Delta, ReasoningDelta, TextDelta
 from engine.models.tokens.reasoning import AnswerReader, ReasoningParser
@@ -120,6 +126,33 @@ def harmony_encoding() -> HarmonyEncoding:
 
 # --------------------------------------------------------------------------- rendering
 
+# Texts bpe-openai's o200k_base must encode as harmony does before it is used (HARMONY-7).
+_PROBES = (
+    "hello <|end|> world <|start|>assistant<|message|>",
+    "Zürich 東京 🙂 it's   spaced\tout\n\n  x = f(1, 2)",
+    "fn dispatch(&mut self, job: usize) -> Result<Job, Error> {\r\n    0\n}",
+    " \n\n\n   \t ",
+)
+_FRAMES = 256  # message headers whose frame is kept (a few per tool name)
+
+
+@cache
+def _o200k(encoding: HarmonyEncoding) -> Any | None:
+    """bpe-openai's o200k_base (harmony's ordinary vocabulary) when it gives harmony's ids on
+    the probes, else None: then harmony encodes the text itself (HARMONY-7)."""
+    try:
+        with warnings.catch_warnings():  # its data loader uses a deprecated importlib API
+            warnings.simplefilter("ignore", DeprecationWarning)
+            import bpe_openai
+
+            fast = bpe_openai.get_encoding("o200k_base")
+    except (ImportError, ValueError, OSError):
+        return None
+    for text in _PROBES:
+        if fast.encode_ordinary(text) != encoding.encode(text, disallowed_special=()):
+            return None
+    return fast
+
 
 def _call_names(items: list[InputItem], start: int) -> dict[str, str]:
     """call_id -> function name for the tool outputs in ``items[start:]``, read backwards from
@@ -183,6 +216,9 @@ class HarmonyRenderer(Renderer[list[ToolDescription]]):
         empty = Conversation.from_messages([])
         self.generation_prompt = encoding.render_conversation_for_completion(empty, Role.ASSISTANT)
         self.stop_ids = frozenset(encoding.stop_tokens_for_assistant_actions())
+        self._fast = _o200k(encoding)
+        self._ends, self._message_id = _markers(encoding)
+        self._frames: dict[tuple[Any, ...], list[int]] = {}
 
     @classmethod
     def build(cls, tokenizer: ModelTokenizer | None, rerender: bool) -> HarmonyRenderer:
@@ -225,8 +261,31 @@ class HarmonyRenderer(Renderer[list[ToolDescription]]):
         )
         ids = self.encode(trajectory.tail)
         for message in messages:
-            ids += self.encoding.render(message)
+            ids += self.render(message)
         ids += self.generation_prompt
+        return ids
+
+    def render(self, message: HarmonyMessage) -> list[int]:
+        """``encoding.render(message)``, exactly: the message's frame (its header rendered by
+        harmony, kept per header) around the o200k ids of its one text (HARMONY-7)."""
+        content = message.content
+        text = content[0].text if len(content) == 1 and type(content[0]) is TextContent else None
+        fast = self._fast
+        if fast is None or not text or len(text) > CHUNK_CHARS or not _utf8(text):
+            return self.encoding.render(message)
+        author = message.author
+        key = (author.role, author.name, message.channel, message.recipient, message.content_type)
+        frame = self._frames.get(key)
+        if frame is None:
+            frame = self.encoding.render(message.model_copy(update={"content": []}))
+            if len(frame) < 2 or frame[-2] != self._message_id or frame[-1] not in self._ends:
+                return self.encoding.render(message)  # not the shape measured: harmony's own
+            if len(self._frames) >= _FRAMES:
+                self._frames.clear()
+            self._frames[key] = frame
+        ids: list[int] = frame[:-1]
+        ids += fast.encode_ordinary(text)
+        ids.append(frame[-1])
         return ids
 
     def close(self, answer: SampledAnswer) -> str:
@@ -261,6 +320,17 @@ class HarmonyFormat(ReasoningParser):
             f"<|start|>assistant<|channel|>commentary to=functions.{call} <|constrain|>json"
             f"<|message|>{arguments}<|call|>"
         )
+
+
+def _utf8(text: str) -> bool:
+    """A lone surrogate has no UTF-8: harmony's own path refuses it as before."""
+    if text.isascii():
+        return True
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 # --------------------------------------------------------------------------- parsing

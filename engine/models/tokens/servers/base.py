@@ -129,7 +129,8 @@ class TokenServer(ABC):
     def body(self, ids_json: bytes | bytearray, sampling: Sampling) -> bytes:
         """The request body with the prompt ids spliced in as already-encoded JSON."""
         rest = msgspec.json.encode(self.fields(sampling))
-        return b"".join((b'{"', self.prompt_key, b'":[', bytes(ids_json), b"],", rest[1:]))
+        # ``join`` reads the bytearray in place: no copy of the history's bytes before it
+        return b"".join((b'{"', self.prompt_key, b'":[', ids_json, b"],", rest[1:]))
 
     @abstractmethod
     def fields(self, sampling: Sampling) -> dict[str, Any]:

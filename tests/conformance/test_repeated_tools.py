@@ -15,11 +15,21 @@ import aiohttp
 from protocol.codec import Repeats, decode_client_event
 from protocol.events import ResponseCreate
 from tests.conformance.samples import CUSTOM, FUNCTION
-from tests.conformance.test_tool_types import ws_turn
 from tests.support.server import LiveServer
 
 INSTRUCTIONS = "You are a careful coding agent. " * 40
 BAD_TOOL: dict[str, Any] = {"type": "function", "parameters": {"type": "object"}}  # no name
+
+
+async def ws_turn(ws: aiohttp.ClientWebSocketResponse, frame: str) -> list[str]:
+    """Send one create (raw text); the raw frames up to its terminal event or error."""
+    await ws.send_str(frame)
+    frames: list[str] = []
+    while True:
+        frames.append(await ws.receive_str(timeout=10))
+        kind = json.loads(frames[-1])["type"]
+        if kind in ("response.completed", "response.failed", "response.incomplete", "error"):
+            return frames
 
 
 def create(tools: list[dict[str, Any]], prev: str | None, text: str = "hi") -> str:

@@ -32,6 +32,7 @@ from protocol.items import (
     TypedItem,
 )
 from protocol.response import CompactParams, CreateParams
+from protocol.tools import Toolset, same_tools
 
 
 def _enc_hook(obj: Any) -> Any:
@@ -150,8 +151,35 @@ def _unknown_type(raw: Any) -> InvalidRequest | None:
     return None
 
 
-def decode_client_event(frame: bytes | str) -> ClientEvent:
-    """Decode one WebSocket text frame into a typed client event."""
+class Repeats:
+    """What a connection's latest ``response.create`` sent that a coding agent sends again on
+    every turn: its checked tools and its instructions (CACHE-5). One per connection, so bounded
+    by one frame; nothing here changes a byte on the wire."""
+
+    __slots__ = ("instructions", "toolset")
+
+    def __init__(self) -> None:
+        self.toolset: Toolset | None = None
+        self.instructions: str | None = None
+
+    def reuse(self, params: CreateParams) -> None:
+        """Give ``params`` the previous create's toolset when its tools are the same bytes, and
+        the previous instructions object when equal (so the snapshot encoder's per-object cache
+        hits, CODEC-6). Tools that differ in any byte are checked in full (TOOL-1)."""
+        known = self.toolset
+        if known is not None and same_tools(known, params.tools):
+            params.__dict__["toolset"] = known  # the cached_property's slot
+        else:
+            self.toolset = params.toolset  # raises as on a fresh connection
+        if params.instructions is not None and params.instructions == self.instructions:
+            params.instructions = self.instructions
+        else:
+            self.instructions = params.instructions
+
+
+def decode_client_event(frame: bytes | str, repeats: Repeats | None = None) -> ClientEvent:
+    """Decode one WebSocket text frame into a typed client event; ``repeats`` is the
+    connection's memory of its latest create (CACHE-5)."""
     try:
         event = _CLIENT_EVENT_DECODER.decode(frame)
     except msgspec.ValidationError as exc:
@@ -161,7 +189,10 @@ def decode_client_event(frame: bytes | str) -> ClientEvent:
     except RecursionError:  # msgspec's own depth guard (CODEC-2)
         raise _TOO_DEEP from None
     if isinstance(event, CreateParams):
-        _ = event.toolset  # tools are checked when the request is decoded (TOOL-1)
+        if repeats is not None:
+            repeats.reuse(event)
+        else:
+            _ = event.toolset  # tools are checked when the request is decoded (TOOL-1)
     return event
 
 

@@ -134,6 +134,9 @@ class Toolset:
     hosted: frozenset[str] = field(default=frozenset(), compare=False)
     mcp: tuple[McpServerTool, ...] = field(default=(), compare=False)  # remote MCP (MCP-1)
     key: tuple[bytes, ...] = ()  # the tools' bytes: equal keys, equal toolsets
+    # the Response's ``tools`` (TOOL-1, CONF-3), built once: one list object per toolset, so a
+    # toolset reused by the connection's next create (CACHE-5) encodes it once (CODEC-6)
+    echo: list[msgspec.Raw] = field(default_factory=list, compare=False)
 
     def __bool__(self) -> bool:
         return bool(self.raw)
@@ -151,6 +154,10 @@ def toolset_of(
     # A decoded Raw is a view into the whole request frame; the toolset outlives the request
     # (rollout, lane and hydration caches, parking), so each tool keeps its own bytes (LIM-21).
     raw = [r.copy() for r in raw]
+    echo = [
+        _complete_function(tool) if isinstance(spec, FunctionTool) else tool
+        for tool, spec in zip(raw, specs, strict=True)
+    ]
     callables: list[CallableTool] = []
     hosted: set[str] = set()
     for spec in specs:
@@ -169,6 +176,15 @@ def toolset_of(
         hosted=frozenset(hosted),
         mcp=tuple(spec for spec in specs if isinstance(spec, McpServerTool)),
         key=tuple(bytes(r) for r in raw),
+        echo=echo,
+    )
+
+
+def same_tools(toolset: Toolset, raw: list[msgspec.Raw]) -> bool:
+    """Whether a request's tools are byte for byte those ``toolset`` was built from (CACHE-5)."""
+    key = toolset.key
+    return len(key) == len(raw) and all(
+        old == bytes(new) for old, new in zip(key, raw, strict=True)
     )
 
 
@@ -379,16 +395,26 @@ FUNCTION_ECHO_KEYS = ("description", "parameters", "strict")
 def echoed_tools(toolset: Toolset) -> list[msgspec.Raw]:
     """The Response's ``tools`` (TOOL-1, CONF-3): each tool as the client sent it, except that a
     top-level function tool lacking ``description``, ``parameters`` or ``strict`` gets the
-    missing keys as null, which both the SDK and the Open Responses document accept."""
-    return [
-        _complete_function(raw) if isinstance(spec, FunctionTool) else raw
-        for raw, spec in zip(toolset.raw, toolset.specs, strict=True)
-    ]
+    missing keys as null, which both the SDK and the Open Responses document accept. Built once
+    per toolset (``toolset_of``); the list is shared and never mutated."""
+    return toolset.echo
+
+
+class _EchoKeys(msgspec.Struct):
+    """Which of ``FUNCTION_ECHO_KEYS`` a function tool has, read without building its schema."""
+
+    description: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
+    parameters: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
+    strict: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
+
+
+_ECHO_KEYS = msgspec.json.Decoder(_EchoKeys)
 
 
 def _complete_function(raw: msgspec.Raw) -> msgspec.Raw:
+    present = _ECHO_KEYS.decode(raw)
+    if all(getattr(present, key) is not msgspec.UNSET for key in FUNCTION_ECHO_KEYS):
+        return raw
     data: dict[str, Any] = msgspec.json.decode(raw)
     missing = [key for key in FUNCTION_ECHO_KEYS if key not in data]
-    if not missing:
-        return raw
     return msgspec.Raw(msgspec.json.encode(data | dict.fromkeys(missing)))

@@ -238,9 +238,9 @@ class RequestLog:
             monkeypatch.setattr(module, name, self._recording(getattr(module, name)))
 
     def _recording(self, decode: Any) -> Any:
-        def recorded(data: bytes | str) -> Any:
+        def recorded(data: bytes | str, *rest: Any) -> Any:  # rest: the connection's Repeats
             self.bodies.append(msgspec.json.decode(data))
-            return decode(data)
+            return decode(data, *rest)
 
         return recorded
 

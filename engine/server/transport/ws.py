@@ -25,7 +25,7 @@ from engine.server.transport import identity, ratelimits
 from engine.server.transport.keys import INSPECTOR, SESSIONS
 from engine.server.transport.server_config import ServerConfig
 from engine.store.framing import ANY_OWNER, OwnerFilter
-from protocol.codec import decode_client_event, encode
+from protocol.codec import Repeats, decode_client_event, encode
 from protocol.errors import InvalidRequest, ProtocolError, TooManyRequests
 from protocol.events import ServerEvent
 
@@ -307,11 +307,12 @@ async def serve_socket(
     session.traceparent = request.headers.get("traceparent")  # the upgrade's, for all (OTEL-2)
     sessions.add(session)
     engine.counters["ws.connections"] += 1  # accepted sockets (OBS-4)
+    repeats = Repeats()  # the tools and instructions its latest create sent (CACHE-5)
     try:
         async for msg in ws:
             sink.frames_in += 1
             if msg.type is WSMsgType.TEXT:
-                if not await _dispatch(session, msg.data):
+                if not await _dispatch(session, msg.data, repeats):
                     await sink.close(WSCloseCode.INVALID_TEXT, b"invalid UTF-8")  # WS-17
                     break
             elif msg.type is WSMsgType.BINARY:
@@ -334,14 +335,14 @@ async def serve_socket(
     return ws
 
 
-async def _dispatch(session: Session, data: bytes) -> bool:
+async def _dispatch(session: Session, data: bytes, repeats: Repeats) -> bool:
     """Decode and hand on one text message; False when it is not UTF-8 at all (RFC 6455 §8.1:
     the connection is then failed with 1007, WS-17). The decoder validates UTF-8 itself (JSON
     outside strings is ASCII), so only a message it refuses is checked again."""
     timer = session.sink if isinstance(session.sink, TimedWsSink) else None
     start = time.perf_counter() if timer is not None else 0.0
     try:
-        event = decode_client_event(data)
+        event = decode_client_event(data, repeats)
     except ProtocolError as err:
         if not _is_utf8(data):
             return False

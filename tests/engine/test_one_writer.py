@@ -34,7 +34,7 @@ def _writers(attribute: str) -> set[str]:
 def test_only_the_lane_writes_its_cache() -> None:
     """CACHE-1: the lane's latest entry and the entry's suspended rollout have one writer."""
     assert _writers("_latest") == {"connection/lane.py"}
-    assert _writers("latest") <= {"server/inspector.py"}  # the feed's own, unrelated field
+    assert _writers("latest") <= {"server/routes/inspector.py"}  # the feed's own, unrelated field
     assert _writers("rollout") == {"connection/lane.py"}
 
 

@@ -232,8 +232,8 @@ class Engine:
             self.config.park_seconds, self.counters, budget.parking, self.handover
         )
         self._event_sync: asyncio.Task[None] | None = None
-        self.store.on_delete(self._forget)
-        self.store.on_continued(self.parking.continued_elsewhere)  # PARK-9
+        self.store.cluster.on_delete(self._forget)
+        self.store.cluster.on_continued(self.parking.continued_elsewhere)  # PARK-9
         self.post = PostInference(
             self.metrics, self.config.post_queue_size, self.config.ledger_path
         )
@@ -297,7 +297,7 @@ class Engine:
         store retires a rollout it still parks behind it (PARK-9). Best effort: the store just
         answered the read, and a notice it drops costs only a parked copy until its expiry."""
         try:
-            await self.store.announce_continued(response_id)
+            await self.store.cluster.announce_continued(response_id)
         except StoreError as exc:
             self.counters["park.notice_failed"] += 1
             log.warning("store: continued notice for %s not sent: %s", response_id, exc)

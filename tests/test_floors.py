@@ -22,6 +22,7 @@ Imports are parsed with ``ast`` from every file, so an import inside a function 
 
 from __future__ import annotations
 
+import abc
 import ast
 import subprocess
 import sys
@@ -551,3 +552,54 @@ def test_one_name_per_concept() -> None:
         if len(places) > 1 and name not in SAME_CONCEPT
     }
     assert not reused, f"one name, several concepts: {reused}"
+
+
+# The cluster-state port's names: none of them may sit on a record store (ARCHITECTURE:
+# "Compose, don't stack").
+CLUSTER_NAMES = (
+    "claim_key",
+    "settle_key",
+    "release_key",
+    "claim",
+    "_claim",
+    "register_parked",
+    "parked_at",
+    "unregister_parked",
+    "_set_parked",
+    "_get_parked",
+    "node_token",
+    "on_delete",
+    "notify_deleted",
+    "announce_continued",
+    "on_continued",
+    "notify_continued",
+    "_publish_continued",
+    "limits",
+    "shares_parking",
+)
+
+
+def _cluster_names_on(store: object) -> list[str]:
+    return [name for name in CLUSTER_NAMES if hasattr(store, name)]
+
+
+def test_the_store_is_composed_not_stacked() -> None:
+    """The store is records plus a cluster-state port (``store.cluster``), one port class per
+    backend: no backend stacks record classes, and no record store answers a cluster name."""
+    from engine.store import ClusterState, MemoryStore, ResponseStore
+    from engine.store.embedded.sqlite import SqliteStore
+    from engine.store.postgres import PostgresStore
+    from engine.store.redis import RedisStore
+
+    assert ResponseStore.__bases__ == (abc.ABC,), "records stand on no mixins"
+    backends = (MemoryStore, SqliteStore, RedisStore, PostgresStore)
+    for backend in backends:
+        assert backend.__bases__ == (ResponseStore,), backend
+        assert not _cluster_names_on(backend), (backend, _cluster_names_on(backend))
+        assert issubclass(backend.cluster_state, ClusterState)
+    store = MemoryStore()
+    assert not _cluster_names_on(store)
+    assert isinstance(store.cluster, ClusterState) and store.cluster.store is store
+    assert all(hasattr(store.cluster, name) for name in CLUSTER_NAMES)
+    ports = {backend.cluster_state for backend in backends if backend is not MemoryStore}
+    assert len(ports) == 3 and ClusterState not in ports, "one port per shared backend"

@@ -101,18 +101,20 @@ class Handover:
 
     @property
     def enabled(self) -> bool:
-        return self.address is not None and self.post is not None and self.store.shares_parking
+        return (
+            self.address is not None and self.post is not None and self.store.cluster.shares_parking
+        )
 
     def parked(self, response_id: str) -> None:
         """The lot parked a rollout behind ``response_id``: say where (PARK-20)."""
         if self.enabled:
             assert self.address is not None
-            self._later(self.store.register_parked(response_id, self.address, self.seconds))
+            self._later(self.store.cluster.register_parked(response_id, self.address, self.seconds))
 
     def unparked(self, response_id: str) -> None:
         """It left the lot (claimed, expired, retired): drop the address, sparing a hop."""
         if self.enabled:
-            self._later(self.store.unregister_parked(response_id))
+            self._later(self.store.cluster.unregister_parked(response_id))
 
     def _later(self, write: object) -> None:
         assert asyncio.iscoroutine(write)
@@ -137,21 +139,23 @@ class Handover:
         ``StoreError``: a run whose lease cannot be written does not start."""
         if self.enabled:
             assert self.address is not None
-            await self.store.register_parked(RUN_PREFIX + response_id, self.address, seconds)
+            await self.store.cluster.register_parked(
+                RUN_PREFIX + response_id, self.address, seconds
+            )
 
     def finished(self, response_id: str) -> None:
         """The run ended here: its log stays followable from other nodes a while (LIVE-2)."""
         if self.enabled:
             assert self.address is not None
             key = RUN_PREFIX + response_id
-            self._later(self.store.register_parked(key, self.address, FINISHED_RUN_S))
+            self._later(self.store.cluster.register_parked(key, self.address, FINISHED_RUN_S))
 
     async def running_at(self, response_id: str) -> str | None:
         """The node holding a background run's lease, None when nobody does (or nothing is
         shared); raises ``StoreError``."""
         if not self.enabled:
             return None
-        return await self.store.parked_at(RUN_PREFIX + response_id)
+        return await self.store.cluster.parked_at(RUN_PREFIX + response_id)
 
     async def _where(self, response_id: str) -> str | None:
         """The node parking ``response_id``'s rollout. A reconnect may arrive before the old
@@ -160,7 +164,7 @@ class Handover:
         loop = asyncio.get_running_loop()
         deadline, waited = loop.time() + HANDOVER_WAIT_S, False
         while True:
-            where = await self.store.parked_at(response_id)
+            where = await self.store.cluster.parked_at(response_id)
             if where is not None or loop.time() >= deadline:
                 if waited and where is not None:
                     self._counters["park.handover_waited"] += 1
@@ -179,7 +183,7 @@ class Handover:
             where = await self._where(response_id)
             if where is None or where == self.address:
                 return None
-            token = await self.store.node_token(token_message(response_id, owner))
+            token = await self.store.cluster.node_token(token_message(response_id, owner))
         except StoreError as exc:
             log.warning("store: parked rollout's address unreadable: %s", exc)
             return None

@@ -56,7 +56,9 @@ class Quota:
         limits are a fairness measure, not a reason to stop serving (RATE-7)."""
         lease = new_id("lease")
         try:
-            standing = await self.store.limits.admit(self.bucket, self.limits, self.window_s, lease)
+            standing = await self.store.cluster.limits.admit(
+                self.bucket, self.limits, self.window_s, lease
+            )
         except StoreError as exc:
             log.warning("rate limits not counted: the store is unavailable (%s)", exc)
             return None
@@ -74,7 +76,7 @@ class Quota:
         if lease is None:
             return
         try:
-            await self.store.limits.settle(self.bucket, self.window_s, tokens, lease)
+            await self.store.cluster.limits.settle(self.bucket, self.window_s, tokens, lease)
         except StoreError as exc:
             log.warning("rate limits not settled: the store is unavailable (%s)", exc)
 
@@ -82,7 +84,7 @@ class Quota:
         """The standing now, for an answer that admitted nothing (RATE-3); None when the store
         cannot say."""
         try:
-            standing = await self.store.limits.peek(self.bucket, self.window_s)
+            standing = await self.store.cluster.limits.peek(self.bucket, self.window_s)
         except StoreError:
             return None
         return self.snapshot(standing)

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
+from engine.store.cluster_state import ClusterState, DeleteListener
 from engine.store.listing import listing_form
 from engine.store.memory import MemoryStore
 from engine.store.records import (
@@ -20,7 +21,6 @@ from engine.store.records import (
     DEFAULT_TTL_S,
     SNAPSHOT_EVERY,
     ChainPoint,
-    DeleteListener,
     Hydrated,
     RecordCorrupt,
     RecordTooLarge,
@@ -136,6 +136,7 @@ __all__ = [
     "DEFAULT_TTL_S",
     "SNAPSHOT_EVERY",
     "ChainPoint",
+    "ClusterState",
     "DeleteListener",
     "Hydrated",
     "MemoryStore",

@@ -165,7 +165,7 @@ class Conversations:
             return None  # another's conversation is never locked by this request (OWN-2)
         key = conversation_id + ":lock"
         token = head_line(None, True) + secrets.token_hex(8).encode()
-        held = await self.store._guard(self.store._claim(key, token, time.time() + LOCK_S))
+        held = await self.store.cluster.claim(key, token, time.time() + LOCK_S)
         if held is not None:
             raise ConversationLocked
         lock = Lock(self, key)

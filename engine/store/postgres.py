@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
+from engine.store.cluster_state import Backend, ClusterState
 from engine.store.framing import MAX_HEAD
 from engine.store.records import (
     DEFAULT_MAX_RECORD_BYTES,
@@ -141,8 +142,36 @@ Conn = psycopg.AsyncConnection[Any]
 Op = Callable[[Conn], Awaitable[T]]
 
 
+class PostgresCluster(ClusterState):
+    """Postgres's cluster state: idempotency keys and locks claimed in one statement (IDEM-3);
+    the rest as on a single-process store."""
+
+    def __init__(self, store: Backend) -> None:
+        super().__init__(store)
+        assert isinstance(store, PostgresStore)
+        self.postgres = store
+
+    async def _claim(self, key: str, blob: bytes, expires_at: float) -> bytes | None:
+        """One statement (IDEM-3); a holder that committed after its snapshot is read by the
+        next attempt, as ``_load_salt`` does."""
+        params = {"id": key, "record": blob, "now": time.time(), "expires": expires_at}
+
+        async def op(conn: Conn) -> bytes | None:
+            for _ in range(3):
+                cur = await conn.execute(_CLAIM, params, binary=True)
+                row = await cur.fetchone()
+                if row is not None and int(row[0]) > 0:
+                    return None
+                if row is not None and row[1] is not None:
+                    return bytes(row[1])
+            raise StoreUnavailable("the idempotency key could not be claimed or read")
+
+        return await self.postgres._run(op)
+
+
 class PostgresStore(ResponseStore):
     kind = "postgres"
+    cluster_state = PostgresCluster
 
     def __init__(
         self,
@@ -268,23 +297,6 @@ class PostgresStore(ResponseStore):
         links = {link_id: blob for _, link_id, blob in rows[1:] if link_id is not None}
         return rows[0][2], links
 
-    async def _claim(self, key: str, blob: bytes, expires_at: float) -> bytes | None:
-        """One statement (IDEM-3); a holder that committed after its snapshot is read by the
-        next attempt, as ``_load_salt`` does."""
-        params = {"id": key, "record": blob, "now": time.time(), "expires": expires_at}
-
-        async def op(conn: Conn) -> bytes | None:
-            for _ in range(3):
-                cur = await conn.execute(_CLAIM, params, binary=True)
-                row = await cur.fetchone()
-                if row is not None and int(row[0]) > 0:
-                    return None
-                if row is not None and row[1] is not None:
-                    return bytes(row[1])
-            raise StoreUnavailable("the idempotency key could not be claimed or read")
-
-        return await self._run(op)
-
     async def _scan(self, cursor: str, limit: int) -> tuple[list[tuple[str, bytes]], str | None]:
         params = {"after": cursor, "limit": limit + 1, "now": time.time()}
 
@@ -361,7 +373,7 @@ class PostgresStore(ResponseStore):
                 ) as conn:
                     await conn.execute(f"LISTEN {DELETED_CHANNEL}")
                     async for note in conn.notifies():
-                        self.notify_deleted(note.payload)
+                        self.cluster.notify_deleted(note.payload)
             except (psycopg.Error, OSError) as exc:
                 log.debug("postgres store: delete channel lost (%s); listening again", exc)
             await asyncio.sleep(RELISTEN_AFTER_S)

@@ -10,27 +10,27 @@ is one read of the record and one batched read of its links (STORE-5).
 Backends (memory, SQLite, Redis, Postgres) implement the primitives (``_write``, ``_read``,
 ``_replace``, ``_remove``, ``_ping``; ``_read_one`` and ``_read_chain`` where one backend
 query does better than the default); encoding, size limits, corrupt-record handling,
-availability tracking, chain walking and delete notifications live here, once.
+availability tracking and chain walking live here, once. What the processes sharing a store
+tell each other (idempotency keys, parked addresses, counters, notices, the node token) is not
+a record concern: it is the store's ``cluster`` port (``engine/store/cluster_state.py``).
 """
 
 from __future__ import annotations
 
 import abc
 import collections
-import hashlib
-import hmac
 import logging
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, TypeVar
 
 import msgspec
 
+from engine.store.cluster_state import ClusterState
 from engine.store.framing import ANY_OWNER, MAGIC, OwnerFilter, head_line, peek, readable_by
 from engine.store.owner import SALT_BYTES, digest
-from engine.store.ratelimits import Counters, LocalCounters
 from engine.store.record_codec import RecordCodec
 from engine.store.trajectory import TokenSegment, joined
 from protocol.items import InputItem
@@ -46,8 +46,6 @@ DEFAULT_MAX_ENTRIES = 10_000  # records kept by memory:// (LIM-5)
 # Records live ttl + 1%: a chain then extends its links' expiry at most once per 1% of the TTL
 # (7.2 h of 30 days), not on every write (STORE-7).
 SLACK_FRACTION = 0.01
-IDEM_PREFIX = "idem:"  # idempotency keys' entries (IDEM-3); response ids start "resp_"
-_IDEM_HEAD = head_line(None, True)  # invisible to every response route (IDEM-3)
 
 
 class StoreError(Exception):
@@ -167,18 +165,19 @@ def _earliest(record: ResponseRecord) -> float | None:
 _CODEC = RecordCodec(ResponseRecord)
 _ENCODER, _DECODER = _CODEC, _CODEC  # encode(record) -> bytes, decode(bytes) -> record
 
-DeleteListener = Callable[[str], None]
-ContinuedListener = Callable[[str], None]  # a response continued from the store (PARK-9)
 T = TypeVar("T")
 
 
-class _StoreCore(abc.ABC):
-    """What every part of ``ResponseStore`` stands on: its state, the backend primitives each
-    backend implements, and the availability guard."""
+class ResponseStore(abc.ABC):
+    """The records. What the engine (and the hydration cache) use; ``cluster`` is the
+    cluster-state port beside them (idempotency keys, parking, counters, notices, node token).
+    Every method may raise ``StoreUnavailable``; ``get``/``hydrate`` may raise
+    ``RecordCorrupt``; ``put`` may raise ``RecordTooLarge``. ``put`` returns only once the
+    record is durable (STORE-6)."""
 
     kind: ClassVar[str]
     reads_prefixes: ClassVar[bool] = False  # ``_read_head`` may return only a blob's start
-    shares_parking: ClassVar[bool] = False  # keeps parked rollouts' addresses (PARK-20)
+    cluster_state: ClassVar[type[ClusterState]] = ClusterState  # this backend's port
 
     def __init__(
         self, ttl_s: float = DEFAULT_TTL_S, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
@@ -187,11 +186,8 @@ class _StoreCore(abc.ABC):
         self.max_record_bytes = max_record_bytes
         self.available = True  # last known state, no I/O: True until an operation fails
         self.counters: collections.Counter[str] = collections.Counter()  # events (OBS-2)
-        self._listeners: list[DeleteListener] = []
         self._salt: bytes | None = None  # the owner digests' salt, read once (OWN-6)
-        self._continued_listeners: list[ContinuedListener] = []
-        # Rate-limit counters (RATE-7): this process's; a shared store replaces them with its own.
-        self.limits: Counters = LocalCounters()
+        self.cluster = self.cluster_state(self)
 
     # ------------------------------------------------------------------ backend primitives
     @abc.abstractmethod
@@ -257,77 +253,6 @@ class _StoreCore(abc.ABC):
         self.available = True
         return result
 
-
-class _IdempotencyKeys(_StoreCore):
-    """The store's idempotency keys, kept beside the records (IDEM-3)."""
-
-    async def claim_key(self, key: str, entry: bytes, ttl_s: float) -> bytes | None:
-        """Claim an idempotency key for ``ttl_s`` (IDEM-3): None if this caller now holds it
-        (``entry`` stored), else the live entry another request stored first. Atomic across
-        every process sharing the store. Entries live beside the records, under keys
-        prefixed ``IDEM_PREFIX``, behind a tombstone's head line (STORE-20): a response route
-        given such a key finds nothing, reads nothing and deletes nothing."""
-        held = await self._guard(
-            self._claim(IDEM_PREFIX + key, _IDEM_HEAD + entry, time.time() + ttl_s)
-        )
-        return None if held is None else held[len(_IDEM_HEAD) :]
-
-    async def settle_key(self, key: str, entry: bytes, ttl_s: float) -> None:
-        """Replace a claimed key's entry (its outcome), for ``ttl_s`` from now (IDEM-3)."""
-        blob, expires_at = _IDEM_HEAD + entry, time.time() + ttl_s
-        await self._guard(self._write(IDEM_PREFIX + key, blob, (), False, expires_at))
-
-    async def release_key(self, key: str) -> None:
-        """Forget a claimed key: its request did no work, so the next one with it runs."""
-        await self._guard(self._remove(IDEM_PREFIX + key))
-
-    async def _claim(self, key: str, blob: bytes, expires_at: float) -> bytes | None:
-        """Store ``blob`` unless a live value is there; return that value. This default is
-        atomic only where ``_read`` and ``_write`` never suspend (memory); shared backends
-        override it with one atomic operation."""
-        held = await self._read_one(key)
-        if held is not None:
-            return held
-        await self._write(key, blob, (), False, expires_at)
-        return None
-
-
-class _ParkedElsewhere(_StoreCore):
-    """Which node parks a rollout, and the proof that a node shares this store (PARK-20..22)."""
-
-    async def register_parked(self, response_id: str, address: str, ttl_s: float) -> None:
-        """Note for ``ttl_s`` that the rollout suspended behind ``response_id`` is parked by the
-        node answering at ``address`` (PARK-20). A single-process store has nobody to tell."""
-        await self._guard(self._set_parked(response_id, address, ttl_s))
-
-    async def parked_at(self, response_id: str) -> str | None:
-        """The address of the node parking ``response_id``'s rollout, if one registered it."""
-        return await self._guard(self._get_parked(response_id))
-
-    async def unregister_parked(self, response_id: str) -> None:
-        await self._guard(self._set_parked(response_id, None, 0))
-
-    async def node_token(self, message: str) -> str:
-        """A proof that the sender shares this store (PARK-22): HMAC-sha256 of ``message``
-        under a key derived from the store's owner salt, which no client ever sees (OWN-6)."""
-        if self._salt is None:
-            self._salt = await self._guard(self._load_salt(secrets.token_bytes(SALT_BYTES)))
-        key = hmac.new(self._salt, b"rollout node-to-node", hashlib.sha256).digest()
-        return hmac.new(key, message.encode(), hashlib.sha256).hexdigest()
-
-    async def _set_parked(self, response_id: str, address: str | None, ttl_s: float) -> None:
-        """Keep (``address``) or drop (None) a parked rollout's address; nothing by default."""
-        return None
-
-    async def _get_parked(self, response_id: str) -> str | None:
-        return None
-
-
-class ResponseStore(_IdempotencyKeys, _ParkedElsewhere):
-    """What the engine (and the hydration cache) use. Every method may raise
-    ``StoreUnavailable``; ``get``/``hydrate`` may raise ``RecordCorrupt``; ``put`` may raise
-    ``RecordTooLarge``. ``put`` returns only once the record is durable (STORE-6)."""
-
     # ------------------------------------------------------------------ lifecycle
     async def open(self) -> None:
         """Connect / create the schema. A store that is down at start is not fatal (STORE-8)."""
@@ -383,9 +308,13 @@ class ResponseStore(_IdempotencyKeys, _ParkedElsewhere):
     async def owner_of(self, api_key: str) -> str:
         """The owner digest of ``api_key`` in this store (OWN-1, OWN-6): keyed with the store's
         own salt, so digests of one deployment say nothing about another's."""
+        return digest(await self._owner_salt(), api_key)
+
+    async def _owner_salt(self) -> bytes:
+        """The owner salt, read once (OWN-6); the cluster port keys node tokens with it."""
         if self._salt is None:
             self._salt = await self._guard(self._load_salt(secrets.token_bytes(SALT_BYTES)))
-        return digest(self._salt, api_key)
+        return self._salt
 
     async def hydrate(self, response_id: str, owner: OwnerFilter = ANY_OWNER) -> Hydrated | None:
         """The record and its whole context: one read, then one batched read of its links (on
@@ -454,7 +383,9 @@ class ResponseStore(_IdempotencyKeys, _ParkedElsewhere):
         removed = False
         if blob is not None and (head is None or not head.deleted):
             removed = await self._retire(response_id, blob)
-        self.notify_deleted(response_id)  # caches drop it even if this process never stored it
+        self.cluster.notify_deleted(
+            response_id
+        )  # caches drop it even if this process never stored it
         return removed
 
     async def _retire(self, response_id: str, blob: bytes) -> bool:
@@ -493,42 +424,6 @@ class ResponseStore(_IdempotencyKeys, _ParkedElsewhere):
     def count(self, event: str) -> None:
         """One store event; on the event loop only (the counters are read there)."""
         self.counters[event] += 1
-
-    def on_delete(self, listener: DeleteListener) -> None:
-        """``listener(response_id)`` runs (on the event loop) for every delete of this store,
-        including deletes made by other processes where the backend can tell (Redis)."""
-        self._listeners.append(listener)
-
-    def notify_deleted(self, response_id: str) -> None:
-        for listener in self._listeners:
-            try:
-                listener(response_id)
-            except Exception:
-                log.exception("store: delete listener failed for %s", response_id)
-
-    async def announce_continued(self, response_id: str) -> None:
-        """Tell every process sharing this store that ``response_id`` was just continued from
-        the store here, so one that still parks the rollout suspended behind it retires it
-        (PARK-9). This process's listeners run at once; a shared backend also publishes it
-        (Redis: channel ``rollout:continued``). Single-process stores reach only this process."""
-        self.notify_continued(response_id)
-        await self._guard(self._publish_continued(response_id))
-
-    def on_continued(self, listener: ContinuedListener) -> None:
-        """``listener(response_id)`` runs (on the event loop) for every continued notice, this
-        process's and, where the backend carries them (Redis), every other process's."""
-        self._continued_listeners.append(listener)
-
-    def notify_continued(self, response_id: str) -> None:
-        for listener in self._continued_listeners:
-            try:
-                listener(response_id)
-            except Exception:
-                log.exception("store: continued listener failed for %s", response_id)
-
-    async def _publish_continued(self, response_id: str) -> None:
-        """Reach the other processes sharing this store; nothing to reach by default."""
-        return None
 
 
 def _encode(record: ResponseRecord) -> bytes:

@@ -27,6 +27,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
+from engine.store.cluster_state import Backend, ClusterState
 from engine.store.framing import MAX_HEAD
 from engine.store.ratelimits import RedisCounters
 from engine.store.records import (
@@ -50,9 +51,59 @@ POOL_CONNECTIONS = 64  # pooled sockets per process, besides the write lane and 
 RESUBSCRIBE_AFTER_S = 1.0
 
 
+class RedisCluster(ClusterState):
+    """Redis's cluster state: atomic claims, parked addresses and counters every node shares,
+    continued notices published to every node (RATE-7, PARK-9, PARK-20)."""
+
+    shares_parking = True
+
+    def __init__(self, store: Backend) -> None:
+        super().__init__(store)
+        assert isinstance(store, RedisStore)
+        self.redis = store
+
+    async def _claim(self, key: str, blob: bytes, expires_at: float) -> bytes | None:
+        """``SET NX PXAT`` and ``GET`` in one transaction (IDEM-3)."""
+
+        async def op(client: aioredis.Redis) -> bytes | None:
+            async with client.pipeline(transaction=True) as pipe:
+                pipe.set(KEY_PREFIX + key, blob, nx=True, pxat=int(expires_at * 1000))
+                pipe.get(KEY_PREFIX + key)
+                claimed, held = await pipe.execute()
+            return None if claimed else bytes(held)
+
+        held: bytes | None = await self.redis._call(op)
+        return held
+
+    async def _publish_continued(self, response_id: str) -> None:
+        async def op(client: aioredis.Redis) -> None:
+            await client.publish(CONTINUED_CHANNEL, response_id)
+
+        await self.redis._call(op)
+
+    async def _set_parked(self, response_id: str, address: str | None, ttl_s: float) -> None:
+        """PARK-20: ``rollout:parked:<id>`` holds the parking node's address, expiring with it."""
+
+        async def op(client: aioredis.Redis) -> None:
+            if address is None:
+                await client.delete(PARKED_PREFIX + response_id)
+            else:
+                await client.set(PARKED_PREFIX + response_id, address, px=max(1, int(ttl_s * 1000)))
+
+        await self.redis._call(op)
+
+    async def _get_parked(self, response_id: str) -> str | None:
+        async def op(client: aioredis.Redis) -> bytes | None:
+            found: bytes | None = await client.get(PARKED_PREFIX + response_id)
+            return found
+
+        found: bytes | None = await self.redis._call(op)
+        return None if found is None else found.decode(errors="replace")
+
+
 class RedisStore(ResponseStore):
     kind = "redis"
-    shares_parking = True
+    cluster_state = RedisCluster
     reads_prefixes = True  # GETRANGE (STORE-20)
 
     def __init__(
@@ -76,7 +127,7 @@ class RedisStore(ResponseStore):
             return
         self._client = _client(self.url, COMMAND_TIMEOUT_S, POOL_CONNECTIONS)
         self._lane = _Lane(self._client.connection_pool)
-        self.limits = RedisCounters(self._call)  # every node counts in Redis (RATE-7)
+        self.cluster.limits = RedisCounters(self._call)  # every node counts in Redis (RATE-7)
         self._listener = asyncio.create_task(self._listen(), name="store-redis-deletes")
         await self.health()
 
@@ -185,19 +236,6 @@ class RedisStore(ResponseStore):
         salt: bytes = await self._call(op)
         return salt
 
-    async def _claim(self, key: str, blob: bytes, expires_at: float) -> bytes | None:
-        """``SET NX PXAT`` and ``GET`` in one transaction (IDEM-3)."""
-
-        async def op(client: aioredis.Redis) -> bytes | None:
-            async with client.pipeline(transaction=True) as pipe:
-                pipe.set(KEY_PREFIX + key, blob, nx=True, pxat=int(expires_at * 1000))
-                pipe.get(KEY_PREFIX + key)
-                claimed, held = await pipe.execute()
-            return None if claimed else bytes(held)
-
-        held: bytes | None = await self._call(op)
-        return held
-
     async def _replace(self, key: str, blob: bytes) -> None:
         async def op(client: aioredis.Redis) -> None:
             async with client.pipeline(transaction=True) as pipe:
@@ -217,31 +255,6 @@ class RedisStore(ResponseStore):
 
         removed: bool = await self._call(op)
         return removed
-
-    async def _publish_continued(self, response_id: str) -> None:
-        async def op(client: aioredis.Redis) -> None:
-            await client.publish(CONTINUED_CHANNEL, response_id)
-
-        await self._call(op)
-
-    async def _set_parked(self, response_id: str, address: str | None, ttl_s: float) -> None:
-        """PARK-20: ``rollout:parked:<id>`` holds the parking node's address, expiring with it."""
-
-        async def op(client: aioredis.Redis) -> None:
-            if address is None:
-                await client.delete(PARKED_PREFIX + response_id)
-            else:
-                await client.set(PARKED_PREFIX + response_id, address, px=max(1, int(ttl_s * 1000)))
-
-        await self._call(op)
-
-    async def _get_parked(self, response_id: str) -> str | None:
-        async def op(client: aioredis.Redis) -> bytes | None:
-            found: bytes | None = await client.get(PARKED_PREFIX + response_id)
-            return found
-
-        found: bytes | None = await self._call(op)
-        return None if found is None else found.decode(errors="replace")
 
     async def _ping(self) -> None:
         async def op(client: aioredis.Redis) -> None:
@@ -279,9 +292,9 @@ class RedisStore(ResponseStore):
             return
         response_id = data.decode(errors="replace")
         if channel == CONTINUED_CHANNEL.encode():
-            self.notify_continued(response_id)
+            self.cluster.notify_continued(response_id)
         else:
-            self.notify_deleted(response_id)
+            self.cluster.notify_deleted(response_id)
 
 
 def _client(url: str, timeout: float | None, max_connections: int = 1) -> aioredis.Redis:

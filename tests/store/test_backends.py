@@ -110,7 +110,7 @@ async def test_records_stay_flat_and_hydrate_whole(store: ResponseStore) -> None
 async def test_delete_removes_and_notifies(store: ResponseStore) -> None:
     records, _ = await _chain(store, 4)
     heard: list[str] = []
-    store.on_delete(heard.append)
+    store.cluster.on_delete(heard.append)
     assert await store.exists(records[1].id) is True
     assert await store.delete(records[1].id) is True
     assert await store.get(records[1].id) is None
@@ -136,12 +136,12 @@ async def test_continued_notice_reaches_this_process_and_redis_peers(
     await peer.open()
     heard_here: list[str] = []
     heard_peer: list[str] = []
-    here.on_continued(heard_here.append)
-    peer.on_continued(heard_peer.append)
+    here.cluster.on_continued(heard_here.append)
+    peer.cluster.on_continued(heard_peer.append)
     try:
         if isinstance(here, RedisStore):
             await _until_subscribed(here, peer)
-        await here.announce_continued("resp_a")
+        await here.cluster.announce_continued("resp_a")
         assert heard_here[:1] == ["resp_a"]
         if not isinstance(here, RedisStore):
             assert heard_peer == [] or peer is here  # nothing carries it to another process
@@ -152,8 +152,8 @@ async def test_continued_notice_reaches_this_process_and_redis_peers(
             await asyncio.sleep(0.01)
         assert heard_peer == ["resp_a"]
         assert heard_here == ["resp_a", "resp_a"]  # its own subscriber hears it too: harmless
-        await here._publish_continued("resp_" + "x" * 300)
-        await here.announce_continued("resp_b")
+        await here.cluster._publish_continued("resp_" + "x" * 300)
+        await here.cluster.announce_continued("resp_b")
         for _ in range(400):
             if heard_peer[-1:] == ["resp_b"]:
                 break

@@ -9,8 +9,9 @@ import asyncio
 import time
 
 from engine.store import open_store
+from engine.store.cluster_state import IDEM_PREFIX
 from engine.store.memory import MemoryStore
-from engine.store.records import IDEM_PREFIX, ResponseStore
+from engine.store.records import ResponseStore
 
 
 async def _opened(url: str) -> ResponseStore:
@@ -22,25 +23,28 @@ async def _opened(url: str) -> ResponseStore:
 async def _claims(a: ResponseStore, b: ResponseStore) -> None:
     key = f"owner:{time.time_ns()}"
     results = await asyncio.gather(
-        *(store.claim_key(key, f"entry-{i}".encode(), 60.0) for i, store in enumerate([a, b] * 4))
+        *(
+            store.cluster.claim_key(key, f"entry-{i}".encode(), 60.0)
+            for i, store in enumerate([a, b] * 4)
+        )
     )
     claimed = [i for i, held in enumerate(results) if held is None]
     assert len(claimed) == 1, results  # exactly one of the eight claims won
     winner = f"entry-{claimed[0] % 2}".encode()
     assert all(held == winner for held in results if held is not None)
-    await a.settle_key(key, b"done", 60.0)
-    assert await b.claim_key(key, b"late", 60.0) == b"done"  # the outcome, not a new claim
-    await b.release_key(key)
-    assert await a.claim_key(key, b"again", 60.0) is None  # released: free again
+    await a.cluster.settle_key(key, b"done", 60.0)
+    assert await b.cluster.claim_key(key, b"late", 60.0) == b"done"  # the outcome, not a new claim
+    await b.cluster.release_key(key)
+    assert await a.cluster.claim_key(key, b"again", 60.0) is None  # released: free again
     expiring = f"owner:{time.time_ns()}:short"
-    assert await a.claim_key(expiring, b"first", 0.001) is None
+    assert await a.cluster.claim_key(expiring, b"first", 0.001) is None
     await asyncio.sleep(0.01)  # past the 1 ms lifetime (a deadline in the store, not a sync)
-    assert await b.claim_key(expiring, b"second", 60.0) is None
+    assert await b.cluster.claim_key(expiring, b"second", 60.0) is None
     # Never a response: not read, not probed, not deleted (a tombstone's head line).
     assert await a.get(IDEM_PREFIX + key) is None
     assert not await a.exists(IDEM_PREFIX + key)
     assert not await a.delete(IDEM_PREFIX + key)
-    assert await b.claim_key(key, b"x", 60.0) == b"again"
+    assert await b.cluster.claim_key(key, b"x", 60.0) == b"again"
 
 
 async def test_one_claim_wins_across_two_stores(store_url: str) -> None:

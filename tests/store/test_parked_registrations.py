@@ -54,7 +54,7 @@ async def test_a_refused_registration_is_counted_and_logged(
         await handover.close()
         assert counters["park.register_failed"] == 1, counters
         assert await _parked_keys(admin) == [b"rollout:parked:resp_kept"]
-        assert await store.parked_at("resp_kept") == ADDRESS
+        assert await store.cluster.parked_at("resp_kept") == ADDRESS
     finally:
         await admin.aclose()
         await store.close()

@@ -48,7 +48,7 @@ async def test_concurrency_leases(redis_server: RedisServer) -> None:
     store = RedisStore(redis_server.url)
     await store.open()
     try:
-        counters = store.limits
+        counters = store.cluster.limits
         limits = Limits(concurrent=1, tokens=100)
         first = await counters.admit("bucket", limits, DAY, "lease-1")
         second = await counters.admit("bucket", limits, DAY, "lease-2")

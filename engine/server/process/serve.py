@@ -115,7 +115,7 @@ def _serve_workers(args: argparse.Namespace, options: ServeOptions) -> int:
         print(
             f"  workers:   {options.workers} processes on port {number} (SO_REUSEPORT)", flush=True
         )
-        if server_config(args).rate_limited and isinstance(store.limits, LocalCounters):
+        if server_config(args).rate_limited and isinstance(store.cluster.limits, LocalCounters):
             # LIVE-6: only Redis counts for the whole pool; say so before a key finds out.
             print(
                 f"rollout serve: warning: rate limits are counted per worker on the {store.kind}"

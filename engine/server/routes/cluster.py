@@ -43,7 +43,9 @@ async def handover(request: web.Request) -> web.Response:
     except msgspec.MsgspecError:
         raise InvalidRequest("invalid_request", "Not a hand-over request.", None) from None
     try:
-        expected = await engine.store.node_token(token_message(asked.response_id, asked.owner))
+        expected = await engine.store.cluster.node_token(
+            token_message(asked.response_id, asked.owner)
+        )
     except StoreError as exc:
         raise wire_error(exc) from None
     if not hmac.compare_digest(expected, request.headers.get(TOKEN_HEADER, "")):

@@ -74,7 +74,7 @@ async def verified(request: web.Request) -> RunRequest:
         raise InvalidRequest("invalid_request", "Not a run request.", None) from None
     message = token_message(asked.response_id, asked.owner, _purpose(asked))
     try:
-        expected = await engine.store.node_token(message)
+        expected = await engine.store.cluster.node_token(message)
     except StoreError as exc:
         raise wire_error(exc) from None
     if not hmac.compare_digest(expected, request.headers.get(TOKEN_HEADER, "")):
@@ -150,7 +150,7 @@ class Elsewhere:
     async def _body(self, request: web.Request, asked: RunRequest) -> tuple[bytes, dict[str, str]]:
         message = token_message(asked.response_id, asked.owner, _purpose(asked))
         try:
-            token = await request.app[ENGINE].store.node_token(message)
+            token = await request.app[ENGINE].store.cluster.node_token(message)
         except StoreError as exc:
             raise wire_error(exc) from None
         headers = {TOKEN_HEADER: token, "Content-Type": "application/json"}

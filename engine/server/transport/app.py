@@ -161,7 +161,7 @@ async def responses_get(request: web.Request) -> web.StreamResponse:
 
 async def _start(app: web.Application) -> None:
     engine = app[ENGINE]
-    engine.store.on_delete(lambda response_id: _forget(app, response_id))
+    engine.store.cluster.on_delete(lambda response_id: _forget(app, response_id))
     await engine.start()
 
 

@@ -112,7 +112,7 @@ async def once(request: web.Request, key: str, body: bytes, create: Create) -> w
     node = request.app[ENGINE].handover.address or ""  # where repeats follow it (LIVE-8)
     claim = Entry(fingerprint, RUNNING, time.time(), node=node)
     try:
-        held = await store.claim_key(scope, _encode(claim), config.idempotency_ttl_s)
+        held = await store.cluster.claim_key(scope, _encode(claim), config.idempotency_ttl_s)
     except StoreError as exc:
         raise wire_error(exc) from None  # a 503 before any work: safe to send again (RETRY-1)
     if held is not None:
@@ -192,9 +192,9 @@ async def _settle(
     store, ttl = request.app[ENGINE].store, request.app[SERVER].idempotency_ttl_s
     try:
         if entry is None:
-            await store.release_key(scope)
+            await store.cluster.release_key(scope)
         else:
-            await store.settle_key(scope, _encode(entry), ttl)
+            await store.cluster.settle_key(scope, _encode(entry), ttl)
     except StoreError as exc:
         log.warning("idempotency key not settled: %s", exc)
     if entry is None:

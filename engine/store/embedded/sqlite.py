@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from engine.store.cluster_state import Backend, ClusterState
 from engine.store.embedded.checkpoint import BACKSTOP_PAGES, WAL_LIMIT_BYTES, Checkpointer
 from engine.store.embedded.checkpoint import EVERY_S as CHECKPOINT_EVERY_S
 from engine.store.embedded.inline import InlineConnection
@@ -57,8 +58,42 @@ SCHEMA_VERSION = MIGRATIONS[-1][0]
 BUSY_TIMEOUT_S = 5.0  # the thread's wait for another process's write lock (at most the deadline)
 
 
+class SqliteCluster(ClusterState):
+    """SQLite's cluster state: claims atomic across the processes sharing the file (IDEM-3);
+    the rest as on a single-process store."""
+
+    def __init__(self, store: Backend) -> None:
+        super().__init__(store)
+        assert isinstance(store, SqliteStore)
+        self.sqlite = store
+
+    async def _claim(self, key: str, blob: bytes, expires_at: float) -> bytes | None:
+        """Read and insert under the write lock (``BEGIN IMMEDIATE``): atomic across processes
+        (IDEM-3). An expired row is replaced."""
+        now = time.time()
+
+        def op(conn: sqlite3.Connection) -> bytes | None:
+            row = conn.execute(
+                "SELECT record FROM responses WHERE id = ?"
+                " AND (expires_at IS NULL OR expires_at > ?)",
+                (key, now),
+            ).fetchone()
+            if row is not None:
+                return bytes(row[0])
+            conn.execute(
+                "INSERT OR REPLACE INTO responses (id, record, created_at, expires_at)"
+                " VALUES (?, ?, ?, ?)",
+                (key, blob, now, expires_at),
+            )
+            return None
+
+        held: bytes | None = await self.sqlite._submit(op, writes=True)
+        return held
+
+
 class SqliteStore(ResponseStore):
     kind = "sqlite"
+    cluster_state = SqliteCluster
 
     def __init__(
         self,
@@ -197,29 +232,6 @@ class SqliteStore(ResponseStore):
             if done:
                 return blob
         return await super()._read_one(key)
-
-    async def _claim(self, key: str, blob: bytes, expires_at: float) -> bytes | None:
-        """Read and insert under the write lock (``BEGIN IMMEDIATE``): atomic across processes
-        (IDEM-3). An expired row is replaced."""
-        now = time.time()
-
-        def op(conn: sqlite3.Connection) -> bytes | None:
-            row = conn.execute(
-                "SELECT record FROM responses WHERE id = ?"
-                " AND (expires_at IS NULL OR expires_at > ?)",
-                (key, now),
-            ).fetchone()
-            if row is not None:
-                return bytes(row[0])
-            conn.execute(
-                "INSERT OR REPLACE INTO responses (id, record, created_at, expires_at)"
-                " VALUES (?, ?, ?, ?)",
-                (key, blob, now, expires_at),
-            )
-            return None
-
-        held: bytes | None = await self._submit(op, writes=True)
-        return held
 
     async def _scan(self, cursor: str, limit: int) -> tuple[list[tuple[str, bytes]], str | None]:
         now = time.time()

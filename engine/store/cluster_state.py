@@ -53,6 +53,7 @@ class ClusterState:
     """One store's cluster state. Every coroutine may raise ``StoreUnavailable``."""
 
     shares_parking = False  # keeps parked rollouts' addresses (PARK-20)
+    shares_limits = False  # counts rate limits for every process on the store (RATE-7, LIVE-6)
 
     def __init__(self, store: Backend) -> None:
         self.store = store

@@ -56,6 +56,7 @@ class RedisCluster(ClusterState):
     continued notices published to every node (RATE-7, PARK-9, PARK-20)."""
 
     shares_parking = True
+    shares_limits = True
 
     def __init__(self, store: Backend) -> None:
         super().__init__(store)

@@ -3,6 +3,9 @@ requests and concurrent responses together; the check and the count are one Lua 
 
 from __future__ import annotations
 
+import asyncio
+import sys
+
 import aiohttp
 
 from engine.server.transport.server_config import ServerConfig
@@ -61,3 +64,30 @@ async def test_concurrency_leases(redis_server: RedisServer) -> None:
         assert third.refused == "tokens"  # the window's tokens are spent
     finally:
         await store.close()
+
+
+async def test_a_pool_on_redis_is_not_warned_of_per_worker_limits(
+    redis_server: RedisServer,
+) -> None:
+    """LIVE-6, RATE-7: on Redis every worker counts in one window, so ``--workers 2`` with rate
+    limits starts without the per-worker warning a per-process store gets (the parent checks
+    the store's port before any worker opened it)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "cli", "serve", "--port", "0", "--announce-port",
+        "--workers", "2", "--tps", "0", "--log-level", "WARNING", "--store", redis_server.url,
+        "--rate-requests", "5",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        while line := await asyncio.wait_for(proc.stdout.readline(), 60):
+            if line.startswith(b"PORT "):
+                break
+        else:
+            raise AssertionError("the pool exited before announcing its port")
+    finally:
+        proc.kill()
+        await proc.wait()
+    assert proc.stderr is not None
+    err = (await proc.stderr.read()).decode()
+    assert "counted per worker" not in err, err

@@ -37,7 +37,6 @@ from engine.server.transport.keys import ENGINE, UNREADY
 from engine.server.transport.server_config import ServerConfig, refuse_if_open
 from engine.store import ResponseStore, StoreError, default_store_url, describe, open_store
 from engine.store.embedded.sqlite import SqliteStore
-from engine.store.ratelimits import LocalCounters
 
 
 def tls_context(cert: Path | None, key: Path | None) -> ssl.SSLContext | None:
@@ -115,7 +114,7 @@ def _serve_workers(args: argparse.Namespace, options: ServeOptions) -> int:
         print(
             f"  workers:   {options.workers} processes on port {number} (SO_REUSEPORT)", flush=True
         )
-        if server_config(args).rate_limited and isinstance(store.cluster.limits, LocalCounters):
+        if server_config(args).rate_limited and not store.cluster.shares_limits:
             # LIVE-6: only Redis counts for the whole pool; say so before a key finds out.
             print(
                 f"rollout serve: warning: rate limits are counted per worker on the {store.kind}"

@@ -58,7 +58,7 @@ PYTEST_WORKERS ?= auto
 PYTEST_ARGS ?=
 unit: $(DEV_STAMP)
 	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile \
-	  --ignore=tests/upstream/test_real_llama_cpp.py $(PYTEST_ARGS)
+	  --ignore=tests/upstream/tokens/test_real_llama_cpp.py $(PYTEST_ARGS)
 
 # The real llama.cpp tests run last: the first run builds llama-server (see test-real).
 test: sysdeps lint types unit test-real
@@ -116,7 +116,7 @@ llama-server: | $(STAMP)
 
 # The cached build is checked (and made when missing) unless LLAMA_SERVER names another binary.
 test-real: $(DEV_STAMP) $(if $(filter $(LLAMA_DIR)/build/bin/llama-server,$(LLAMA_SERVER)),llama-server)
-	ROLLOUT_LLAMA_SERVER=$(abspath $(LLAMA_SERVER)) $(BIN)/pytest tests/upstream/test_real_llama_cpp.py
+	ROLLOUT_LLAMA_SERVER=$(abspath $(LLAMA_SERVER)) $(BIN)/pytest tests/upstream/tokens/test_real_llama_cpp.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

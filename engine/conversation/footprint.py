@@ -10,7 +10,8 @@ real footprint about 2.5x (issue 24: 132 MB counted, 336 MB of RSS growth).
 ``deep_size`` walks an item once when it is committed (``sys.getsizeof`` of every object it
 reaches, the way CPython's allocator sees them). ``tests/engine/test_footprint.py`` checks what
 a context is charged against what tracemalloc sees publishing it allocate, from both sides;
-``tests/server/test_memory_budget_functional.py`` a real server's RSS against the cache's count.
+``tests/server/bounds/test_memory_budget_functional.py`` a real server's RSS against the cache's
+count.
 """
 
 from __future__ import annotations

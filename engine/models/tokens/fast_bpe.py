@@ -10,7 +10,7 @@ tokens become tiktoken's special tokens, and ranks are mapped back to the model'
 
 ``fast_encoder`` checks itself against ``tokenizers`` on probe texts and returns None when any
 differs (or the shape is another): the caller then keeps ``tokenizers``. A hypothesis property
-(``tests/upstream/test_fast_bpe.py``) checks the identity on generated text.
+(``tests/upstream/tokens/test_fast_bpe.py``) checks the identity on generated text.
 """
 
 from __future__ import annotations

@@ -75,7 +75,7 @@ ROUTES: dict[tuple[str, str], list[Call] | None] = {
     ("GET", ID + "/tokens"): [by_path("GET", ID + "/tokens")],  # TOK-8
     ("HEAD", ID + "/tokens"): [by_path("HEAD", ID + "/tokens")],
     ("HEAD", ID + "/input_items"): [by_path("HEAD", ID + "/input_items")],
-    # Names no id: scoped per key (EXPORT-1), tests/upstream/test_tokens_export.py.
+    # Names no id: scoped per key (EXPORT-1), tests/upstream/tokens/test_tokens_export.py.
     ("GET", "/v1/responses/tokens/export"): None,
     ("HEAD", "/v1/responses/tokens/export"): None,
     ("HEAD", "/v1/responses"): None,

@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 import yaml
 
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+DEPLOY = Path(__file__).resolve().parents[3] / "deploy"
 KEY, ADMIN = "sk-closed-tenant", "sk-closed-operator"
 PROBE = "sk-probe-4f1c9a7e"  # a key a client puts where it does not belong
 

@@ -86,7 +86,7 @@ async def test_another_key_gets_exactly_the_unknown_id_answer(
 def test_owner_checks_use_one_loader() -> None:
     """OWN-4: the store's conversation read (``hydrate``) is called from the loader only, so a
     new request kind cannot read a conversation without the owner check."""
-    engine = Path(__file__).resolve().parents[2] / "engine"
+    engine = Path(__file__).resolve().parents[3] / "engine"
     callers: set[str] = set()
     for module in engine.rglob("*.py"):
         for node in ast.walk(ast.parse(module.read_text())):

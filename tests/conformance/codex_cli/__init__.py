@@ -1,0 +1,1 @@
+"""The Codex CLI as a client."""

@@ -1,0 +1,1 @@
+"""The openai SDK and the Agents SDK as clients."""

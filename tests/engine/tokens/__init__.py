@@ -1,0 +1,1 @@
+"""Counting tokens: cl100k through bpe-openai, texts of any size."""

@@ -1,0 +1,1 @@
+"""The live inspector: its page, its feed, its sign-in sessions."""

@@ -1,0 +1,1 @@
+"""Tenants never see each other: ownership, isolation, closed by default, billing."""

@@ -1,0 +1,1 @@
+"""The Redis store and what nodes share through it."""

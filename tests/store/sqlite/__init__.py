@@ -1,0 +1,1 @@
+"""The embedded SQLite store: faults, its inline path, fsync, its queue."""

@@ -24,8 +24,7 @@ from openai import AsyncOpenAI
 from cli.launcher import Cluster
 from tests.cluster.conftest import cluster_spec, node_stats, via
 from tests.support.tools import WEATHER
-from tests.upstream.reasoning_peer import HarmonyPeer
-from tests.upstream.test_tokens_reasoning import HARMONY_SCRIPT
+from tests.upstream.reasoning_peer import HARMONY_SCRIPT, HarmonyPeer
 from tests.upstream.token_peer import TokenPeer, assert_exact, make_tokenizer
 
 MODEL = "model-a"

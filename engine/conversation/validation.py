@@ -12,6 +12,7 @@ from protocol.items import (
     InputItem,
     ItemReference,
     Message,
+    OpaqueItem,
     ToolCall,
     ToolOutput,
 )
@@ -74,6 +75,20 @@ def validate(
             _check_content(item.output, supports, f"{where}.output")
         elif isinstance(item, Message):
             _check_content(item.content, supports, f"{where}.content")
+        elif isinstance(item, OpaqueItem) and item.type == "mcp_approval_response":
+            _check_approval(ctx, item, calls, where)
+
+
+def _check_approval(ctx: Context, item: OpaqueItem, calls: set[str], where: str) -> None:
+    """An ``mcp_approval_response`` answers an approval request of the context or of an
+    earlier item of the same input (MCP-18)."""
+    request = item.data.get("approval_request_id")
+    if not isinstance(request, str) or (request not in calls and request not in ctx.calls):
+        raise InvalidRequest(
+            "invalid_value",
+            f"No MCP approval request found with id '{request}'.",
+            f"{where}.approval_request_id",
+        )
 
 
 def _check_content(content: object, supports: frozenset[str], where: str) -> None:

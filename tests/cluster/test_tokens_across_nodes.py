@@ -5,11 +5,14 @@ front. A rollout suspended on a tool call is parked on node 0; its continuation 
 balancer to node 1 (the turn-state token picks the node, TURN-1) and is handed over with its
 token trajectory, so the peer sees the next prompt extend the previous prompt and its sampled
 ids exactly, over WebSocket and HTTP, ``store: false`` and ``store: true``. A continuation that
-reaches node 1 before node 0 saw the old socket close waits for the rollout and is handed it."""
+reaches node 1 before node 0 saw the old socket close waits for the rollout and is handed it.
+The same holds for a harmony route (``template = "harmony"``, gpt-oss's o200k ids, HARMONY-1):
+its analysis message and tool call travel in the hand-over and are not re-rendered."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -21,6 +24,7 @@ from openai import AsyncOpenAI
 from cli.launcher import Cluster
 from tests.cluster.conftest import cluster_spec, node_stats, via
 from tests.support.tools import WEATHER
+from tests.upstream.reasoning_peer import HARMONY_SCRIPT, HarmonyPeer
 from tests.upstream.token_peer import TokenPeer, assert_exact, make_tokenizer
 
 MODEL = "model-a"
@@ -39,9 +43,34 @@ async def peer(tmp_path: Path) -> AsyncIterator[TokenPeer]:
 @pytest.fixture
 async def tokens_cluster(tmp_path: Path, peer: TokenPeer) -> AsyncIterator[Cluster]:
     """Two nodes whose one model is a ``tokens`` route to ``peer``, behind HAProxy."""
-    config = tmp_path / "models.toml"
     route = {"backend": "tokens", "api": "vllm", "base_url": peer.base_url, "model": "tiny",
              "tokenizer": str(tmp_path / "tok")}  # fmt: skip
+    async with _cluster(tmp_path, route) as running:
+        yield running
+
+
+@pytest.fixture
+async def harmony_peer(tmp_path: Path) -> AsyncIterator[HarmonyPeer]:
+    running = HarmonyPeer(make_tokenizer(tmp_path / "tok"))
+    await running.start()
+    try:
+        yield running
+    finally:
+        await running.stop()
+
+
+@pytest.fixture
+async def harmony_cluster(tmp_path: Path, harmony_peer: HarmonyPeer) -> AsyncIterator[Cluster]:
+    """Two nodes whose one model is a harmony ``tokens`` route to ``harmony_peer``."""
+    route = {"backend": "tokens", "api": "vllm", "base_url": harmony_peer.base_url,
+             "model": "gpt-oss-tiny", "template": "harmony"}  # fmt: skip
+    async with _cluster(tmp_path, route) as running:
+        yield running
+
+
+@contextlib.asynccontextmanager
+async def _cluster(tmp_path: Path, route: dict[str, str]) -> AsyncIterator[Cluster]:
+    config = tmp_path / "models.toml"
     lines = [f'default = "{MODEL}"', f'[models."{MODEL}"]']
     lines += [f"{key} = {json.dumps(value)}" for key, value in route.items()]
     config.write_text("\n".join(lines) + "\n")
@@ -161,3 +190,41 @@ async def test_a_reconnect_before_the_old_close_waits_and_is_handed_over(
     stats = await node_stats(cluster)
     assert stats[1]["counters"].get("park.handover_waited", 0) == 1
     assert stats[1]["counters"].get("create.handed_over", 0) == 1
+
+
+@pytest.mark.parametrize("http", [False, True])
+async def test_a_harmony_continuation_on_another_node_is_token_exact(
+    harmony_cluster: Cluster, harmony_peer: HarmonyPeer, http: bool
+) -> None:
+    """LIVE-4 on a harmony route (HARMONY-1): a ``store: false`` rollout whose first turn
+    sampled an analysis message and a ``functions.get_weather`` call is parked on node 0 and
+    continued through the balancer on node 1, over WS or HTTP. Node 1's prompt is node 0's
+    prompt plus the sampled o200k ids plus the tool's message, exactly: the analysis message
+    harmony drops when it renders a history is still there."""
+    cluster, peer = harmony_cluster, harmony_peer
+    peer.script.extend(HARMONY_SCRIPT[:2])
+    sdk = AsyncOpenAI(base_url=cluster.url, api_key="x", max_retries=0)
+    try:
+        first = await _ws_turn(sdk, 0, input="Weather?", store=False)
+        assert first.type == "response.completed", first
+        call = first.response.output[-1]
+        assert [item.type for item in first.response.output] == ["reasoning", "function_call"]
+        await _parked(cluster, 0)
+        follow = {"previous_response_id": first.response.id, "input": _output(call)}
+        if http:
+            second = await sdk.responses.create(
+                model=MODEL, tools=[WEATHER], store=False, extra_headers=via(1), **follow
+            )
+        else:
+            second = (await _ws_turn(sdk, 1, store=False, **follow)).response
+    finally:
+        await sdk.close()
+    assert second.status == "completed", second
+    assert second.output_text == "It is sunny in Paris."
+    assert len(peer.turns) == 2
+    assert_exact(peer)
+    assert peer.text(peer.turns[1].prompt).endswith(
+        "<|call|><|start|>functions.get_weather to=assistant<|channel|>commentary"
+        "<|message|>sunny<|end|><|start|>assistant"
+    )
+    assert await _count(cluster, 1, "create.handed_over") == 1

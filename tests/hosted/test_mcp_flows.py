@@ -277,6 +277,46 @@ async def test_approval_in_append_mode(server_factory: Any) -> None:
     assert final["output"][2]["output"].startswith("echo: ")
 
 
+async def test_an_answer_to_no_request_is_refused(server_factory: Any) -> None:
+    """MCP-18: an ``mcp_approval_response`` naming no approval request of the context (nor of
+    an earlier item of the input) is 400 ``invalid_value`` at
+    ``input[i].approval_request_id``, over HTTP ``previous_response_id``, a stateless create
+    and a WebSocket ``response.append``; nothing runs and the socket stays usable."""
+    live = await server_factory(_config())
+    async with (
+        sdk_server() as mcp,
+        aiohttp.ClientSession() as http,
+        http.ws_connect(live.ws_url) as ws,
+    ):
+        tools = [_mcp(mcp.url)]
+        url = f"{live.base_url}/responses"
+        first = await (await http.post(url, json={"model": "sim", "input": "use echo",
+                                                   "tools": tools})).json()  # fmt: skip
+        wrong = {"type": "mcp_approval_response", "approval_request_id": "mcpr_x", "approve": True}
+        bodies = [
+            {"previous_response_id": first["id"], "input": [wrong]},
+            {"input": [{"role": "user", "content": "use echo"}, wrong]},
+        ]
+        for body in bodies:
+            async with http.post(url, json={"model": "sim", "tools": tools, **body}) as resp:
+                assert resp.status == 400
+                error = (await resp.json())["error"]
+            assert error["code"] == "invalid_value", error
+            assert error["param"] == f"input[{len(body['input']) - 1}].approval_request_id"
+        create = {"type": "response.create", "model": "sim", "input": "use echo",
+                  "tools": tools, "store": False, "rollout_mode": "append"}  # fmt: skip
+        done = await turn(ws, create, "response.done")
+        append = {"type": "response.append", "response_id": done[-1]["response"]["id"],
+                  "input": [wrong]}  # fmt: skip
+        (refused,) = await turn(ws, append, "error")
+        assert refused["status"] == 400 and refused["error"]["code"] == "invalid_value"
+        assert refused["error"]["param"] == "input[0].approval_request_id"
+        request = done[-1]["response"]["output"][-1]
+        right = {**wrong, "approval_request_id": request["id"]}
+        events = await turn(ws, {**append, "input": [right]}, "response.completed")
+    assert events[-1]["response"]["output"][-2]["type"] == "mcp_call"
+
+
 async def test_a_replayed_approval_runs_once(server_factory: Any) -> None:
     """MCP-16: a stateless client replays a finished approval flow (request, response, the
     call that ran on it): the call is in the context as done and never runs again."""

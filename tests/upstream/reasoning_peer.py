@@ -38,6 +38,16 @@ QWEN3_TEMPLATE = (
 )
 assert QWEN3_TEMPLATE != QWEN_TEMPLATE
 
+# A gpt-oss chain: (analysis, a get_weather call), (analysis, the answer), a final reply.
+HARMONY_SCRIPT = [
+    "<|channel|>analysis<|message|>The user wants the weather.<|end|>"
+    "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json"
+    '<|message|>{"city": "Paris"}<|call|>',
+    "<|channel|>analysis<|message|>The tool said sunny.<|end|>"
+    "<|start|>assistant<|channel|>final<|message|>It is sunny in Paris.<|return|>",
+    "<|channel|>final<|message|>You are welcome.<|return|>",
+]
+
 
 @dataclass
 class _Ids:

@@ -22,21 +22,18 @@ from engine.models.config import ConfigError, parse_config
 from tests.support.server import LiveServer
 from tests.support.tools import WEATHER
 from tests.upstream.conftest import StartEngine
-from tests.upstream.reasoning_peer import QWEN3_TEMPLATE, HarmonyPeer, harmony_router
+from tests.upstream.reasoning_peer import (
+    HARMONY_SCRIPT,
+    QWEN3_TEMPLATE,
+    HarmonyPeer,
+    harmony_router,
+)
 from tests.upstream.token_peer import TokenPeer, assert_exact, backend_of, tokens_router
 
 CALL = json.dumps({"name": "get_weather", "arguments": {"city": "Paris"}})
 THINK_SCRIPT = [
     f"<think>\nThe user wants the weather.\n</think>\n\n<tool_call>\n{CALL}\n</tool_call>",
     "<think>\nThe tool said sunny.\n</think>\n\nIt is sunny in Paris.",
-]
-HARMONY_SCRIPT = [
-    "<|channel|>analysis<|message|>The user wants the weather.<|end|>"
-    "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json"
-    '<|message|>{"city": "Paris"}<|call|>',
-    "<|channel|>analysis<|message|>The tool said sunny.<|end|>"
-    "<|start|>assistant<|channel|>final<|message|>It is sunny in Paris.<|return|>",
-    "<|channel|>final<|message|>You are welcome.<|return|>",
 ]
 
 

@@ -67,9 +67,26 @@ def encode_array(text: str) -> TokenArray:
 
 
 def _encode_piece(text: str) -> TokenArray:
-    ids = encoding().encode_to_numpy(text, allowed_special=_NONE, disallowed_special=())
-    array: TokenArray = ids.view(np.int32)  # ids < 2**31 (u32 or u64): no copy
+    array: TokenArray = _piece_encoder()(text)
     return array
+
+
+@lru_cache(maxsize=1)
+def _piece_encoder() -> Any:
+    """tiktoken's ``encode_to_numpy`` hands over its own buffer. bpe-openai's builds a list, a
+    timing record and a metrics payload, then copies the list into an array: its
+    ``encode_ordinary`` (the same ids: no special token allowed or disallowed) copied once costs
+    ~5 us less a call (46 against 51 us on a 1.5 KB tool output, timeit)."""
+    fast = encoding()
+    if type(fast).__module__.startswith("bpe_openai"):
+        return lambda text: np.array(fast.encode_ordinary(text), dtype=np.int32)
+
+    def buffered(text: str) -> TokenArray:
+        ids = fast.encode_to_numpy(text, allowed_special=_NONE, disallowed_special=())
+        array: TokenArray = ids.view(np.int32)  # ids < 2**31 (u32 or u64): no copy
+        return array
+
+    return buffered
 
 
 _NONE: frozenset[str] = frozenset()

@@ -22,10 +22,12 @@ DOCUMENTED = {"ws_close_1001", "server_shutting_down", "upgrade_502", "upgrade_5
 
 @pytest.mark.timeout(300)
 async def test_rolling_restart_loses_nothing(tmp_path: Path) -> None:
-    cluster = Cluster(cluster_spec(tmp_path, "haproxy", "--bench-models"))
+    # The model paced at 1,000 tokens/s (the last --tps wins): a wave's sockets must outlive a
+    # node's drain delay (1.5 s, tests/cluster/conftest.py) for the restarts to meet live
+    # sockets, on a quiet machine as on a loaded one. At --tps 0 a wave took as long as the CPU
+    # made it: under load long enough, on a quiet machine under the delay (reconnects = 0).
+    cluster = Cluster(cluster_spec(tmp_path, "haproxy", "--bench-models", "--tps", "1000"))
     await cluster.start()
-    # A wave's sockets must outlive a node's drain delay (1.5 s, tests/cluster/conftest.py) for
-    # the restarts to meet live sockets: at --tps 0 a turn takes a few ms, so 150 turns a wave.
     settings = LoadSettings(connections=8, turns=150, http_clients=2, resume=True)
     total, waves = LoadCounts(), 0
     try:

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 
-from engine.conversation.footprint import CONTEXT_OVERHEAD
+from engine.conversation.footprint import CONTEXT_OVERHEAD, LIST_SLOT, WIRE_ENTRY_OVERHEAD
 from engine.conversation.safety import Finding
 from engine.conversation.sealed import SealedRun
 from engine.conversation.tokens import TokenArray, TokenBuffer
@@ -42,6 +43,26 @@ class Context:
     # Sealed runs opened from a stateless input, by the index of their first item, until the
     # ``tokens`` backend replays them into a trajectory (SEAL-4); empty for other backends.
     sealed: dict[int, SealedRun] = field(default_factory=dict)
+    # Each item as the upstream that sends them reads it (a Responses ``input`` entry, encoded
+    # JSON, or the kind it is dropped as), aligned with ``items``: built once per item, so a
+    # step resends the history without re-encoding it (UP-RESP-6). ``wire_key`` names the
+    # mapping; ``wire_bytes`` is what the entries occupy (charged like the items, MEM-10).
+    wire: list[msgspec.Raw | str] = field(default_factory=list)
+    wire_key: object = None
+    wire_bytes: int = 0
+
+    def wire_for(self, key: object) -> list[msgspec.Raw | str]:
+        """The encoded items for mapping ``key``; empty (rebuilt from the first item) when they
+        were made for another mapping (a chain continued on another route)."""
+        if self.wire_key != key:
+            self.wire, self.wire_key, self.wire_bytes = [], key, 0
+        return self.wire
+
+    def add_wire(self, entry: msgspec.Raw | str) -> None:
+        self.wire.append(entry)
+        if entry.__class__ is not str:  # a Raw object and the bytes it holds (MEM-10)
+            self.wire_bytes += len(entry) + WIRE_ENTRY_OVERHEAD
+        self.wire_bytes += LIST_SLOT
 
     @property
     def prompt_tokens(self) -> int:
@@ -52,6 +73,7 @@ class Context:
         """What caching this context costs in memory (HYD-2, PARK-7, MEM-10): its items and
         ledgers, the token buffers at their capacity (spare room is memory too), the header."""
         size = CONTEXT_OVERHEAD + self.nbytes + self.tokens.capacity_bytes + self.header.nbytes
+        size += self.wire_bytes
         if self.model_tokens is not None:
             size += self.model_tokens.retained_bytes
         for run in self.sealed.values():
@@ -74,6 +96,9 @@ class Context:
             nbytes=self.nbytes,
             model_tokens=self.model_tokens.fork() if self.model_tokens is not None else None,
             sealed=dict(self.sealed),  # runs are immutable
+            wire=list(self.wire),  # entries are immutable
+            wire_key=self.wire_key,
+            wire_bytes=self.wire_bytes,
         )
 
     def compact(self) -> None:

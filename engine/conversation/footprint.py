@@ -33,6 +33,10 @@ SET_ENTRY = 24
 # which overcharged a one-message context 13%; tests/engine/test_footprint.py measures it.)
 CONTEXT_OVERHEAD = 1280
 
+# An encoded item kept for the upstream (``Context.wire``, UP-RESP-6): the ``msgspec.Raw``
+# object and its ``bytes`` object's header (33 bytes), on top of the JSON itself.
+WIRE_ENTRY_OVERHEAD = sys.getsizeof(msgspec.Raw(b"")) + sys.getsizeof(b"")
+
 # Objects the interpreter shares: never charged to an item.
 _SHARED = (type(None), bool)
 

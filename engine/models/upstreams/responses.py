@@ -88,7 +88,7 @@ class ResponsesBackend(Backend):
         ctx = request.context
         dropped: Counter[str] = Counter()
         body: dict[str, Any] = {"model": self.options.model or request.model}
-        body["input"] = input_items(ctx.items, self.options.pass_reasoning, dropped)
+        body["input"] = input_items(ctx, 0, self.options.pass_reasoning, dropped)
         if ctx.header_key is not None and ctx.header_key[0]:
             body["instructions"] = ctx.header_key[0]
         self.stats["compactions"] += 1
@@ -99,14 +99,14 @@ class ResponsesBackend(Backend):
 
     def _body(self, request: SampleRequest, link: _Link | None) -> dict[str, Any]:
         dropped: Counter[str] = Counter()
-        items = request.context.items
         opts = self.options
         body: dict[str, Any] = {"model": opts.model or request.model, "stream": True}
         body["store"] = opts.continue_by_id
+        start = 0
         if link is not None:
             body["previous_response_id"] = link.response_id
-            items = items[link.covered :]
-        body["input"] = input_items(items, opts.pass_reasoning, dropped)
+            start = link.covered
+        body["input"] = input_items(request.context, start, opts.pass_reasoning, dropped)
         header = request.context.header_key
         if header is not None and header[0]:
             body["instructions"] = header[0]

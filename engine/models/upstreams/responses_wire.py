@@ -60,21 +60,50 @@ class ResponsesOptions:
     params: dict[str, Any] = field(default_factory=dict)
 
 
-def input_items(items: list[InputItem], pass_reasoning: bool, dropped: Counter[str]) -> list[Any]:
-    out: list[Any] = []
-    for item in items:
-        if isinstance(item, _PLAIN):
-            out.append(msgspec.to_builtins(msgspec.structs.replace(item, id=None, status=None)))
-        elif isinstance(item, Compaction):
-            out.append(compaction_input(item))
-        elif isinstance(item, OpaqueItem) and item.type in ENGINE_MCP_ITEMS:
-            dropped[item.type] += 1  # the engine's own MCP bookkeeping (MCP-6)
-        elif isinstance(item, OpaqueItem):
-            out.append(item.data)
-        elif isinstance(item, Reasoning) and pass_reasoning:
-            out.append(msgspec.to_builtins(item))
-        elif isinstance(item, Reasoning):
-            dropped["reasoning"] += 1
+_ENCODER = msgspec.json.Encoder()
+_BUFFER = bytearray()  # reused: the kept copy is exact-sized (an encoder's own bytes are not)
+
+
+def _kept(value: Any) -> msgspec.Raw:
+    """``value``'s JSON in bytes of exactly its length (what MEM-10 charges)."""
+    _ENCODER.encode_into(value, _BUFFER)
+    return msgspec.Raw(bytes(_BUFFER))
+
+
+def input_entry(item: InputItem, pass_reasoning: bool) -> msgspec.Raw | str:
+    """One context item as an entry of the upstream's ``input``, encoded once (UP-RESP-1,
+    UP-RESP-6), or the kind it is dropped as (a ``str``: reasoning from another model, the
+    engine's own MCP bookkeeping, MCP-6; an unsendable item, ``""``)."""
+    if isinstance(item, _PLAIN):
+        return _kept(msgspec.structs.replace(item, id=None, status=None))
+    if isinstance(item, Compaction):
+        return _kept(compaction_input(item))
+    if isinstance(item, OpaqueItem) and item.type in ENGINE_MCP_ITEMS:
+        return item.type
+    if isinstance(item, OpaqueItem):
+        return _kept(item.data)
+    if isinstance(item, Reasoning):
+        return _kept(item) if pass_reasoning else "reasoning"
+    return ""
+
+
+def input_items(
+    ctx: Context, start: int, pass_reasoning: bool, dropped: Counter[str]
+) -> list[msgspec.Raw]:
+    """``ctx.items[start:]`` as the upstream's ``input`` (UP-RESP-1). Each item is encoded
+    once, when a step first sends it, and kept on the context (``Context.wire``, charged like
+    the items, MEM-10): a step re-encodes none of the history it resends (UP-RESP-6)."""
+    wire = ctx.wire_for(("responses", pass_reasoning))
+    items = ctx.items
+    for item in items[len(wire) :]:
+        ctx.add_wire(input_entry(item, pass_reasoning))
+    out: list[msgspec.Raw] = []
+    for entry in wire[start:] if start else wire:
+        if isinstance(entry, str):
+            if entry:
+                dropped[entry] += 1
+        else:
+            out.append(entry)
     return out
 
 

@@ -110,6 +110,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="with --peers: run the engine under py-spy record --native --format raw into this "
         "file (BENCH-11; its CPU figures then include the profiler)",
     )  # fmt: skip
+    p.add_argument(
+        "--peers-callgrind", action="store_true",
+        help="with --peers: run the engine and smg under valgrind's callgrind and report "
+        "instructions per turn, a count that does not move with the machine's load (BENCH-12)",
+    )  # fmt: skip
     p.add_argument("--load", action="store_true", help="load test: WS agents + HTTP (LOAD-1)")
     p.add_argument("--load-connections", type=int, default=200)
     p.add_argument("--load-turns", type=int, default=20, help="tool-call turns per connection")
@@ -343,7 +348,16 @@ def run_peers_mode(args: argparse.Namespace) -> int:
     settings = peers.PeerSettings(
         turns=args.turns or 25, repeat=args.repeat, targets=targets,
         engine_upstream=args.peers_upstream, transports=transports, profile=args.peers_profile,
+        callgrind=args.peers_callgrind,
     )  # fmt: skip
+    if settings.callgrind:
+        from clients.bench.suites.instructions import CallgrindUnavailable, check_tools
+
+        try:
+            check_tools()
+        except CallgrindUnavailable as exc:
+            print(f"rollout bench: {exc}", file=sys.stderr)
+            return 2
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
             doc = runner.run(peers.run_peers(settings))

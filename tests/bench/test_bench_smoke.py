@@ -81,3 +81,19 @@ def test_peers_run_with_the_engine_alone(tmp_path: Path) -> None:
         assert min(run["server_cpu_ms"]) > 0
     assert doc["summary"]["engine/ws"]["server_cpu_ms_vs_engine_ws"] == 1.0
     assert png.read_bytes()[:8] == PNG_SIGNATURE
+
+
+def test_peers_callgrind_counts_each_chain(tmp_path: Path) -> None:
+    """BENCH-12: under ``--peers-callgrind`` every measured chain carries its instructions per
+    turn, counted from the chain's own turns only (start-up and the warm-up are not in it), so
+    two chains of the same turns count about the same."""
+    out = tmp_path / "counted.json"
+    argv = ["--peers", "--peers-callgrind", "--peers-targets", "engine", "--peers-transports",
+            "ws", "--turns", "2", "--repeat", "2", "--json", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    doc = json.loads(out.read_text())
+    counts = [run["instructions_per_turn"] for run in doc["runs"]]
+    assert len(counts) == 2
+    assert all(2e5 < count < 2e8 for count in counts)  # a turn, not a start-up or nothing
+    assert max(counts) / min(counts) < 1.25
+    assert doc["summary"]["engine/ws"]["instructions_vs_engine_ws"] == 1.0

@@ -41,6 +41,9 @@ from typing import Any
 import aiohttp
 from openai import AsyncOpenAI
 
+from clients.bench.suites import instructions
+from clients.bench.suites.instructions import Callgrind
+
 TRANSPORTS = ("ws", "http_previous_id", "http_stateless")
 TARGETS = ("engine", "smg", "litellm")
 MODEL = "stub"
@@ -100,6 +103,7 @@ class Peer:
     env: dict[str, str] = field(default_factory=dict)
     cwd: Path | None = None
     profile: Path | None = None  # py-spy's raw stacks, from ready to stop (BENCH-11)
+    counter: Callgrind | None = None  # instructions per chain, counted (BENCH-12)
     proc: asyncio.subprocess.Process | None = None
     spy: asyncio.subprocess.Process | None = None
 
@@ -112,12 +116,14 @@ class Peer:
         return session_cpu_ns(self.proc.pid)
 
     async def start(self, log: Path) -> None:
+        command = self.command if self.counter is None else self.counter.wrap(self.command)
         with log.open("wb") as out:
             self.proc = await asyncio.create_subprocess_exec(
-                *self.command, stdout=out, stderr=out, start_new_session=True,
+                *command, stdout=out, stderr=out, start_new_session=True,
                 env={**os.environ, **self.env}, cwd=self.cwd,
             )  # fmt: skip
-        deadline = time.monotonic() + START_TIMEOUT_S
+        slow = 1 if self.counter is None else 10  # callgrind starts a process 30-60x slower
+        deadline = time.monotonic() + START_TIMEOUT_S * slow
         async with aiohttp.ClientSession() as http:
             while True:
                 if self.proc.returncode is not None:
@@ -304,8 +310,11 @@ async def run_chain(peer: Peer, transport: str, turns: int, stub_pid: int) -> di
     walls: list[float] = []
     server: list[float] = []
     stub: list[float] = []
+    counter, pid, counted = peer.counter, peer.proc.pid if peer.proc is not None else 0, 0
     try:
         async with contextlib.AsyncExitStack() as stack:
+            if counter is not None:
+                await counter.begin(pid)
             if transport == "ws":
                 try:
                     chain.conn = await stack.enter_async_context(client.responses.connect())
@@ -323,9 +332,14 @@ async def run_chain(peer: Peer, transport: str, turns: int, stub_pid: int) -> di
                 walls.append((time.perf_counter() - started) * 1000)
                 server.append((peer.cpu_ns() - cpu0) / 1e6)
                 stub.append((session_cpu_ns(stub_pid) - stub0) / 1e6)
+            if counter is not None:
+                counted = await counter.end(pid)
     finally:
         await client.close()
-    return {"wall_ms": walls, "server_cpu_ms": server, "stub_cpu_ms": stub}
+    run: dict[str, Any] = {"wall_ms": walls, "server_cpu_ms": server, "stub_cpu_ms": stub}
+    if counter is not None:
+        run["instructions_per_turn"] = counted / max(1, turns)
+    return run
 
 
 def _short(exc: BaseException) -> str:
@@ -340,6 +354,7 @@ class PeerSettings:
     engine_upstream: str = "responses"
     transports: tuple[str, ...] = TRANSPORTS
     profile: Path | None = None  # py-spy's raw stacks of the engine (BENCH-11)
+    callgrind: bool = False  # count instructions per turn (BENCH-12)
 
 
 async def run_peers(settings: PeerSettings) -> dict[str, Any]:
@@ -372,14 +387,19 @@ async def run_peers(settings: PeerSettings) -> dict[str, Any]:
 def _peers(settings: PeerSettings, stub: str, work: Path, skipped: dict[str, str]) -> list[Peer]:
     peers: list[Peer] = []
     for name in settings.targets:
-        if name == "engine":
-            peers.append(engine_peer(stub, work, settings.engine_upstream, settings.profile))
+        if settings.callgrind and name not in instructions.COUNTED:
+            skipped[name] = "not counted under callgrind (its workers are child processes)"
             continue
-        peer = smg_peer(stub, work) if name == "smg" else litellm_peer(stub, work)
+        if name == "engine":
+            peer: Peer | None = engine_peer(stub, work, settings.engine_upstream, settings.profile)
+        else:
+            peer = smg_peer(stub, work) if name == "smg" else litellm_peer(stub, work)
         if peer is None:
             skipped[name] = "not installed (pip install -e '.[peers]')"
-        else:
-            peers.append(peer)
+            continue
+        if settings.callgrind:
+            peer.counter = instructions.Callgrind(work, name)
+        peers.append(peer)
     return peers
 
 
@@ -420,12 +440,18 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
                 "first": per_turn[0], "last": per_turn[-1],
                 "median": statistics.median(per_turn), "mean": statistics.fmean(per_turn),
             }  # fmt: skip
+        counted = [r["instructions_per_turn"] for r in mine if "instructions_per_turn" in r]
+        if counted:  # BENCH-12: each chain's mean turn, the median over repeats
+            row["instructions_per_turn"] = statistics.median(counted)
         out[f"{target}/{transport}"] = row
     base = out.get("engine/ws")
     if base is not None:
         for row in out.values():
             for key in ("wall_ms", "server_cpu_ms"):
                 row[f"{key}_vs_engine_ws"] = row[key]["median"] / max(base[key]["median"], 1e-9)
+            if "instructions_per_turn" in row and "instructions_per_turn" in base:
+                ratio = row["instructions_per_turn"] / max(base["instructions_per_turn"], 1.0)
+                row["instructions_vs_engine_ws"] = ratio
     return out
 
 
@@ -451,6 +477,12 @@ def render(doc: dict[str, Any]) -> str:
             f"{row.get('server_cpu_ms_vs_engine_ws', float('nan')):6.2f} "
             f"{row.get('wall_ms_vs_engine_ws', float('nan')):6.2f}"
         )
+    counted = [(n, r) for n, r in doc["summary"].items() if "instructions_per_turn" in r]
+    if counted:
+        lines.append("instructions per turn (callgrind, BENCH-12; wall and CPU above are not)")
+        for name, row in counted:
+            ratio = row.get("instructions_vs_engine_ws", float("nan"))
+            lines.append(f"{name:26s} {row['instructions_per_turn'] / 1e6:10.3f} M   {ratio:6.2f}")
     for name, why in {**doc["unsupported"], **doc["skipped"]}.items():
         lines.append(f"{name:26s} not run: {why}")
     return "\n".join(lines)

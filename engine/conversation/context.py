@@ -7,6 +7,7 @@ ledgers, and backends receive it in a ``SampleRequest``. None of them imports an
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -19,6 +20,32 @@ from engine.conversation.trajectory import Trajectory
 from engine.store.records import ChainPoint
 from protocol.items import InputItem, ToolCall
 from protocol.tools import Toolset
+
+
+@dataclass(slots=True)
+class Wire:
+    """Items as one upstream mapping encodes them: ``entries`` (encoded JSON pieces, or the
+    kind an item was dropped as), ``covered`` context items, and the mapping's own ``state``
+    between steps (a chat route's open last message). ``nbytes``: what the entries occupy,
+    charged to the context like its items (MEM-10)."""
+
+    key: object
+    entries: list[msgspec.Raw | str] = field(default_factory=list)
+    covered: int = 0
+    state: Any = None
+    nbytes: int = 0
+
+    def add(self, entry: msgspec.Raw | str) -> None:
+        self.entries.append(entry)
+        if not isinstance(entry, str):  # a Raw object and the bytes it holds (MEM-10)
+            self.nbytes += len(entry) + WIRE_ENTRY_OVERHEAD
+        self.nbytes += LIST_SLOT
+
+    def fork(self) -> Wire:
+        """A copy the fork may extend: entries are immutable, the state is the mapping's to copy
+        (its ``copy()``) when it has one."""
+        state = self.state.copy() if self.state is not None else None
+        return Wire(self.key, list(self.entries), self.covered, state, self.nbytes)
 
 
 @dataclass
@@ -43,26 +70,17 @@ class Context:
     # Sealed runs opened from a stateless input, by the index of their first item, until the
     # ``tokens`` backend replays them into a trajectory (SEAL-4); empty for other backends.
     sealed: dict[int, SealedRun] = field(default_factory=dict)
-    # Each item as the upstream that sends them reads it (a Responses ``input`` entry, encoded
-    # JSON, or the kind it is dropped as), aligned with ``items``: built once per item, so a
-    # step resends the history without re-encoding it (UP-RESP-6). ``wire_key`` names the
-    # mapping; ``wire_bytes`` is what the entries occupy (charged like the items, MEM-10).
-    wire: list[msgspec.Raw | str] = field(default_factory=list)
-    wire_key: object = None
-    wire_bytes: int = 0
+    # What the backend that sends the items upstream keeps of their encoding, so a step resends
+    # the history without re-encoding it (UP-RESP-6, UP-CHAT-5); None until a step made one.
+    wire: Wire | None = None
 
-    def wire_for(self, key: object) -> list[msgspec.Raw | str]:
-        """The encoded items for mapping ``key``; empty (rebuilt from the first item) when they
-        were made for another mapping (a chain continued on another route)."""
-        if self.wire_key != key:
-            self.wire, self.wire_key, self.wire_bytes = [], key, 0
-        return self.wire
-
-    def add_wire(self, entry: msgspec.Raw | str) -> None:
-        self.wire.append(entry)
-        if entry.__class__ is not str:  # a Raw object and the bytes it holds (MEM-10)
-            self.wire_bytes += len(entry) + WIRE_ENTRY_OVERHEAD
-        self.wire_bytes += LIST_SLOT
+    def wire_for(self, key: object) -> Wire:
+        """The kept encoding for mapping ``key``; a fresh one (built from the first item again)
+        when it was made for another mapping (a chain continued on another route)."""
+        wire = self.wire
+        if wire is None or wire.key != key:
+            wire = self.wire = Wire(key)
+        return wire
 
     @property
     def prompt_tokens(self) -> int:
@@ -73,7 +91,8 @@ class Context:
         """What caching this context costs in memory (HYD-2, PARK-7, MEM-10): its items and
         ledgers, the token buffers at their capacity (spare room is memory too), the header."""
         size = CONTEXT_OVERHEAD + self.nbytes + self.tokens.capacity_bytes + self.header.nbytes
-        size += self.wire_bytes
+        if self.wire is not None:
+            size += self.wire.nbytes
         if self.model_tokens is not None:
             size += self.model_tokens.retained_bytes
         for run in self.sealed.values():
@@ -96,9 +115,7 @@ class Context:
             nbytes=self.nbytes,
             model_tokens=self.model_tokens.fork() if self.model_tokens is not None else None,
             sealed=dict(self.sealed),  # runs are immutable
-            wire=list(self.wire),  # entries are immutable
-            wire_key=self.wire_key,
-            wire_bytes=self.wire_bytes,
+            wire=self.wire.fork() if self.wire is not None else None,
         )
 
     def compact(self) -> None:

@@ -94,11 +94,11 @@ def input_items(
     once, when a step first sends it, and kept on the context (``Context.wire``, charged like
     the items, MEM-10): a step re-encodes none of the history it resends (UP-RESP-6)."""
     wire = ctx.wire_for(("responses", pass_reasoning))
-    items = ctx.items
-    for item in items[len(wire) :]:
-        ctx.add_wire(input_entry(item, pass_reasoning))
+    for item in ctx.items[wire.covered :]:
+        wire.add(input_entry(item, pass_reasoning))
+    wire.covered = len(ctx.items)
     out: list[msgspec.Raw] = []
-    for entry in wire[start:] if start else wire:
+    for entry in wire.entries[start:] if start else wire.entries:
         if isinstance(entry, str):
             if entry:
                 dropped[entry] += 1

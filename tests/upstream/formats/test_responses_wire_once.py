@@ -99,7 +99,7 @@ def test_a_step_encodes_only_the_items_it_has_not_sent_before() -> None:
     second = input_items(ctx, 0, False, Counter())
     assert len(second) == 3
     assert all(a is b for a, b in zip(first, second, strict=False))  # the history as kept
-    assert len(ctx.wire) == len(ctx.items)
+    assert ctx.wire is not None and len(ctx.wire.entries) == ctx.wire.covered == len(ctx.items)
     # another mapping (a route that passes reasoning) builds its own entries from the start
     third = input_items(ctx, 0, True, Counter())
     assert bytes(third[0]) == bytes(second[0]) and third[0] is not second[0]

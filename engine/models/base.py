@@ -128,6 +128,9 @@ class Backend(ABC):
     supports: frozenset[str]
     # It renders the model's own tokens, so the pipeline only estimates counts (TOK-10).
     renders_own_tokens: bool = False
+    # Its upstream counts each step's prompt and reports it, so the pipeline only estimates
+    # counts and tokenizes nothing on the way in (UP-8).
+    reports_usage: bool = False
     # The route's checkpoint tag, stored with each trajectory segment (EXPORT-4).
     weights: str = ""
     # Its own counters (requests, dropped items, renders …), listed by the stats route; None:

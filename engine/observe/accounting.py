@@ -50,6 +50,9 @@ class UsageTally:
             self.input_tokens += finish.input_tokens - prompt
         if finish.cached_tokens is not None:
             self.cached_tokens += finish.cached_tokens - cached
+        elif finish.input_tokens is not None and prompt:
+            # its prompt in its own tokens, ours an estimate: the share carried over (USE-2)
+            self.cached_tokens += finish.input_tokens * cached // prompt - cached
         self.estimated = self.estimated or finish.usage_estimated
 
     def usage(self) -> Usage:

@@ -69,7 +69,7 @@ class Rollout:
         self.mode = mode
         self.ctx = context if context is not None else Context()
         self.accounting = Accounting(self.id, mode, engine.bench_clock)
-        estimate = backend.renders_own_tokens  # TOK-10
+        estimate = backend.renders_own_tokens or backend.reports_usage  # TOK-10, UP-8
         self.pipeline = Pipeline(self.accounting.stats, engine.config.safety_policy, estimate)
         self.pipeline.log = turn.log
         self.state = RolloutState.RUNNING

@@ -249,3 +249,57 @@ async def test_a_namespaced_function_called_by_a_chat_server_keeps_its_namespace
     assert listing["type"] == "mcp_list_tools" and listing["tools"] == []
     assert (call["name"], call["namespace"]) == ("lookup", "docs")
     assert [t["function"]["name"] for t in chat_peer.last["tools"]] == ["get_weather", "lookup"]
+
+
+async def test_an_upstream_route_tokenizes_nothing_and_bills_its_counts(
+    chat_server: LiveServer, chat_peer: ChatPeer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """UP-8: the upstream counts the prompt, so pre-inference renders no cl100k ids; its
+    prompt is the step's input_tokens and the carried-over share of it is cached; the
+    input-token count still tokenizes exactly."""
+    import engine.conversation.render as render
+
+    encoded: list[str] = []
+
+    def counting(text: str) -> Any:
+        encoded.append(text)
+        return real_array(text)
+
+    def counting_list(text: str) -> list[int]:
+        encoded.append(text)
+        return real_list(text)
+
+    real_array, real_list = render.encode_array, render.encode
+    monkeypatch.setattr(render, "encode_array", counting)
+    monkeypatch.setattr(render, "encode", counting_list)
+    chat_peer.queue(
+        Reply(calls=[Call("get_weather", '{"city":"Paris"}', "call_p")]),
+        Reply(text="It is sunny."),
+    )
+    common = {"model": "model-a", "tools": [WEATHER], "instructions": "Be brief.", "store": False}
+    async with aiohttp.ClientSession() as http, http.ws_connect(chat_server.ws_url) as ws:
+        await ws.send_json({"type": "response.create", "input": "Weather in Paris?", **common})
+        first = (await read_until(ws, "response.completed"))[-1]["response"]
+        output = [{"type": "function_call_output", "call_id": "call_p", "output": "sunny " * 9}]
+        await ws.send_json(
+            {
+                "type": "response.create",
+                "previous_response_id": first["id"],
+                "input": output,
+                **common,
+            }
+        )
+        second = (await read_until(ws, "response.completed"))[-1]["response"]
+    assert encoded == []  # nothing tokenized on the way in
+    assert first["usage"]["input_tokens"] == second["usage"]["input_tokens"] == 11
+    assert first["usage"]["input_tokens_details"]["cached_tokens"] == 0
+    # the header, the question and the call were read before: most of the upstream's 11 tokens
+    assert 0 < second["usage"]["input_tokens_details"]["cached_tokens"] < 11
+    assert "estimated" not in second["usage"]
+    body = {"model": "model-a", "input": "Weather in Paris?"}
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(f"{chat_server.base_url}/responses/input_tokens", json=body) as resp,
+    ):
+        assert resp.status == 200 and (await resp.json())["input_tokens"] > 0
+    assert encoded  # the count endpoint renders exactly (TOKENS-1)

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import aiohttp
+import pytest
 
 from tests.support.http import post
 from tests.support.server import LiveServer
@@ -51,6 +52,20 @@ async def test_text_relay_and_usage(
     sent = responses_peer.last
     assert sent["model"] == "up-model" and sent["stream"] is True and sent["store"] is False
     assert sent["input"] == [{"type": "message", "role": "user", "content": "hi"}]
+
+
+async def test_a_responses_route_tokenizes_nothing_on_the_way_in(
+    responses_server: LiveServer, responses_peer: ResponsesPeer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """UP-8: the upstream counts and reports the prompt; pre-inference renders no cl100k ids."""
+    import engine.conversation.render as render
+
+    def refuse(text: str) -> Any:
+        raise AssertionError(f"tokenized on an upstream route: {text[:40]!r}")
+
+    monkeypatch.setattr(render, "encode_array", refuse)
+    monkeypatch.setattr(render, "encode", refuse)
+    await tool_round(responses_server, responses_peer)
 
 
 async def test_full_context_each_step_without_our_ids(

@@ -37,6 +37,7 @@ _DONE = "[DONE]"
 
 class ChatBackend(Backend):
     name = "chat"
+    reports_usage = True  # the upstream counts the prompt: ours is an estimate (UP-8)
 
     def __init__(
         self,

@@ -56,6 +56,7 @@ class _Link:
 
 class ResponsesBackend(Backend):
     name = "responses"
+    reports_usage = True  # the upstream counts the prompt: ours is an estimate (UP-8)
 
     def __init__(
         self,

@@ -24,22 +24,20 @@ from protocol.tools import Toolset
 
 @dataclass(slots=True)
 class Wire:
-    """Items as one upstream mapping encodes them: ``entries`` (encoded JSON pieces, or the
-    kind an item was dropped as), ``covered`` context items, and the mapping's own ``state``
-    between steps (a chat route's open last message). ``nbytes``: what the entries occupy,
-    charged to the context like its items (MEM-10)."""
+    """Items as one upstream mapping encodes them: ``entries``, the encoded JSON pieces it
+    sends; ``covered``, the context items encoded so far; ``state``, the mapping's own
+    bookkeeping between steps (where each item's entry sits, what it dropped). ``nbytes``:
+    what all of it occupies, charged to the context like its items (MEM-10)."""
 
     key: object
-    entries: list[msgspec.Raw | str] = field(default_factory=list)
+    entries: list[msgspec.Raw] = field(default_factory=list)
     covered: int = 0
     state: Any = None
     nbytes: int = 0
 
-    def add(self, entry: msgspec.Raw | str) -> None:
-        self.entries.append(entry)
-        if not isinstance(entry, str):  # a Raw object and the bytes it holds (MEM-10)
-            self.nbytes += len(entry) + WIRE_ENTRY_OVERHEAD
-        self.nbytes += LIST_SLOT
+    def add(self, entry: msgspec.Raw) -> None:
+        self.entries.append(entry)  # a Raw object, the bytes it holds, its slot (MEM-10)
+        self.nbytes += len(entry) + WIRE_ENTRY_OVERHEAD + LIST_SLOT
 
     def fork(self) -> Wire:
         """A copy the fork may extend: entries are immutable, the state is the mapping's to copy

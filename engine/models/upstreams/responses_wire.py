@@ -25,6 +25,7 @@ import msgspec
 
 from engine.conversation.compaction import unseal
 from engine.conversation.context import Context
+from engine.conversation.footprint import LIST_SLOT
 from engine.conversation.tokens import count
 from engine.models.base import ArgsDelta, CallEnd, CallStart, Delta, Finish, TextDelta
 from engine.models.compaction import Compacted
@@ -87,24 +88,49 @@ def input_entry(item: InputItem, pass_reasoning: bool) -> msgspec.Raw | str:
     return ""
 
 
+@dataclass(slots=True)
+class _Sendable:
+    """Where each context item's entry sits among the kept ones (``Wire.entries`` holds only
+    what is sent): ``before[i]``, the entries of the items before item ``i``; ``dropped``, the
+    items not sent, by index, with the kind counted each time a step passes them over."""
+
+    before: list[int] = field(default_factory=lambda: [0])
+    dropped: list[tuple[int, str]] = field(default_factory=list)
+
+    def copy(self) -> _Sendable:
+        return _Sendable(list(self.before), list(self.dropped))
+
+
+INDEX_SLOT = LIST_SLOT + 32  # an entry of ``before``: the slot and the int it holds (MEM-10)
+
+
 def input_items(
     ctx: Context, start: int, pass_reasoning: bool, dropped: Counter[str]
 ) -> list[msgspec.Raw]:
     """``ctx.items[start:]`` as the upstream's ``input`` (UP-RESP-1). Each item is encoded
     once, when a step first sends it, and kept on the context (``Context.wire``, charged like
-    the items, MEM-10): a step re-encodes none of the history it resends (UP-RESP-6)."""
+    the items, MEM-10): a step re-encodes none of the history it resends, nor walks it in
+    Python (UP-RESP-6)."""
     wire = ctx.wire_for(("responses", pass_reasoning))
-    for item in ctx.items[wire.covered :]:
-        wire.add(input_entry(item, pass_reasoning))
-    wire.covered = len(ctx.items)
-    out: list[msgspec.Raw] = []
-    for entry in wire.entries[start:] if start else wire.entries:
+    index = wire.state
+    if index is None:
+        index = wire.state = _Sendable()
+    for n in range(wire.covered, len(ctx.items)):
+        entry = input_entry(ctx.items[n], pass_reasoning)
         if isinstance(entry, str):
             if entry:
-                dropped[entry] += 1
+                index.dropped.append((n, entry))
+                wire.nbytes += LIST_SLOT + 64  # the pair and its int
         else:
-            out.append(entry)
-    return out
+            wire.add(entry)
+        index.before.append(len(wire.entries))
+        wire.nbytes += INDEX_SLOT
+    wire.covered = len(ctx.items)
+    for n, kind in index.dropped:
+        if n >= start:
+            dropped[kind] += 1
+    entries = wire.entries
+    return entries[index.before[start] :] if start else list(entries)
 
 
 SUMMARY_HEADER = "Summary of the earlier conversation:\n"

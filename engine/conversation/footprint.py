@@ -54,7 +54,11 @@ def _walk(obj: Any, depth: int) -> int:
         return size
     if isinstance(obj, msgspec.Struct):
         for name in obj.__struct_fields__:
-            size += _walk(getattr(obj, name), depth + 1)
+            value = getattr(obj, name)
+            if value.__class__ is str:  # the usual field, measured inline (no call)
+                size += sys.getsizeof(value)
+            elif value is not None:
+                size += _walk(value, depth + 1)
     elif isinstance(obj, (list, tuple)):
         for value in obj:
             size += _walk(value, depth + 1)

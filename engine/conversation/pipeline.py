@@ -311,7 +311,7 @@ class Pipeline:
         self,
         ctx: Context,
         items: list[InputItem],
-        rendered: list[TokenArray],
+        rendered: list[TokenArray | int],
         findings: list[Finding],
     ) -> int:
         total = 0
@@ -320,8 +320,12 @@ class Pipeline:
             ctx.items.append(item)
             # what the item really occupies, its ledger entries included (MEM-10)
             size += deep_size(item) + LIST_SLOT
-            ctx.tokens.extend(ids)
-            total += len(ids)
+            if isinstance(ids, int):  # an estimated count (TOK-10, UP-8)
+                ctx.tokens.pad(ids)
+                total += ids
+            else:
+                ctx.tokens.extend(ids)
+                total += len(ids)
             item_id = getattr(item, "id", None)
             if item_id:
                 ctx.by_id[item_id] = item

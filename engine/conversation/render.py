@@ -73,11 +73,12 @@ def render_item(item: InputItem) -> TokenArray:
     return encode_array(item_text(item))
 
 
-def estimate_item(item: InputItem) -> TokenArray:
+def estimate_item(item: InputItem) -> int:
     """A length-only stand-in for ``render_item`` (about four characters a token), for a
-    backend that renders the model's own tokens itself (TOK-10): the context keeps its
-    token counts (limits, compaction thresholds, cache sizes) without a second tokenizer."""
-    return np.zeros(len(item_text(item)) // 4 + 1, dtype=np.int32)
+    backend that renders the model's own tokens itself (TOK-10) or whose upstream counts them
+    (UP-8): the context keeps its token counts (limits, compaction thresholds, cache sizes)
+    without a second tokenizer. The count alone: the context pads its buffer by it."""
+    return len(item_text(item)) // 4 + 1
 
 
 def estimate_header(instructions: str | None, tools: Toolset) -> TokenArray:

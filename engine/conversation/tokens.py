@@ -215,6 +215,17 @@ class TokenBuffer:
         self._data[self._len : need] = ids
         self._len = need
 
+    def pad(self, n: int) -> None:
+        """``n`` placeholder ids (an estimated count, TOK-10): the length grows, nothing is
+        converted or copied in."""
+        need = self._len + n
+        if need > len(self._data):
+            grown = np.empty(max(need, 2 * len(self._data)), dtype=np.int32)
+            grown[: self._len] = self._data[: self._len]
+            self._data = grown
+        self._data[self._len : need] = 0
+        self._len = need
+
     @property
     def capacity_bytes(self) -> int:
         """What the buffer occupies, spare capacity included (MEM-10)."""

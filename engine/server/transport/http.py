@@ -75,7 +75,11 @@ class HttpSink:
     """Collects the terminal response, or streams SSE once the response is accepted.
 
     An ``error`` event before anything else means the request was rejected: it becomes the HTTP
-    status and JSON body instead of a stream (ERR-2)."""
+    status and JSON body instead of a stream (ERR-2). The SSE frames produced within one
+    event-loop iteration leave as one HTTP chunk, written by the sink's own flusher task
+    scheduled at the iteration's first frame (HTTP-8); ``flushed`` waits for them."""
+
+    HIGH_WATER = 64 * 1024  # buffered bytes past which a send waits for the flusher
 
     def __init__(
         self,
@@ -92,6 +96,10 @@ class HttpSink:
         self.error: ErrorEvent | None = None
         self.terminal: Response | None = None
         self._errors = request.app[INSPECTOR].errors
+        self._frames: list[bytes] = []
+        self._pending = 0  # bytes in _frames
+        self._flusher: asyncio.Task[None] | None = None
+        self._gone: BaseException | None = None  # the write that found the client gone
 
     async def send(self, event: ServerEvent) -> None:
         if isinstance(event, ErrorEvent) and self.stream is None:
@@ -103,21 +111,61 @@ class HttpSink:
             self.tap.started = True
         if not self.streaming:
             return
-        try:
-            if self.stream is None:
-                self.stream = web.StreamResponse(
-                    headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-                )
+        if self.stream is None:
+            self.stream = web.StreamResponse(
+                headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+            )
+            try:
                 await self.stream.prepare(self.request)
-            # Only what goes into an SSE stream: anything else becomes the HTTP answer, which
-            # the errors middleware notes (INSP-6).
-            note_event(self._errors, "http", event, self.owner)
-            data = frame(event)
-            if self.tap is not None:
-                self.tap.frame(data)
-            await self.stream.write(data)
+            except (ConnectionError, RuntimeError) as exc:
+                raise ClientGone from exc
+        if self._gone is not None:
+            raise ClientGone from self._gone
+        # Only what goes into an SSE stream: anything else becomes the HTTP answer, which the
+        # errors middleware notes (INSP-6).
+        note_event(self._errors, "http", event, self.owner)
+        data = frame(event)
+        if self.tap is not None:
+            self.tap.frame(data)
+        self._frames.append(data)
+        self._pending += len(data)
+        if self._flusher is None:
+            self._flusher = asyncio.get_running_loop().create_task(self._flush(self.stream))
+        elif self._pending > self.HIGH_WATER:
+            await self.flushed()  # back-pressure: a slow reader slows the sampler down
+
+    async def _flush(self, stream: web.StreamResponse) -> None:
+        try:
+            while self._frames:
+                data = self._frames[0] if len(self._frames) == 1 else b"".join(self._frames)
+                self._frames.clear()
+                self._pending = 0
+                await stream.write(data)
         except (ConnectionError, RuntimeError) as exc:
-            raise ClientGone from exc
+            self._gone = exc
+            self._frames.clear()
+        finally:
+            self._flusher = None
+
+    async def flushed(self) -> None:
+        """Wait until every frame sent so far has been written; ``ClientGone`` if the client
+        went away meanwhile."""
+        flusher = self._flusher
+        if flusher is not None:
+            await asyncio.shield(flusher)
+        if self._gone is not None:
+            raise ClientGone from self._gone
+
+    async def close(self) -> None:
+        """The handler's end: the last frames written (a client gone has nothing to wait for);
+        cancelled with the handler, the flusher is cancelled too (no task outlives it)."""
+        try:
+            await self.flushed()
+        except ClientGone:
+            pass
+        finally:
+            if self._flusher is not None:
+                self._flusher.cancel()
 
 
 async def create_response(request: web.Request) -> web.StreamResponse:
@@ -155,7 +203,10 @@ async def _create(
         await session.drain()
     finally:
         live.discard(session)
-        await session.close()
+        try:
+            await session.close()
+        finally:
+            await http_sink.close()
     return _finish(http_sink)
 
 

@@ -61,6 +61,7 @@ class PostInference:
         self.recent: deque[UsageRecord] = deque(maxlen=2048)  # a window for tests and debugging
         self.runs = 0
         self._stage_children: dict[str, Any] = {}
+        self._response_children: dict[tuple[str, str], Any] = {}  # (mode, status): a few
         # --bench-timings: told each record's accounting time (OBS-5); None otherwise.
         self.on_accounted: Callable[[list[str], float], None] | None = None
         self._token_children = tuple(
@@ -146,7 +147,11 @@ class PostInference:
         m = self.metrics
         for stage, seconds in record.stage_seconds.items():
             self._stage(stage).observe(seconds)
-        m.responses.labels(record.mode, record.status).inc()
+        key = (record.mode, record.status)
+        child = self._response_children.get(key)
+        if child is None:  # looked up once per pair, as the stages are
+            child = self._response_children[key] = m.responses.labels(*key)
+        child.inc()
         input_, cached, output = self._token_children
         input_.inc(record.input_tokens)
         cached.inc(record.cached_tokens)

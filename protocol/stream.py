@@ -8,6 +8,7 @@ lifecycle events. It performs no I/O; the engine encodes and sends what it retur
 
 from __future__ import annotations
 
+import os
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,8 +36,24 @@ from protocol.states import IllegalTransition, ResponseState, Step, next_state
 _EMPTY: list[Any] = []
 
 
+_RANDOM_HEX: list[str] = []  # 128-bit ids drawn ahead from the OS's CSPRNG, 256 a call
+_POOL_IDS = 256
+
+
+def _refill() -> None:
+    raw = secrets.token_hex(16 * _POOL_IDS)
+    _RANDOM_HEX.extend(raw[n : n + 32] for n in range(0, len(raw), 32))
+
+
+# A forked worker must not hand out the ids its parent drew: it draws its own.
+os.register_at_fork(after_in_child=_RANDOM_HEX.clear)
+
+
 def new_id(prefix: str) -> str:
-    return f"{prefix}_{secrets.token_hex(16)}"
+    """``<prefix>_`` and 128 random bits in hex (one ``getrandom`` call per 256 ids)."""
+    if not _RANDOM_HEX:
+        _refill()
+    return f"{prefix}_{_RANDOM_HEX.pop()}"
 
 
 # ---------------------------------------------------------------------- the open items, per kind

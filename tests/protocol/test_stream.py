@@ -248,3 +248,27 @@ def test_each_kind_of_open_item_streams_as_its_row_says(kind: str) -> None:
         assert wire[-2]["part"] == done_item["content"][0]
     for event in wire:
         sdk_parse(event)
+
+
+def test_ids_are_128_random_bits_and_a_forked_child_draws_its_own() -> None:
+    """Ids are drawn ahead in a pool; a forked worker must not repeat its parent's."""
+    import os
+    import re
+
+    from protocol.stream import new_id
+
+    ids = {new_id("resp") for _ in range(600)}  # more than one draw of the pool
+    assert len(ids) == 600 and all(re.fullmatch(r"resp_[0-9a-f]{32}", i) for i in ids)
+    new_id("resp")  # the pool now holds ids the child must not hand out
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next ids, to the parent
+        os.close(read)
+        os.write(write, " ".join(new_id("resp") for _ in range(5)).encode())
+        os._exit(0)
+    os.close(write)
+    child = set(os.read(read, 4096).decode().split())
+    os.close(read)
+    os.waitpid(pid, 0)
+    mine = {new_id("resp") for _ in range(5)}
+    assert len(child) == 5 and not child & mine

@@ -205,24 +205,24 @@ class TokenBuffer:
     def __len__(self) -> int:
         return self._len
 
-    def extend(self, ids: list[int] | TokenArray) -> None:
-        n = len(ids)
+    def _room(self, n: int) -> int:
+        """Capacity for ``n`` more ids (doubling); returns the new length."""
         need = self._len + n
         if need > len(self._data):
             grown = np.empty(max(need, 2 * len(self._data)), dtype=np.int32)
             grown[: self._len] = self._data[: self._len]
             self._data = grown
+        return need
+
+    def extend(self, ids: list[int] | TokenArray) -> None:
+        need = self._room(len(ids))
         self._data[self._len : need] = ids
         self._len = need
 
     def pad(self, n: int) -> None:
-        """``n`` placeholder ids (an estimated count, TOK-10): the length grows, nothing is
-        converted or copied in."""
-        need = self._len + n
-        if need > len(self._data):
-            grown = np.empty(max(need, 2 * len(self._data)), dtype=np.int32)
-            grown[: self._len] = self._data[: self._len]
-            self._data = grown
+        """``n`` placeholder ids (an estimated count, TOK-10, UP-8): the length grows, no ids
+        are converted or copied in."""
+        need = self._room(n)
         self._data[self._len : need] = 0
         self._len = need
 

@@ -129,8 +129,7 @@ def input_items(
     for n, kind in index.dropped:
         if n >= start:
             dropped[kind] += 1
-    entries = wire.entries
-    return entries[index.before[start] :] if start else list(entries)
+    return wire.entries[index.before[start] :]  # a copy: later steps extend the kept list
 
 
 SUMMARY_HEADER = "Summary of the earlier conversation:\n"

@@ -137,7 +137,7 @@ class HttpSink:
     async def _flush(self, stream: web.StreamResponse) -> None:
         try:
             while self._frames:
-                data = self._frames[0] if len(self._frames) == 1 else b"".join(self._frames)
+                data = b"".join(self._frames)
                 self._frames.clear()
                 self._pending = 0
                 await stream.write(data)

@@ -140,6 +140,16 @@ async def wait_http(
     raise RuntimeError(f"{url}: no answer within {within_s:g} s")
 
 
+def _taken(port: int, host: str = "127.0.0.1") -> bool:
+    """Someone holds ``port`` now (a failed node start lost it to another process)."""
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
 @dataclass
 class Node:
     """One ``rollout serve`` on a fixed loopback port (a restart reuses it)."""
@@ -182,13 +192,26 @@ class Cluster:
         try:
             await self.start_redis()
             for index in range(self.spec.nodes):
-                node = self._node(index, free_port())
-                self.nodes.append(node)
-                await node.start()
+                self.nodes.append(await self._start_node(index))
             await self._start_balancer()
         except BaseException:
             await self.stop()
             raise
+
+    async def _start_node(self, index: int, attempts: int = 3) -> Node:
+        """Node ``index`` on a free port. Another process can take the port between the probe
+        and the node's bind (address in use): then a fresh port, up to ``attempts`` times; any
+        other failure is raised at once."""
+        for attempt in range(attempts):
+            node = self._node(index, free_port())
+            try:
+                await node.start()
+                return node
+            except RuntimeError:
+                await node.stop()
+                if attempt == attempts - 1 or not _taken(node.port):
+                    raise
+        raise AssertionError("unreachable")
 
     def _node(self, index: int, port: int) -> Node:
         argv = [

@@ -49,11 +49,17 @@ class Reply:
     header_delay: float = 0.0  # seconds before the response headers
 
 
+def _port(request: web.Request) -> int:
+    peer = request.transport.get_extra_info("peername") if request.transport else None
+    return int(peer[1]) if peer else 0
+
+
 @dataclass
 class Recorded:
     path: str
     headers: dict[str, str]
     body: dict[str, Any]
+    client_port: int = 0  # the TCP connection it came on (pooling)
 
 
 class Peer:
@@ -93,7 +99,7 @@ class Peer:
 
     async def _record(self, request: web.Request) -> tuple[dict[str, Any], Reply]:
         body = await request.json()
-        self.requests.append(Recorded(request.path, dict(request.headers), body))
+        self.requests.append(Recorded(request.path, dict(request.headers), body, _port(request)))
         reply = self.script.popleft() if self.script else self.policy(body)
         if reply.header_delay:
             await asyncio.sleep(reply.header_delay)
@@ -211,7 +217,7 @@ class ResponsesPeer(Peer):
     async def compact(self, request: web.Request) -> web.Response:
         """Like OpenAI's: the user messages stay, the rest becomes one opaque blob of its own."""
         body = await request.json()
-        self.requests.append(Recorded(request.path, dict(request.headers), body))
+        self.requests.append(Recorded(request.path, dict(request.headers), body, _port(request)))
         if self.script and self.script[0].status >= 400:
             return error_response(self.script.popleft())
         self.counter += 1

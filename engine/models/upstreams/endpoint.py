@@ -20,14 +20,18 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, M
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import aiohttp
 import msgspec
-from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from engine.models.base import BackendError, Delta
 from engine.models.tracecontext import TRACEPARENT
-from engine.models.upstreams.http_pool import HttpPool
+from engine.models.upstreams.http_pool import (
+    HttpFault,
+    HttpPool,
+    PooledConnection,
+    Target,
+    check_header_text,
+)
 from protocol.errors import ProtocolError
 from protocol.sse import MAX_EVENT_BYTES, SseDecoder, SseEvent, SseTooLarge
 
@@ -73,46 +77,30 @@ class Endpoint:
             headers["Authorization"] = f"Bearer {key}"
         return headers
 
-    def timeout(self) -> aiohttp.ClientTimeout:
-        return aiohttp.ClientTimeout(
-            total=None, sock_connect=self.connect_timeout, sock_read=self.read_timeout
-        )
-
-    # The request head's parts built once per endpoint, not per request (the upstream hop was
-    # the largest share of a turn's CPU, docs/benchmark.md BENCH-11): the parsed URL per path,
-    # the timeout, the headers that do not change. The key is still read per request.
+    # The request head's fixed part built once per path, not per request (the upstream hop was
+    # the largest share of a turn's CPU, docs/benchmark.md BENCH-11); the key and the trace
+    # header are added per request (the key is read from the environment each time, UP-1).
     @functools.cached_property
-    def _timeout(self) -> aiohttp.ClientTimeout:
-        return self.timeout()
-
-    @functools.cached_property
-    def _urls(self) -> dict[str, URL]:
+    def _targets(self) -> dict[str, Target]:
         return {}
 
-    @functools.cached_property
-    def _fixed_headers(self) -> CIMultiDictProxy[str]:
-        headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
-        headers.update(self.headers)
-        return CIMultiDictProxy(CIMultiDict(headers))
+    def target(self, path: str) -> Target:
+        target = self._targets.get(path)
+        if target is None:
+            fixed = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+            fixed.update(self.headers)
+            target = self._targets[path] = Target(self.url(path), fixed)
+        return target
 
-    def post_url(self, path: str) -> URL:
-        url = self._urls.get(path)
-        if url is None:
-            url = self._urls[path] = URL(self.url(path))
-        return url
-
-    def post_headers(self, traceparent: str | None) -> CIMultiDictProxy[str] | CIMultiDict[str]:
-        """``request_headers()`` plus the trace header: the shared read-only head when there is
-        no key to add and no trace to continue (same headers, same order on the wire)."""
+    def request_head(self, target: Target, traceparent: str | None) -> bytes:
+        """``request_headers()`` on the wire: the fixed head, then the key and the trace."""
         key = self.api_key()
         if not key and traceparent is None:
-            return self._fixed_headers
-        headers = CIMultiDict(self._fixed_headers)
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
+            return target.head
+        extra = f"Authorization: Bearer {key}\r\n" if key else ""
         if traceparent is not None:
-            headers["traceparent"] = traceparent
-        return headers
+            extra += f"traceparent: {traceparent}\r\n"
+        return target.head + check_header_text(extra).encode("latin-1")
 
 
 class UpstreamError(BackendError):
@@ -178,8 +166,8 @@ def _error_text(text: str) -> str:
     return text
 
 
-async def _status_error(resp: aiohttp.ClientResponse, endpoint: Endpoint) -> UpstreamError:
-    body = await resp.content.read(64 * 1024)
+async def _status_error(resp: PooledConnection, endpoint: Endpoint) -> UpstreamError:
+    body = await resp.read(64 * 1024)
     message = safe_message(body, (endpoint.api_key(),))
     status = resp.status
     log.warning("upstream %s answered HTTP %d: %s", endpoint.display, status, message)
@@ -192,35 +180,51 @@ async def _status_error(resp: aiohttp.ClientResponse, endpoint: Endpoint) -> Ups
 @contextlib.asynccontextmanager
 async def post_stream(
     pool: HttpPool, endpoint: Endpoint, path: str, body: bytes
-) -> AsyncIterator[aiohttp.ClientResponse]:
+) -> AsyncIterator[PooledConnection]:
     """POST ``body`` and yield the open streaming response; transport faults and error statuses
     become ``UpstreamError``. Leaving the block early (cancellation, client gone) closes the
     connection rather than draining it, so the upstream sees the disconnect and stops."""
-    # the response's trace continues upstream (OTEL-4)
-    headers = endpoint.post_headers(TRACEPARENT.get())
     try:
-        async with pool.session().post(
-            endpoint.post_url(path), data=body, headers=headers, timeout=endpoint._timeout
-        ) as resp:
-            if resp.status >= 400:
-                raise await _status_error(resp, endpoint)
-            try:
-                yield resp
-            except BaseException:
-                resp.close()
-                raise
-    except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
+        target = endpoint.target(path)
+        # the response's trace continues upstream (OTEL-4)
+        head = endpoint.request_head(target, TRACEPARENT.get())
+    except ValueError as exc:
+        log.warning("upstream %s: %s", endpoint.display, exc)
+        raise UpstreamError("The model server connection failed.") from None
+    try:
+        resp = await pool.acquire(target, endpoint.connect_timeout)
+    except TimeoutError as exc:
         log.warning("upstream %s timed out: %s", endpoint.display, type(exc).__name__)
         raise UpstreamError("The model server timed out.", retryable=True) from exc
-    except aiohttp.ClientError as exc:
-        log.warning("upstream %s connection failed: %s", endpoint.display, type(exc).__name__)
+    except HttpFault as exc:
+        log.warning("upstream %s connection failed: %s", endpoint.display, exc)
         raise UpstreamError("The model server connection failed.", retryable=True) from exc
+    try:
+        resp.read_timeout = endpoint.read_timeout
+        await resp.start(head, body)
+        if resp.status >= 400:
+            raise await _status_error(resp, endpoint)
+        yield resp
+    except TimeoutError as exc:
+        resp.close()
+        log.warning("upstream %s timed out: %s", endpoint.display, type(exc).__name__)
+        raise UpstreamError("The model server timed out.", retryable=True) from exc
+    except HttpFault as exc:
+        resp.close()
+        log.warning("upstream %s connection failed: %s", endpoint.display, exc)
+        raise UpstreamError("The model server connection failed.", retryable=True) from exc
+    except BaseException:
+        resp.close()
+        raise
+    finally:
+        resp.release()
+        pool.done(resp)
 
 
 class SseReader:
     """Reads SSE events from an open response, one socket read at a time."""
 
-    def __init__(self, resp: aiohttp.ClientResponse) -> None:
+    def __init__(self, resp: PooledConnection) -> None:
         self._resp = resp
         self._decoder = SseDecoder()
         self._eof = False
@@ -229,7 +233,7 @@ class SseReader:
         """The next events; an empty list means the stream ended."""
         try:
             while not self._eof:
-                chunk = await self._resp.content.readany()
+                chunk = await self._resp.readany()
                 if not chunk:
                     self._eof = True
                     return self._decoder.close()
@@ -241,26 +245,26 @@ class SseReader:
         return []
 
 
-async def _whole(resp: aiohttp.ClientResponse) -> str:
+async def _whole(resp: PooledConnection) -> str:
     """A non-streamed answer's body, bounded like one SSE event."""
     data = bytearray()
-    while chunk := await resp.content.readany():
+    while chunk := await resp.readany():
         data += chunk
         if len(data) > MAX_EVENT_BYTES:
             raise UpstreamError("The model server sent an oversized answer.")
     return data.decode("utf-8", errors="replace")
 
 
-async def drain(resp: aiohttp.ClientResponse, limit_s: float = 1.0) -> None:
+async def drain(resp: PooledConnection, limit_s: float = 1.0) -> None:
     """Read the rest of a finished stream (after ``[DONE]`` or the terminal event) so the
     connection returns to the pool instead of being closed; bounded in time. A stream already
     read to its end (the usual case: the terminal event and the body's end arrive together)
     arms no timer."""
-    if resp.content.at_eof():
+    if resp.at_eof:
         return
-    with contextlib.suppress(TimeoutError, aiohttp.ClientError):
+    with contextlib.suppress(TimeoutError, HttpFault):
         async with asyncio.timeout(limit_s):
-            while await resp.content.readany():
+            while await resp.readany():
                 pass
 
 

@@ -95,7 +95,7 @@ class ResponsesBackend(Backend):
         self.stats["compactions"] += 1
         payload = msgspec.json.encode(body)
         async with post_stream(self.pool, self.endpoint, "/responses/compact", payload) as resp:
-            raw = await resp.content.read(MAX_COMPACTED_BYTES)
+            raw = await resp.read(MAX_COMPACTED_BYTES)
         return compacted_from(decode_json(raw.decode(errors="replace"), CompactedBody), ctx)
 
     def _body(self, request: SampleRequest, link: _Link | None) -> dict[str, Any]:

@@ -169,3 +169,38 @@ async def test_cancelling_the_consumer_task_closes_the_upstream_request(
     with pytest.raises(asyncio.CancelledError):
         await task
     await asyncio.wait_for(chat_peer.gone.wait(), 2)
+
+
+@pytest.mark.parametrize("where", ["header", "key"])
+async def test_a_line_break_in_a_header_never_reaches_the_wire(
+    chat_peer: ChatPeer, pool: HttpPool, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """UP-9: a configured header or an API key with a line break would smuggle a header (or a
+    second request) upstream; the request fails and nothing is sent."""
+    if where == "key":
+        monkeypatch.setenv(KEY_ENV, "sk-abc\r\nX-Injected: 1")
+        chat = backend(chat_peer, pool)
+    else:
+        chat = backend(chat_peer, pool, headers={"X-Team": "a\r\nX-Injected: 1"})
+    with pytest.raises(UpstreamError, match="connection failed") as caught:
+        await collect(chat.stream(request(HI, tools=[])))
+    assert "Injected" not in caught.value.message and "sk-abc" not in caught.value.message
+    assert chat_peer.requests == []
+    assert pool.connections_made == 0
+
+
+async def test_requests_beyond_max_connections_wait_for_a_slot(chat_peer: ChatPeer) -> None:
+    """UP-6: with one connection allowed, two concurrent streams take turns on it."""
+    small = HttpPool(max_connections=1)
+    try:
+        chat_peer.queue(Reply(text="first answer", delay=0.02))
+        chat_peer.queue(Reply(text="second answer", delay=0.02))
+        chat = backend(chat_peer, small)
+        both = await asyncio.gather(
+            collect(chat.stream(request(HI, tools=[]))), collect(chat.stream(request(HI, tools=[])))
+        )
+        assert all(isinstance(deltas[-1], Finish) for deltas in both)
+        assert len({sent.client_port for sent in chat_peer.requests}) == 1
+        assert small.connections_made == 1
+    finally:
+        await small.close()

@@ -30,7 +30,7 @@ from engine.models.upstreams.http_pool import (
     HttpPool,
     PooledConnection,
     Target,
-    check_header_text,
+    header_line,
 )
 from protocol.errors import ProtocolError
 from protocol.sse import MAX_EVENT_BYTES, SseDecoder, SseEvent, SseTooLarge
@@ -97,10 +97,10 @@ class Endpoint:
         key = self.api_key()
         if not key and traceparent is None:
             return target.head
-        extra = f"Authorization: Bearer {key}\r\n" if key else ""
+        extra = header_line("Authorization", f"Bearer {key}") + "\r\n" if key else ""
         if traceparent is not None:
-            extra += f"traceparent: {traceparent}\r\n"
-        return target.head + check_header_text(extra).encode("latin-1")
+            extra += header_line("traceparent", traceparent) + "\r\n"
+        return target.head + extra.encode("latin-1")
 
 
 class UpstreamError(BackendError):

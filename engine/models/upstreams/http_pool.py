@@ -42,15 +42,16 @@ class Target:
         self.port = parsed.port or (443 if self.tls else 80)
         self.key = (self.host, self.port, self.tls)
         lines = [f"POST {parsed.raw_path_qs} HTTP/1.1", f"Host: {parsed.host_port_subcomponent}"]
-        lines += [f"{name}: {value}" for name, value in headers.items()]
-        self.head = check_header_text("\r\n".join(lines) + "\r\n").encode("latin-1")
+        lines += [header_line(name, value) for name, value in headers.items()]
+        self.head = ("\r\n".join(lines) + "\r\n").encode("latin-1")
 
 
-def check_header_text(text: str) -> str:
-    """A header block from configuration or the environment must not smuggle a line break."""
-    if "\n" in text.replace("\r\n", "") or "\r" in text.replace("\r\n", ""):
-        raise ValueError("a header contains a line break")
-    return text
+def header_line(name: str, value: str) -> str:
+    """``name: value`` without its line end; a header from configuration or the environment
+    must not smuggle a line break (a second header, or a second request) onto the wire."""
+    if "\r" in name or "\n" in name or "\r" in value or "\n" in value or ":" in name:
+        raise ValueError(f"header {name.splitlines()[0][:40]!r} contains a line break or colon")
+    return f"{name}: {value}"
 
 
 class PooledConnection(asyncio.Protocol):

@@ -12,7 +12,7 @@ import pytest
 from engine.models.base import Delta, Finish, TextDelta
 from engine.models.upstreams.chat import ChatBackend
 from engine.models.upstreams.chat_wire import ChatOptions
-from engine.models.upstreams.endpoint import Endpoint, UpstreamError
+from engine.models.upstreams.endpoint import Endpoint, UpstreamError, post_stream
 from engine.models.upstreams.http_pool import HttpPool
 from tests.upstream.conftest import KEY_ENV
 from tests.upstream.peer import SECRET, ChatPeer, Reply
@@ -204,3 +204,40 @@ async def test_requests_beyond_max_connections_wait_for_a_slot(chat_peer: ChatPe
         assert small.connections_made == 1
     finally:
         await small.close()
+
+
+def test_the_pool_streams_on_uvloop() -> None:
+    """The server runs on uvloop, whose transports are not ``asyncio.Transport`` subclasses;
+    the pool must stream and reuse its connection there too (not only on pytest's loop)."""
+    import uvloop
+    from aiohttp import web
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(b'data: {"n": 1}\n\ndata: [DONE]\n\n')
+        return resp
+
+    async def main() -> tuple[list[bytes], int]:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", answer)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = runner.addresses[0][1]
+        shared, bodies = HttpPool(), []
+        try:
+            for _ in range(2):
+                endpoint = Endpoint(f"http://127.0.0.1:{port}/v1")
+                async with post_stream(shared, endpoint, "/chat/completions", b"{}") as resp:
+                    bodies.append(await resp.read(1024))
+            return bodies, shared.connections_made
+        finally:
+            await shared.close()
+            await runner.cleanup()
+
+    bodies, made = uvloop.run(main())
+    assert bodies == [b'data: {"n": 1}\n\ndata: [DONE]\n\n'] * 2
+    assert made == 1

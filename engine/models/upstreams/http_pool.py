@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections import deque
+from typing import cast
 
 import httptools
 from yarl import URL
@@ -80,8 +81,8 @@ class PooledConnection(asyncio.Protocol):
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports are not asyncio.Transport subclasses; both have this interface
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         try:

@@ -12,10 +12,10 @@ import contextlib
 import logging
 import re
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable
 
 from engine.connection.compat import run_create
+from engine.connection.ended import Ended, ended_with
 from engine.connection.inject import (
     HeldOutputs,
     inject_failed,
@@ -81,8 +81,7 @@ class Session:
         self._held = HeldOutputs()  # standard-mode injects waiting for their siblings
         self.lanes: dict[str | None, Lane] = {}
         self._append_targets: dict[str, Rollout] = {}  # live append-mode responses
-        self._finished_appends: deque[str] = deque(maxlen=64)  # for precise late-append errors
-        self._finished: deque[str] = deque(maxlen=64)  # recent terminal ids, for steer errors
+        self._ended = Ended()  # for precise late-steer and late-append errors
         self.rollouts: dict[asyncio.Task[None], Rollout] = {}
         self.queued_bytes = 0  # frames of creates waiting in this connection's lanes (LIM-22)
         self._backends: dict[str, Backend] = {}  # model name -> backend, resolved once here
@@ -175,13 +174,18 @@ class Session:
     def served(self, response_id: str) -> None:
         """It reached its terminal event: later steers and appends naming it hear so
         (STEER-7, APPEND-5)."""
-        self._finished.append(response_id)
-        if self._append_targets.pop(response_id, None) is not None:
-            self._finished_appends.append(response_id)
+        append = self._append_targets.pop(response_id, None) is not None
+        self._ended.add(response_id, append=append)
 
     def has_finished(self, response_id: str) -> bool:
         """A response of this connection that reached its terminal event (STEER-7)."""
-        return response_id in self._finished or self.cached(response_id) is not None
+        if self.cached(response_id) is not None:
+            return True
+        return self._ended.response(response_id, self.rollouts.values())
+
+    def finished_append(self, response_id: str) -> bool:
+        """An append-mode response of this connection that ended (APPEND-5)."""
+        return self._ended.append(response_id, self._append_targets.get(response_id))
 
     def cached(self, response_id: str) -> tuple[Lane, CacheEntry] | None:
         """The lane whose cached latest response is ``response_id`` (any lane: forks, CACHE-4)."""
@@ -260,11 +264,13 @@ class Session:
         """Commit tool outputs into a response that waits for them: an append-mode response
         (APPEND-3..APPEND-6), or with the multi-agent beta a standard-mode one (INJECT-1..9)."""
         rollout = self._append_targets.get(event.response_id)
+        if rollout is not None and ended_with(rollout, event.response_id):
+            rollout = None  # its terminal frame is out: finished, not sampling (APPEND-5)
         if rollout is None:
             if isinstance(event, ResponseInject):  # OpenAI's beta shape for these (INJECT-6)
                 await _inject_standard(self, event)
                 return
-            raise unknown_target(event.response_id, event.response_id in self._finished_appends)
+            raise unknown_target(event.response_id, self.finished_append(event.response_id))
         complete = rollout.offer(tool_outputs(event.input))  # raises without any change
         if isinstance(event, ResponseInject):
             await self.sink.send(rollout.turn.stream.inject_created())
@@ -359,9 +365,7 @@ async def _inject_standard(self: Session, event: ResponseInject) -> None:
         running = any(r.steerable(target) and not r.waiting for r in self.rollouts.values())
         if running and self.multi_agent:  # it samples: outputs come after its calls (INJECT-7)
             raise _not_waiting()
-        finished = target in self._finished_appends or (
-            self.multi_agent and self.has_finished(target)
-        )
+        finished = self.finished_append(target) or (self.multi_agent and self.has_finished(target))
         await self.sink.send(inject_failed(event, finished))
         return
     continuation = self._held.accept(self.lanes.values(), found, event)

@@ -195,9 +195,8 @@ class PooledConnection(asyncio.Protocol):
 class HttpPool:
     """Keep-alive connections per (host, port, tls), at most ``max_connections`` open."""
 
-    def __init__(self, max_connections: int = 256, max_per_host: int = 0) -> None:
+    def __init__(self, max_connections: int = 256) -> None:
         self.max_connections = max_connections
-        self.max_per_host = max_per_host  # kept for configuration compatibility; 0 = no limit
         self._idle: dict[tuple[str, int, bool], list[PooledConnection]] = {}
         self._open: set[PooledConnection] = set()
         self._slots: asyncio.Semaphore | None = None

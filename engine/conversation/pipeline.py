@@ -303,8 +303,9 @@ class Pipeline:
         return len(ctx.header)
 
     def _count(self, stage: str, path: str, n: int, start: float) -> float:
-        self.stats.runs[f"{stage}.{path}"] += 1
-        self.stats.items[f"{stage}.{path}"] += n
+        key = f"{stage}.{path}"
+        self.stats.runs[key] += 1
+        self.stats.items[key] += n
         return self._timed(stage, start)
 
     def _commit(
@@ -340,8 +341,9 @@ class Pipeline:
                 size += SET_ENTRY
                 ctx.unanswered.pop(item.call_id, None)
         ctx.nbytes += size
-        keep_findings(ctx.findings, findings)
-        self.log.note(findings)
+        if findings:  # the usual turn has none: no Counter update, no slice
+            keep_findings(ctx.findings, findings)
+            self.log.note(findings)
         self.stats.tokens_rendered += total
         return total
 

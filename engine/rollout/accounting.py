@@ -10,7 +10,6 @@ The rollout tells it what happened; it never decides anything about the rollout.
 from __future__ import annotations
 
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 
 from engine.conversation.pipeline import StageStats, TurnLog
@@ -74,7 +73,7 @@ class Accounting:
         self.history = TurnHistory()  # the newest sampling steps, for the inspector (INSP-5)
         self.resume_tokens: list[int] = []  # tokens rendered by each incremental offer
         self._fresh = 0  # tokens rendered from input since the last sample
-        self._reported_runs: Counter[str] = Counter()  # stage runs already in a record
+        self._reported_runs: dict[str, int] = {}  # stage runs already in a record
         self._reported_resumes = 0  # resume_tokens entries already in a record
         # --bench-timings only (OBS-5); None otherwise, and then nothing below reads a clock.
         self._clock = clock
@@ -173,8 +172,9 @@ class Accounting:
         self, model: str, status: str, response_ids: list[str], tally: UsageTally, log: TurnLog
     ) -> UsageRecord:
         """A ledger record (POST-3); its stage runs are those since the previous record."""
-        runs = self.stats.runs - self._reported_runs
-        self._reported_runs = Counter(self.stats.runs)
+        reported, current = self._reported_runs, self.stats.runs
+        runs = {k: n - reported.get(k, 0) for k, n in current.items() if n > reported.get(k, 0)}
+        self._reported_runs = dict(current)
         # Each record carries the offers since the last one (POST-3): a standard-mode rollout
         # bills every turn, and a record holding the whole history would grow the ledger O(n^2).
         resumes = self.resume_tokens[self._reported_resumes :]
@@ -187,4 +187,4 @@ class Accounting:
             stage_tokens=self.stats.tokens,
             resume_tokens=resumes,
         )
-        return usage_record(facts, response_ids, tally, log, dict(runs))
+        return usage_record(facts, response_ids, tally, log, runs)

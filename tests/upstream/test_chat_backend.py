@@ -132,6 +132,21 @@ async def test_read_timeout(chat_peer: ChatPeer, pool: HttpPool) -> None:
     assert caught.value.protocol_error() is None
 
 
+async def test_the_read_timeout_counts_each_silence_not_the_whole_answer(
+    chat_peer: ChatPeer, pool: HttpPool
+) -> None:
+    """UP-1, UP-9: ``read_timeout`` bounds the silence between two chunks; an answer whose
+    chunks come in time passes, however long it lasts in all (here ~10 chunks, 0.15 s apart,
+    under a 0.4 s timeout), and so does the next answer on the same pooled connection."""
+    chat = backend(chat_peer, pool, read_timeout=0.4)
+    for _ in range(2):
+        chat_peer.queue(Reply(text="slow words coming in many small chunks", delay=0.15))
+        deltas = await collect(chat.stream(request(HI, tools=[])))
+        text = "".join(d.text for d in deltas if isinstance(d, TextDelta))
+        assert text == "slow words coming in many small chunks"
+    assert pool.connections_made == 1
+
+
 async def test_connect_failure(pool: HttpPool) -> None:
     chat = ChatBackend(Endpoint("http://127.0.0.1:9/v1", connect_timeout=1), pool)
     with pytest.raises(UpstreamError, match="connection failed"):

@@ -112,7 +112,12 @@ async def test_trace_tree_of_a_ws_rollout(
     def named(name: str) -> list[Span]:
         return [span for span in collector.spans if span.name == name]
 
-    await wait_for(lambda: len(named("post_inference")) >= 2, "both responses' spans exported")
+    # Spans leave in batches, in the order they end (a response's own span may end after its
+    # post-inference): wait for every kind of both responses, not the last one to end.
+    kinds = ("response", "pre_inference", "model", "store", "post_inference")
+    await wait_for(
+        lambda: all(len(named(kind)) >= 2 for kind in kinds), "both responses' spans exported"
+    )
     responses = named("response")
     assert sorted(attributes(s)["rollout.response_id"] for s in responses) == sorted(ids)
     for span in collector.spans:  # one trace, the client's (OTEL-2)

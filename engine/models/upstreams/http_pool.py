@@ -64,6 +64,11 @@ class PooledConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.lost = False
         self.read_timeout = 300.0  # the longest silence between two chunks (UP-1)
+        self._loop = asyncio.get_running_loop()
+        # One timer per connection, not one per wait: it fires at the first wait's deadline,
+        # then moves itself to the current wait's (``_since``), and ends while nobody waits.
+        self._timer: asyncio.TimerHandle | None = None
+        self._since = 0.0  # when the current wait began
         self._reset()
 
     def _reset(self) -> None:
@@ -78,6 +83,7 @@ class PooledConnection(asyncio.Protocol):
         self._fault: HttpFault | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._paused = False
+        self._timed_out = False
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -97,6 +103,7 @@ class PooledConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
+        self._stop_timer()
         self._pool._forget(self)
         self._wake()
 
@@ -125,12 +132,35 @@ class PooledConnection(asyncio.Protocol):
             waiter.set_result(None)
 
     async def _wait(self) -> None:
-        self._waiter = asyncio.get_running_loop().create_future()
+        """Until data, the end, or ``read_timeout`` of silence (then ``TimeoutError``)."""
+        loop = self._loop
+        self._waiter = waiter = loop.create_future()
+        self._since = loop.time()
+        if self._timer is None:
+            self._timer = loop.call_at(self._since + self.read_timeout, self._expire)
         try:
-            async with asyncio.timeout(self.read_timeout):
-                await self._waiter
+            await waiter
         finally:
             self._waiter = None
+        if self._timed_out:
+            raise TimeoutError
+
+    def _stop_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _expire(self) -> None:
+        self._timer = None
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            return  # nobody waits: the next wait arms a timer again
+        due = self._since + self.read_timeout
+        if self._loop.time() < due:
+            self._timer = self._loop.call_at(due, self._expire)
+            return
+        self._timed_out = True
+        waiter.set_result(None)
 
     async def start(self, head: bytes, body: bytes) -> None:
         """Send the request and wait for the answer's head."""
@@ -187,6 +217,7 @@ class PooledConnection(asyncio.Protocol):
             self.close()
 
     def close(self) -> None:
+        self._stop_timer()
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()
         self._pool._forget(self)

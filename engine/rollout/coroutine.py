@@ -26,6 +26,7 @@ from engine.conversation.pipeline import FULL, INCREMENTAL, ItemTexts, Pipeline,
 from engine.core import Engine
 from engine.models.base import HOSTED_TOOLS, Backend, BackendError
 from engine.rollout.accounting import Accounting
+from engine.rollout.deadline import Deadline
 from engine.rollout.endings import Endings
 from engine.rollout.hosted import HostedTools, approval_answers
 from engine.rollout.sampling import compact_if_needed, sample
@@ -80,7 +81,8 @@ class Rollout:
         self.owner: str | None = None  # the API key fingerprint its stored records carry
         self.started_at = time.time()  # for the inspector (INSP-4)
         self._wake: asyncio.Future[Turn | None] | None = None
-        self._idle: asyncio.Timeout | None = None  # the idle limit of the current suspension
+        self._idle = Deadline()  # the idle limit of each suspension (ROLL-6)
+        self.model_deadline = Deadline()  # each step's model_timeout_s (sampling.py)
         self._model_timeout = engine.config.model_timeout_s
         self.hosted = HostedTools(engine.mcp_limits, engine.config.mcp_max_calls)  # MCP-12
 
@@ -169,6 +171,8 @@ class Rollout:
         finally:
             self.advance(RolloutStep.END)
             _settle_chain(self.turn)
+            for deadline in (self._idle, self.model_deadline):  # no timer outlives it
+                deadline.close()
             await self.hosted.aclose()  # its MCP sessions end with it (MCP-12)
 
     async def _loop(self) -> None:
@@ -228,8 +232,7 @@ class Rollout:
             await self.endings.end_turn(turn, "completed")
         await self.steering.notify_pending(turn, self.ctx.pending_calls())
         try:
-            async with asyncio.timeout(self.engine.config.suspended_idle_timeout_s) as idle:
-                self._idle = idle
+            async with self._idle.within(self.engine.config.suspended_idle_timeout_s):
                 next_turn = await self._wake
         except TimeoutError:
             next_turn = None
@@ -237,7 +240,7 @@ class Rollout:
                 self.advance(RolloutStep.WAKE)
                 await self.endings.end_turn(turn, "incomplete", reason="idle_timeout")
         finally:
-            self._wake = self._idle = None
+            self._wake = None
         if next_turn is not None:
             self.advance(RolloutStep.WAKE)
             self.pending = []
@@ -251,12 +254,7 @@ class Rollout:
     @property
     def idle_for(self) -> float | None:
         """Seconds on the suspension's idle clock (ROLL-6, INSP-4), None when not suspended."""
-        idle = self._idle
-        deadline = idle.when() if idle is not None else None
-        if deadline is None:
-            return None
-        start = deadline - self.engine.config.suspended_idle_timeout_s
-        return max(asyncio.get_running_loop().time() - start, 0.0)
+        return self._idle.elapsed()
 
     @property
     def pending_calls(self) -> list[ToolCall]:  # unanswered ones, for observers
@@ -282,7 +280,7 @@ class Rollout:
                 "response_not_waiting", "The response is not waiting for tool outputs.", None
             )
         self.accounting.offered(self._apply(items, INCREMENTAL, texts=texts))
-        if self._idle is not None:  # any accepted input restarts the idle clock (APPEND-6)
+        if self._idle.when() is not None:  # accepted input restarts the idle clock (APPEND-6)
             limit = self.engine.config.suspended_idle_timeout_s
             self._idle.reschedule(asyncio.get_running_loop().time() + limit)
         return not _unanswered(self.ctx, items)

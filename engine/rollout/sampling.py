@@ -34,6 +34,7 @@ from engine.models.base import (
 from engine.models.compaction import CompactRequest, compact
 from engine.models.tracecontext import TRACEPARENT
 from engine.rollout.accounting import Accounting, Step
+from engine.rollout.deadline import Deadline
 from engine.rollout.hosted import HostedTools, call_form, join
 from engine.rollout.sealing import StepSeal
 from engine.rollout.steering import Steering
@@ -51,6 +52,7 @@ class Rollout(Protocol):
     engine: Engine
     backend: Backend
     settings: Settings
+    model_deadline: Deadline
     ctx: Context
     pipeline: Pipeline
     accounting: Accounting
@@ -102,7 +104,7 @@ async def sample(rollout: Rollout, turn: Turn, step: Step, model_timeout: float)
         TRACEPARENT.set(turn.trace.traceparent)
     deltas = rollout.backend.stream(_request(rollout))
     seal = _step_seal(rollout, step)
-    async with asyncio.timeout(model_timeout), contextlib.aclosing(deltas):
+    async with rollout.model_deadline.within(model_timeout), contextlib.aclosing(deltas):
         async for delta in deltas:
             if seal is not None and seal.hold(turn.stream, delta):
                 if isinstance(delta, Finish):  # the run is whole: seal it, then what waited

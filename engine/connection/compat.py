@@ -10,7 +10,6 @@ and ``_after_turn`` updates the lane cache through the lane's methods (CACHE-1..
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -67,8 +66,9 @@ class Connection(Protocol):
     def adopt(self, task: asyncio.Task[None], rollout: Rollout) -> None: ...
 
 
-def settings_from(params: CreateParams, model: str) -> Settings:
+def settings_from(params: CreateParams, model: str, *, compact_now: bool = False) -> Settings:
     return Settings(
+        compact_now=compact_now,
         model=model,
         instructions=params.instructions,
         tools=params.toolset,
@@ -271,7 +271,7 @@ def _admit(session: Connection, lane: Lane, params: CreateParams) -> Admission:
         backend=backend,
         mode=Mode(params.rollout_mode or session.default_mode.value),
         turn=turn,
-        settings=dataclasses.replace(settings_from(params, model), compact_now=compact_now),
+        settings=settings_from(params, model, compact_now=compact_now),
     )
 
 

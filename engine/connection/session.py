@@ -128,7 +128,7 @@ class Session:
         if err.code in _CONNECTION_SCOPED:
             return None
         if isinstance(event, ResponseAppend | ResponseInject):
-            target = self._append_targets.get(event.response_id)
+            target = self._append_target(event.response_id)
             if target is None and isinstance(event, ResponseInject) and self.multi_agent:
                 live = (r for r in self.rollouts.values() if r.steerable(event.response_id))
                 target = next(live, None)  # a standard-mode target's lane (INJECT-8)
@@ -172,16 +172,19 @@ class Session:
             self._append_targets[response_id] = append_target
 
     def served(self, response_id: str) -> None:
-        """It reached its terminal event: later steers and appends naming it hear so
-        (STEER-7, APPEND-5)."""
-        append = self._append_targets.pop(response_id, None) is not None
-        self._ended.add(response_id, append=append)
+        """It reached its terminal event: later steers and appends hear so (STEER-7, APPEND-5)."""
+        self._ended.add(response_id, append=self._append_targets.pop(response_id, None) is not None)
 
     def has_finished(self, response_id: str) -> bool:
         """A response of this connection that reached its terminal event (STEER-7)."""
         if self.cached(response_id) is not None:
             return True
         return self._ended.response(response_id, self.rollouts.values())
+
+    def _append_target(self, response_id: str) -> Rollout | None:
+        """The live append-mode rollout named: none once its terminal frame is out (APPEND-5)."""
+        rollout = self._append_targets.get(response_id)
+        return None if rollout is None or ended_with(rollout, response_id) else rollout
 
     def finished_append(self, response_id: str) -> bool:
         """An append-mode response of this connection that ended (APPEND-5)."""
@@ -263,9 +266,7 @@ class Session:
     async def handle_append(self, event: ResponseAppend | ResponseInject) -> None:
         """Commit tool outputs into a response that waits for them: an append-mode response
         (APPEND-3..APPEND-6), or with the multi-agent beta a standard-mode one (INJECT-1..9)."""
-        rollout = self._append_targets.get(event.response_id)
-        if rollout is not None and ended_with(rollout, event.response_id):
-            rollout = None  # its terminal frame is out: finished, not sampling (APPEND-5)
+        rollout = self._append_target(event.response_id)
         if rollout is None:
             if isinstance(event, ResponseInject):  # OpenAI's beta shape for these (INJECT-6)
                 await _inject_standard(self, event)

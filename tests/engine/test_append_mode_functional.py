@@ -125,7 +125,8 @@ async def test_an_append_answering_a_terminal_frame_still_in_its_send_is_already
 ) -> None:
     """APPEND-5: the terminal frame is on the wire while its send still waits (a socket
     draining); an append sent on reading it is ``response_already_completed``, not
-    ``response_not_waiting`` (the race the live fuzzer found for steering, seed 3875029879)."""
+    ``response_not_waiting``, and names no lane (the live fuzzer: seeds 3875029879 for
+    steering, 545521638 for the lane of this error)."""
     held, release = asyncio.Event(), asyncio.Event()
     send = WsSink.send
 
@@ -145,6 +146,7 @@ async def test_an_append_answering_a_terminal_frame_still_in_its_send_is_already
                 "rollout_mode": "append",
                 "input": "Say hello.",
                 "store": False,
+                "stream_id": "lane-a",
             }
         )
         final = (await read_until(ws, "response.completed"))[-1]
@@ -160,3 +162,4 @@ async def test_an_append_answering_a_terminal_frame_still_in_its_send_is_already
         release.set()
         assert error["type"] == "error"
         assert error["error"]["code"] == "response_already_completed", error
+        assert "stream_id" not in error, error  # as after the lane heard (the live fuzzer)

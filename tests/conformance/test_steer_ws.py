@@ -25,12 +25,11 @@ from engine.core import EngineConfig
 from engine.models.base import CallEnd, CallStart, TextDelta
 from engine.models.router import Router
 from engine.models.sim.scripted import ScriptedModel, Step
-from engine.server.transport.ws import WsSink
-from protocol.events import ResponseCompleted
 from protocol.items import Message, text_of
 from tests.conformance.sdk_ws import call_output, create, final, recv, until_done
 from tests.support.server import LiveServer
 from tests.support.tools import WEATHER
+from tests.support.ws import HeldTerminal
 
 
 @pytest.fixture
@@ -188,24 +187,14 @@ async def test_steer_answering_a_terminal_frame_still_in_its_send_is_already_com
     """STEER-7: the terminal frame is on the wire while its send still waits (a socket
     draining); a steer sent on reading it is ``response_already_completed``, never
     ``response_not_found`` (seen in the live fuzzer, seed 3875029879)."""
-    held, release = asyncio.Event(), asyncio.Event()
-    send = WsSink.send
-
-    async def slow_terminal(self: WsSink, event: Any) -> None:
-        await send(self, event)
-        if isinstance(event, ResponseCompleted) and not release.is_set():
-            self.flush()  # the frame leaves now; the send returns only when released
-            held.set()
-            await release.wait()
-
-    monkeypatch.setattr(WsSink, "send", slow_terminal)
+    terminal = HeldTerminal(monkeypatch)
     conn, _, _ = await connect([[TextDelta("the answer")]])
     await conn.response.create(model="m", input="q")
     first = final(await until_done(conn))
-    assert held.is_set()
+    assert terminal.held.is_set()
     await conn.response.steer(previous_response_id=first.id, input="late")
     late = await recv(conn)
-    release.set()
+    terminal.release()
     assert isinstance(late, ResponseSteerFailedEvent)
     assert late.error.code == "response_already_completed" and late.steer.input == "late"
 

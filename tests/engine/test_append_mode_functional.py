@@ -6,19 +6,17 @@ processed only the new items, post-inference ran once for the whole rollout (ROL
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import aiohttp
+import pytest
 
 from engine.conversation.render import render_item
 from engine.models.sim.scenarios import CODING_AGENT_STEPS
-from engine.server.transport.ws import WsSink
 from protocol.codec import parse_input
-from protocol.events import ResponseCompleted
 from tests.support.server import LiveServer
 from tests.support.tools import WEATHER_LOOSE
-from tests.support.ws import next_event, read_until
+from tests.support.ws import HeldTerminal, next_event, read_until
 
 CODING_TOOLS = [
     {"type": "function", "name": name, "parameters": {"type": "object", "properties": {}}}
@@ -121,23 +119,13 @@ async def test_append_errors_keep_rollout_waiting(server: LiveServer) -> None:
 
 
 async def test_an_append_answering_a_terminal_frame_still_in_its_send_is_already_completed(
-    server: LiveServer, monkeypatch: Any
+    server: LiveServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """APPEND-5: the terminal frame is on the wire while its send still waits (a socket
     draining); an append sent on reading it is ``response_already_completed``, not
     ``response_not_waiting``, and names no lane (the live fuzzer: seeds 3875029879 for
     steering, 545521638 for the lane of this error)."""
-    held, release = asyncio.Event(), asyncio.Event()
-    send = WsSink.send
-
-    async def slow_terminal(self: WsSink, event: Any) -> None:
-        await send(self, event)
-        if isinstance(event, ResponseCompleted) and not release.is_set():
-            self.flush()  # the frame leaves now; the send returns only when released
-            held.set()
-            await release.wait()
-
-    monkeypatch.setattr(WsSink, "send", slow_terminal)
+    terminal = HeldTerminal(monkeypatch)
     async with aiohttp.ClientSession() as http, http.ws_connect(server.ws_url) as ws:
         await ws.send_json(
             {
@@ -150,7 +138,7 @@ async def test_an_append_answering_a_terminal_frame_still_in_its_send_is_already
             }
         )
         final = (await read_until(ws, "response.completed"))[-1]
-        assert held.is_set()
+        assert terminal.held.is_set()
         await ws.send_json(
             {
                 "type": "response.append",
@@ -159,7 +147,7 @@ async def test_an_append_answering_a_terminal_frame_still_in_its_send_is_already
             }
         )
         error = await next_event(ws)
-        release.set()
+        terminal.release()
         assert error["type"] == "error"
         assert error["error"]["code"] == "response_already_completed", error
         assert "stream_id" not in error, error  # as after the lane heard (the live fuzzer)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
 import aiohttp
+import pytest
 
-from protocol.events import TERMINAL_TYPES
+from protocol.events import TERMINAL_TYPES, ResponseCompleted
 
 Event = dict[str, Any]
 TERMINAL_OR_ERROR = (*sorted(TERMINAL_TYPES), "error")
@@ -35,3 +37,27 @@ async def turn(ws: aiohttp.ClientWebSocketResponse, event: Event, *types: str) -
     an ``error``)."""
     await ws.send_str(json.dumps(event))
     return await read_until(ws, *(types or TERMINAL_OR_ERROR))
+
+
+class HeldTerminal:
+    """The server's next ``response.completed`` frame is written and flushed, but its send
+    returns only on ``release``: the window in which a quick client answers a terminal frame
+    before the rollout that sent it resumes (a socket draining, STEER-7, APPEND-5)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from engine.server.transport.ws import WsSink
+
+        self.held, self.released = asyncio.Event(), asyncio.Event()
+        send = WsSink.send
+
+        async def slow_terminal(sink: WsSink, event: Any) -> None:
+            await send(sink, event)
+            if isinstance(event, ResponseCompleted) and not self.released.is_set():
+                sink.flush()  # the frame leaves now
+                self.held.set()
+                await self.released.wait()
+
+        monkeypatch.setattr(WsSink, "send", slow_terminal)
+
+    def release(self) -> None:
+        self.released.set()

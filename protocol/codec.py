@@ -43,7 +43,7 @@ def _enc_hook(obj: Any) -> Any:
 
 
 _ENCODER = msgspec.json.Encoder(enc_hook=_enc_hook)
-_SNAPSHOT_EVENTS = frozenset(
+SNAPSHOT_EVENTS = frozenset(
     {
         ResponseCreated,
         ResponseInProgress,
@@ -60,8 +60,8 @@ _COMPACT_BODY_DECODER = msgspec.json.Decoder(CompactParams)
 
 def encode(obj: Any) -> bytes:
     """Encode any protocol struct (or plain JSON value) to compact JSON bytes."""
-    if type(obj) in _SNAPSHOT_EVENTS:
-        return _encode_snapshot_event(obj)
+    if type(obj) in SNAPSHOT_EVENTS:
+        return b"".join(snapshot_pieces(obj))
     return _ENCODER.encode(obj)
 
 
@@ -78,39 +78,57 @@ _NONCE_TOOLS = _NONCE + ":tools"
 _NONCE_INSTR = _NONCE + ":instructions"
 _NONCE_TOOLS_JSON = _ENCODER.encode(_NONCE_TOOLS)
 _NONCE_INSTR_JSON = _ENCODER.encode(_NONCE_INSTR)
-_STATIC_LIMIT = 512  # encoded static parts kept (by object identity), oldest dropped first
+_STATIC_BYTES = 16 * 1024 * 1024  # encoded static parts kept (by object identity): a bound
+_STATIC_LIMIT = 512  # in bytes and in entries, oldest dropped first
 _static: dict[int, tuple[object, bytes]] = {}
+_static_size = 0
 
 
 def _static_json(value: object) -> bytes:
     """The JSON of an unchanging part, encoded once per object (the object is held, so its
     ``id`` cannot be reused while the entry lives)."""
+    global _static_size
     entry = _static.get(id(value))
     if entry is not None and entry[0] is value:
         return entry[1]
     data = _ENCODER.encode(value)
-    if len(_static) >= _STATIC_LIMIT:
-        del _static[next(iter(_static))]
-    _static[id(value)] = (value, data)
+    while _static and (len(_static) >= _STATIC_LIMIT or _static_size + len(data) > _STATIC_BYTES):
+        _static_size -= len(_static.pop(next(iter(_static)))[1])
+    if len(data) <= _STATIC_BYTES:
+        _static[id(value)] = (value, data)
+        _static_size += len(data)
     return data
 
 
-def _encode_snapshot_event(event: Any) -> bytes:
+def snapshot_pieces(event: Any) -> tuple[bytes, ...]:
+    """A lifecycle snapshot's bytes as pieces that join to ``encode(event)``: one piece, or
+    dynamic and unchanging pieces in turn when it carries instructions or tools (odd positions:
+    their JSON, the very bytes object every snapshot of that part reuses). A socket writes the
+    pieces as they are, and its compressor compresses each unchanging part once (WS-19)."""
     response = event.response
     tools, instructions = response.tools, response.instructions
     if not tools and not instructions:
-        return _ENCODER.encode(event)
+        return (_ENCODER.encode(event),)
     skeleton = msgspec.structs.replace(
         response,
         tools=_NONCE_TOOLS if tools else tools,
         instructions=_NONCE_INSTR if instructions else instructions,
     )
     data = _ENCODER.encode(msgspec.structs.replace(event, response=skeleton))
+    cuts = []
     if tools:
-        data = data.replace(_NONCE_TOOLS_JSON, _static_json(tools), 1)
+        cuts.append((data.index(_NONCE_TOOLS_JSON), len(_NONCE_TOOLS_JSON), _static_json(tools)))
     if instructions:
-        data = data.replace(_NONCE_INSTR_JSON, _static_json(instructions), 1)
-    return data
+        at = data.index(_NONCE_INSTR_JSON)
+        cuts.append((at, len(_NONCE_INSTR_JSON), _static_json(instructions)))
+    cuts.sort(key=lambda cut: cut[0])
+    pieces: list[bytes] = []
+    start = 0
+    for at, width, static in cuts:
+        pieces += (data[start:at], static)
+        start = at + width
+    pieces.append(data[start:])
+    return tuple(pieces)
 
 
 _NOT_JSON = InvalidRequest("invalid_json", "The message is not valid JSON.", None)

@@ -75,6 +75,7 @@ class TurnResult:
     events: int = 0
     server_cpu_ns: int | None = None  # the server's CPU time over the whole turn
     server_wait_ns: int | None = None  # the server's time waiting for a CPU over the turn
+    server_written: int | None = None  # bytes the server wrote over the turn (/proc/PID/io)
     server: dict[str, Any] | None = None  # the server's own timing record (OBS-5), if served
 
 

@@ -25,7 +25,7 @@ from typing import Any
 import aiohttp
 
 from clients.bench.lean_wire import BenchError, TurnResult, now
-from clients.bench.proc import sched_ns
+from clients.bench.proc import sched_ns, written_bytes
 from clients.bench.scenario import ScenarioTools
 from clients.bench.suites.codex import CodexTools
 from clients.bench.transports import make_transport
@@ -136,6 +136,7 @@ class RunResult:
             "tail_ms": _rounded(self.tail_ms),
             "server_cpu_ms": self.server_cpu_ms,
             "server_wait_ms": self.server_wait_ms,
+            "server_written_bytes": [t.server_written for t in self.turns],
             "events": sum(t.events for t in self.turns),
         }
 
@@ -154,9 +155,11 @@ async def _probed(server_pid: int | None, turn: Awaitable[TurnResult]) -> TurnRe
     if server_pid is None:
         return await turn
     cpu0, wait0 = sched_ns(server_pid)
+    written0 = written_bytes(server_pid)
     result = await turn
     cpu1, wait1 = sched_ns(server_pid)
     result.server_cpu_ns, result.server_wait_ns = cpu1 - cpu0, wait1 - wait0
+    result.server_written = written_bytes(server_pid) - written0
     return result
 
 

@@ -144,6 +144,15 @@ def sched_ns(pid: int) -> tuple[int, int]:
     return int(running), int(waiting)
 
 
+def written_bytes(pid: int) -> int:
+    """Bytes a process has passed to write calls so far (``wchar`` of /proc/PID/io): for the
+    server, what it sent on its sockets (the bench's server logs only warnings)."""
+    for line in Path(f"/proc/{pid}/io").read_text().splitlines():
+        if line.startswith("wchar:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no wchar for process {pid}")
+
+
 def process_cpu_ns(pid: int) -> int:
     """Time on a CPU of all of a process's threads, in nanoseconds (each thread's schedstat):
     what a library that works in threads of its own costs is counted too."""

@@ -33,6 +33,7 @@ def combine(results: list[RunResult]) -> Doc:
         "tail_ms",
         "server_cpu_ms",
         "server_wait_ms",
+        "server_written_bytes",
         *(f"server_{stage}_ms" for stage in SERVER_STAGES),
     ):
         if any(key not in d for d in docs):
@@ -83,6 +84,7 @@ def _mode_summary(run: Doc, base: Doc | None) -> Doc:
         "server_cpu_median_ms": median(run.get("server_cpu_ms", [])),
         "server_cpu_last_ms": _edge(run.get("server_cpu_ms", []), last=True),
         "server_wait_median_ms": median(run.get("server_wait_ms", [])),
+        "server_written_median_kib": median(run.get("server_written_bytes", [])) / 1024,
         # The server's own clocks (OBS-5): its stages beside the client-side overhead.
         **{
             f"server_{stage}_median_ms": median(run.get(f"server_{stage}_ms", []))

@@ -33,6 +33,7 @@ COLUMNS = (
     ("server cpu/turn\nmed", "server_cpu_median_ms", 2, ""),
     ("\nlast", "server_cpu_last_ms", 2, ""),
     ("cpu\nwait", "server_wait_median_ms", 2, ""),
+    ("sent KiB\n/turn", "server_written_median_kib", 1, ""),
 )
 
 

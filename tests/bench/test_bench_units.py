@@ -184,7 +184,7 @@ def test_report_in_a_log_is_plain_and_unwrapped() -> None:
     rows = [line.split() for line in text.splitlines()]
     rows = [row for row in rows if row and row[0] in MODES and row[1][0].isdigit()]
     assert [row[0] for row in rows] == list(MODES)
-    assert all(len(row) == 12 for row in rows)  # mode and its 11 figures, on one line
+    assert all(len(row) == 13 for row in rows)  # mode and its 12 figures, on one line
     assert "[MISSED] e2e saved, ws_compat vs keep-alive stateless @1000" in text
 
 

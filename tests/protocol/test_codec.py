@@ -9,7 +9,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from protocol.codec import decode_client_event, decode_create_body, encode, parse_input
+from protocol.codec import (
+    decode_client_event,
+    decode_create_body,
+    encode,
+    parse_input,
+    snapshot_pieces,
+)
 from protocol.errors import InvalidRequest
 from protocol.events import (
     ResponseAppend,
@@ -246,6 +252,24 @@ def test_snapshot_events_encode_as_one_whole(
         once = encode(event)
         assert once == msgspec.json.encode(event)
         assert encode(event) == once  # the second time from the cache
+        pieces = snapshot_pieces(event)  # what a socket writes and deflates piece by piece
+        assert b"".join(pieces) == once
+        assert len(pieces) == 1 + 2 * (bool(tools) + bool(instructions))
+        again = snapshot_pieces(event)
+        assert all(a is b for a, b in zip(pieces[1::2], again[1::2], strict=True))  # once each
+
+
+def test_the_encoded_parts_are_bounded_in_bytes() -> None:
+    """CODEC-6: the once-encoded parts are kept within their byte bound whatever the requests
+    send (24 distinct 1 MiB instructions against a 16 MiB bound), the count kept true."""
+    from protocol import codec
+
+    for i in range(24):
+        instructions = chr(65 + i) * (1 << 20)
+        response = Response(id="resp_1", created_at=1, model="m", instructions=instructions)
+        encode(ResponseCreated(sequence_number=0, response=response))
+        assert codec._static_size <= codec._STATIC_BYTES
+    assert codec._static_size == sum(len(data) for _, data in codec._static.values())
 
 
 def test_a_toolset_does_not_pin_its_request_frame() -> None:

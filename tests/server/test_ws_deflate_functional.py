@@ -9,11 +9,15 @@ import asyncio
 import base64
 import json
 import os
+import random
 import struct
 import zlib
 from typing import Any
 
-from engine.server.transport.ws import DEFLATE_MIN_BYTES
+from hypothesis import given
+from hypothesis import strategies as st
+
+from engine.server.transport.frames import DEFLATE_MIN_BYTES, Deflater, Parts
 from tests.support.server import LiveServer
 
 TAIL = b"\x00\x00\xff\xff"
@@ -81,3 +85,59 @@ async def test_only_messages_worth_compressing_are_compressed(server: LiveServer
     plain = await messages(server, deflate=False)
     assert not any(c for c, _ in plain)
     assert [shape(m) for _, m in deflated] == [shape(m) for _, m in plain]
+
+
+_PARTS_POOL = [bytes(random.Random(i).choices(b'{}":,abcdef tools', k=n)) for i, n in
+               enumerate((1024, 3000, 700, 5000))]  # fmt: skip
+# Messages repeat what earlier ones held (as a rollout's events do), so the compressor refers
+# back across messages and across what was spliced between.
+_TEXTS = [b'{"type":"response.output_text.delta","delta":"%s"}' % b"word " * n for n in (60, 300)]
+_PLAIN = st.sampled_from(_TEXTS + _PARTS_POOL) | st.binary(min_size=1, max_size=1500)
+_PIECES = st.lists(st.binary(max_size=400) | st.sampled_from(_PARTS_POOL), min_size=1, max_size=4)
+_MESSAGES = st.lists(st.tuples(st.booleans(), _PIECES, _PLAIN), min_size=1, max_size=8)
+
+
+def trickle(inflate: Any, data: bytes) -> bytes:
+    """Inflate a few bytes at a time, so only the window is behind each output: a back
+    reference farther than the negotiated window fails, as in a client that keeps no more."""
+    out = [inflate.decompress(data, 64)]
+    while inflate.unconsumed_tail or len(out[-1]) == 64:
+        out.append(inflate.decompress(inflate.unconsumed_tail, 64))
+    return b"".join(out)
+
+
+@given(messages=_MESSAGES, bits=st.sampled_from([9, 12, 15]), no_takeover=st.booleans())
+def test_spliced_parts_inflate_to_the_same_bytes(
+    messages: list[tuple[bool, list[bytes], bytes]], bits: int, no_takeover: bool
+) -> None:
+    """WS-19: a snapshot's unchanging parts, compressed once and spliced into the socket's
+    stream, inflate to the very bytes of the message, on one decompressor kept across the
+    messages (context takeover) or on a new one for each (no takeover), whatever comes before
+    and after, plain messages between, at every window the extension negotiates, with parts
+    dropped from a small cache."""
+    parts = Parts(limit_bytes=9000)
+    deflater = Deflater(bits, no_takeover, parts)
+    inflate = zlib.decompressobj(-bits)
+    for spliced, pieces, plain in messages:
+        if no_takeover:  # each message stands alone: a client may inflate it so
+            inflate = zlib.decompressobj(-bits)
+        # dynamic and unchanging pieces in turn, as protocol.codec.snapshot_pieces gives them
+        shaped = (*(p for piece in pieces for p in (plain, piece)), plain)
+        _, payload = deflater.frame_pieces(shaped) if spliced else deflater.frame(plain)
+        expected = b"".join(shaped) if spliced else plain
+        assert trickle(inflate, payload + TAIL) == expected
+    assert parts.size <= 9000
+
+
+def test_an_unchanging_part_is_compressed_once_and_spliced() -> None:
+    """WS-19: the second snapshot carrying the same part holds that part's one compressed
+    stream verbatim (no deflate call over it), on two sockets alike."""
+    parts = Parts()
+    part = _PARTS_POOL[3]
+    blob = parts.compressed(15, part)
+    for _ in range(2):
+        deflater = Deflater(15, no_takeover=False, parts=parts)
+        for seq in range(2):
+            _, payload = deflater.frame_pieces((b'{"n":%d,"i":' % seq, part, b"}"))
+            assert blob.removesuffix(TAIL) in payload
+    assert parts.compressed(15, bytes(part)) is blob  # equal bytes from another request too

@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import logging
 import time
-import zlib
 from collections.abc import Awaitable
 
 from aiohttp import WSCloseCode, WSMsgType, web
@@ -22,61 +21,22 @@ from engine.core import Engine
 from engine.inspector.read_model import ErrorRing, note_event
 from engine.rollout.turn import ClientGone, Mode
 from engine.server.transport import identity, ratelimits
+from engine.server.transport.frames import (
+    COPY_LIMIT,
+    DEFLATE_MIN_BYTES,
+    Deflater,
+    frame_header,
+    text_frame,
+)
 from engine.server.transport.keys import INSPECTOR, SESSIONS
 from engine.server.transport.server_config import ServerConfig
 from engine.store.framing import ANY_OWNER, OwnerFilter
-from protocol.codec import Repeats, decode_client_event, encode
+from protocol.codec import SNAPSHOT_EVENTS, Repeats, decode_client_event, encode, snapshot_pieces
 from protocol.errors import InvalidRequest, ProtocolError, TooManyRequests
 from protocol.events import ServerEvent
 
 log = logging.getLogger("rollout.ws")
 APPEND_BETA = "rollout-append=v1"  # OpenAI-Beta value that makes append mode the default
-
-
-def frame_header(n: int) -> bytes:
-    """The header of an unmasked, final, uncompressed text frame of ``n`` payload bytes
-    (RFC 6455 §5.2): the server's frame shape."""
-    if n < 126:
-        return bytes((0x81, n))
-    if n < 65536:
-        return b"\x81\x7e" + n.to_bytes(2, "big")
-    return b"\x81\x7f" + n.to_bytes(8, "big")
-
-
-def text_frame(data: bytes) -> bytes:
-    """A whole text frame: header and payload."""
-    return frame_header(len(data)) + data
-
-
-COPY_LIMIT = 4096  # larger payloads go out as their own buffer: no copy to prepend the header
-# WS-19: on a permessage-deflate socket, a message this big or bigger goes out compressed; a
-# smaller one (a delta, a short item event) uncompressed, RSV1 clear, as RFC 7692 §6 allows.
-DEFLATE_MIN_BYTES = 256
-_DEFLATE_TAIL = b"\x00\x00\xff\xff"  # what a sync flush ends with; RFC 7692 §7.2.1 drops it
-
-
-def deflate_frame_header(n: int) -> bytes:
-    """``frame_header`` with RSV1 set: a compressed message (RFC 7692 §6)."""
-    header = frame_header(n)
-    return bytes((header[0] | 0x40,)) + header[1:]
-
-
-class Deflater:
-    """The compressing half of a negotiated permessage-deflate (RFC 7692): raw deflate at the
-    negotiated window, the sliding window kept across messages unless the client asked
-    ``server_no_context_takeover`` (then each message is flushed whole). Built once per socket;
-    only messages of ``DEFLATE_MIN_BYTES`` or more go through it (WS-19)."""
-
-    __slots__ = ("_flush", "_z")
-
-    def __init__(self, window_bits: int, no_takeover: bool) -> None:
-        self._z = zlib.compressobj(zlib.Z_BEST_SPEED, zlib.DEFLATED, -window_bits)
-        self._flush = zlib.Z_FULL_FLUSH if no_takeover else zlib.Z_SYNC_FLUSH
-
-    def frame(self, data: bytes) -> tuple[bytes, bytes]:
-        """(header, payload) of the compressed text frame of ``data``."""
-        payload = (self._z.compress(data) + self._z.flush(self._flush)).removesuffix(_DEFLATE_TAIL)
-        return deflate_frame_header(len(payload)), payload
 
 
 def _deflater(ws: web.WebSocketResponse) -> Deflater | None:
@@ -148,22 +108,18 @@ class WsSink:
         ws = self.ws
         if ws.closed:
             raise ClientGone
-        data = encode(event)
         self.frames_out += 1
         note_event(self._errors, "ws", event, self._owner)
         try:
             if self._writer is None:
-                await self._send_frame(data)
+                await self._send_frame(encode(event))
                 return
             if not self._frames:
                 self._loop.call_soon(self.flush)
-            if self._deflater is not None and len(data) >= DEFLATE_MIN_BYTES:
-                self._frames += self._deflater.frame(data)  # WS-19
-            elif len(data) < COPY_LIMIT:
-                self._frames.append(text_frame(data))
-            else:  # a Response snapshot: header and payload as two buffers of one writelines
-                self._frames += (frame_header(len(data)), data)
-            self._pending += len(data)
+            if type(event) in SNAPSHOT_EVENTS:
+                self._add_pieces(snapshot_pieces(event))
+            else:
+                self._add(encode(event))
             transport = self._writer.transport
             if transport is None or transport.is_closing():
                 raise ClientGone
@@ -172,6 +128,30 @@ class WsSink:
                 await self._bounded(self._writer.drain())
         except (ConnectionError, RuntimeError) as exc:
             raise ClientGone from exc
+
+    def _add(self, data: bytes) -> None:
+        n = len(data)
+        if self._deflater is not None and n >= DEFLATE_MIN_BYTES:
+            self._frames += self._deflater.frame(data)  # WS-19
+        elif n < COPY_LIMIT:
+            self._frames.append(text_frame(data))
+        else:  # header and payload as two buffers of one writelines: no copy
+            self._frames += (frame_header(n), data)
+        self._pending += n
+
+    def _add_pieces(self, pieces: tuple[bytes, ...]) -> None:
+        """A Response snapshot, as pieces whose unchanging parts are the very bytes every
+        snapshot of them reuses (CODEC-6): written as they are, never joined into a copy."""
+        if len(pieces) == 1:
+            self._add(pieces[0])
+            return
+        n = sum(map(len, pieces))
+        if self._deflater is not None and n >= DEFLATE_MIN_BYTES:
+            self._frames += self._deflater.frame_pieces(pieces)  # WS-19
+        else:
+            self._frames.append(frame_header(n))
+            self._frames += pieces
+        self._pending += n
 
     def flush(self) -> None:
         """Write every buffered frame now (also called before this side closes the socket)."""

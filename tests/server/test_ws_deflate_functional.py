@@ -14,6 +14,7 @@ import struct
 import zlib
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -141,3 +142,21 @@ def test_an_unchanging_part_is_compressed_once_and_spliced() -> None:
             _, payload = deflater.frame_pieces((b'{"n":%d,"i":' % seq, part, b"}"))
             assert blob.removesuffix(TAIL) in payload
     assert parts.compressed(15, bytes(part)) is blob  # equal bytes from another request too
+
+
+@pytest.mark.parametrize("no_takeover", [False, True])
+def test_what_follows_a_splice_refers_to_nothing_the_client_cannot_see(no_takeover: bool) -> None:
+    """WS-19: after a spliced snapshot, a message repeating what the compressor saw before the
+    splice (with takeover: the client's window holds the splice in between) or within it (no
+    takeover: the client inflates each message alone) still inflates to its own bytes."""
+    deflater = Deflater(15, no_takeover, Parts())
+    text, part = _TEXTS[1], _PARTS_POOL[1]
+    sent = [(deflater.frame(text), text)]  # the compressor's history: text
+    pieces = (b'{"a":', part, text)  # a large last piece goes through the compressor
+    sent.append((deflater.frame_pieces(pieces), b"".join(pieces)))
+    sent.append((deflater.frame(text), text))  # repeats both: only a reset makes it right
+    inflate = zlib.decompressobj(-15)
+    for (_, payload), expected in sent:
+        if no_takeover:
+            inflate = zlib.decompressobj(-15)
+        assert trickle(inflate, payload + TAIL) == expected

@@ -31,6 +31,11 @@ def tokenizer_file(
 pieces = st.one_of(
     st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=30),
     st.sampled_from([*SPECIALS, " ", "\n\n", "  \t", "'s", "'ll", "123", "fn x()", "Zürich"]),
+    # whitespace runs before a non-space, where the split's lookaround acts (and is cut for)
+    st.sampled_from(
+        ["   x", "\n    def", " \nx", "\t\t'", "\xa0\xa0x", "\u2003 7", "\x85 .", "  's"]
+    ),
+    st.sampled_from(["\x1c\x1cx", "\x1f \x1c", "\u200b\u200b ", "\r\n  }", "\u3000\u3000é"]),
 )
 texts = st.lists(pieces, max_size=12).map("".join)
 

@@ -100,33 +100,41 @@ def _static_json(value: object) -> bytes:
     return data
 
 
-def snapshot_pieces(event: Any) -> tuple[bytes, ...]:
+SPLICE_MIN_BYTES = 6 * 1024  # smaller parts: encoding the whole event is cheaper (timeit)
+
+
+def snapshot_pieces(event: Any, splice_min: int = SPLICE_MIN_BYTES) -> tuple[bytes, ...]:
     """A lifecycle snapshot's bytes as pieces that join to ``encode(event)``: one piece, or
-    dynamic and unchanging pieces in turn when it carries instructions or tools (odd positions:
-    their JSON, the very bytes object every snapshot of that part reuses). A socket writes the
-    pieces as they are, and its compressor compresses each unchanging part once (WS-19)."""
+    dynamic and unchanging pieces in turn when it carries instructions or tools of
+    ``splice_min`` bytes or more together (odd positions: their JSON, the very bytes object
+    every snapshot of that part reuses). A socket writes the pieces as they are, and its
+    compressor compresses each unchanging part once (WS-19). Below the bound one whole piece:
+    a Raw tool list and one string encode faster than the splice (1.0 against 2.5 us for a
+    small tool and instructions; 5.7 against 2.5 us for a Codex request's 24 KB)."""
     response = event.response
     tools, instructions = response.tools, response.instructions
     if not tools and not instructions:
         return (_ENCODER.encode(event),)
+    tools_json = _static_json(tools) if tools else b""
+    if len(tools_json) + (len(instructions) if instructions else 0) < splice_min:
+        return (_ENCODER.encode(event),)  # the parts are Raw bytes and one string: cheap whole
     skeleton = msgspec.structs.replace(
         response,
         tools=_NONCE_TOOLS if tools else tools,
         instructions=_NONCE_INSTR if instructions else instructions,
     )
     data = _ENCODER.encode(msgspec.structs.replace(event, response=skeleton))
-    cuts = []
-    if tools:
-        cuts.append((data.index(_NONCE_TOOLS_JSON), len(_NONCE_TOOLS_JSON), _static_json(tools)))
-    if instructions:
-        at = data.index(_NONCE_INSTR_JSON)
-        cuts.append((at, len(_NONCE_INSTR_JSON), _static_json(instructions)))
-    cuts.sort(key=lambda cut: cut[0])
+    # ``instructions`` comes before ``tools`` in the Response's fields, so in its JSON too
     pieces: list[bytes] = []
     start = 0
-    for at, width, static in cuts:
-        pieces += (data[start:at], static)
-        start = at + width
+    if instructions:
+        at = data.index(_NONCE_INSTR_JSON)
+        pieces += (data[:at], _static_json(instructions))
+        start = at + len(_NONCE_INSTR_JSON)
+    if tools:
+        at = data.index(_NONCE_TOOLS_JSON, start)
+        pieces += (data[start:at], tools_json)
+        start = at + len(_NONCE_TOOLS_JSON)
     pieces.append(data[start:])
     return tuple(pieces)
 

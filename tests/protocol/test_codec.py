@@ -252,10 +252,11 @@ def test_snapshot_events_encode_as_one_whole(
         once = encode(event)
         assert once == msgspec.json.encode(event)
         assert encode(event) == once  # the second time from the cache
-        pieces = snapshot_pieces(event)  # what a socket writes and deflates piece by piece
+        assert snapshot_pieces(event) == (once,)  # small parts: encoded whole, faster
+        pieces = snapshot_pieces(event, 0)  # what a socket writes and deflates piece by piece
         assert b"".join(pieces) == once
         assert len(pieces) == 1 + 2 * (bool(tools) + bool(instructions))
-        again = snapshot_pieces(event)
+        again = snapshot_pieces(event, 0)
         assert all(a is b for a, b in zip(pieces[1::2], again[1::2], strict=True))  # once each
 
 

@@ -29,7 +29,7 @@ COPY_LIMIT = 4096  # larger payloads go out as their own buffer: no copy to prep
 DEFLATE_MIN_BYTES = 256
 # A snapshot's unchanging part this big is compressed once and spliced; a dynamic piece smaller
 # than this goes into the stream as a stored block (RFC 1951 §3.2.4), with no deflate call.
-SPLICE_MIN_BYTES = 1024
+COMPRESS_ONCE_MIN_BYTES = 1024
 _DEFLATE_TAIL = b"\x00\x00\xff\xff"  # what a sync flush ends with; RFC 7692 §7.2.1 drops it
 _EMPTY_STORED = b"\x00" + _DEFLATE_TAIL  # an empty stored block: the sync flush's own bytes
 
@@ -129,7 +129,7 @@ class Deflater:
         pieces are unchanging parts (``protocol.codec.snapshot_pieces``)."""
         out: list[bytes] = []
         for i, piece in enumerate(pieces):
-            if len(piece) < SPLICE_MIN_BYTES:
+            if len(piece) < COMPRESS_ONCE_MIN_BYTES:
                 out.append(stored(piece))
                 self._in_step = False
             elif i % 2:

@@ -22,6 +22,7 @@ from engine.inspector.read_model import ErrorRing, note_event
 from engine.rollout.turn import ClientGone, Mode
 from engine.server.transport import identity, ratelimits
 from engine.server.transport.frames import (
+    COMPRESS_ONCE_MIN_BYTES,
     COPY_LIMIT,
     DEFLATE_MIN_BYTES,
     Deflater,
@@ -31,7 +32,14 @@ from engine.server.transport.frames import (
 from engine.server.transport.keys import INSPECTOR, SESSIONS
 from engine.server.transport.server_config import ServerConfig
 from engine.store.framing import ANY_OWNER, OwnerFilter
-from protocol.codec import SNAPSHOT_EVENTS, Repeats, decode_client_event, encode, snapshot_pieces
+from protocol.codec import (
+    SNAPSHOT_EVENTS,
+    SPLICE_MIN_BYTES,
+    Repeats,
+    decode_client_event,
+    encode,
+    snapshot_pieces,
+)
 from protocol.errors import InvalidRequest, ProtocolError, TooManyRequests
 from protocol.events import ServerEvent
 
@@ -73,6 +81,7 @@ class WsSink:
         "_loop",
         "_owner",
         "_pending",
+        "_splice_min",
         "_timeout",
         "_writer",
         "frames_in",
@@ -103,6 +112,9 @@ class WsSink:
         coalesce = writer is not None and hasattr(writer, "drain")
         self._writer = writer if coalesce else None
         self._deflater = _deflater(ws) if coalesce else None
+        # A compressed socket splices what it can compress once (WS-19); a plain one only
+        # what is cheaper to splice than to encode again (CODEC-6).
+        self._splice_min = SPLICE_MIN_BYTES if self._deflater is None else COMPRESS_ONCE_MIN_BYTES
 
     async def send(self, event: ServerEvent) -> None:
         ws = self.ws
@@ -117,7 +129,7 @@ class WsSink:
             if not self._frames:
                 self._loop.call_soon(self.flush)
             if type(event) in SNAPSHOT_EVENTS:
-                self._add_pieces(snapshot_pieces(event))
+                self._add_pieces(snapshot_pieces(event, self._splice_min))
             else:
                 self._add(encode(event))
             transport = self._writer.transport

@@ -130,18 +130,24 @@ def test_spliced_parts_inflate_to_the_same_bytes(
     assert parts.size <= 9000
 
 
-def test_an_unchanging_part_is_compressed_once_and_spliced() -> None:
+def test_an_unchanging_part_is_compressed_once_per_key_and_spliced() -> None:
     """WS-19: the second snapshot carrying the same part holds that part's one compressed
-    stream verbatim (no deflate call over it), on two sockets alike."""
+    stream verbatim (no deflate call over it), on two sockets of one key alike, and for equal
+    bytes of another request; another key's socket never reuses it (its timing would show
+    that someone sent the same text)."""
     parts = Parts()
     part = _PARTS_POOL[3]
-    blob = parts.compressed(15, part)
+    blob = parts.compressed("key-a", 15, part)
     for _ in range(2):
-        deflater = Deflater(15, no_takeover=False, parts=parts)
+        deflater = Deflater(15, no_takeover=False, parts=parts, owner="key-a")
         for seq in range(2):
             _, payload = deflater.frame_pieces((b'{"n":%d,"i":' % seq, part, b"}"))
             assert blob.removesuffix(TAIL) in payload
-    assert parts.compressed(15, bytes(part)) is blob  # equal bytes from another request too
+    other_request = bytes(bytearray(part))
+    assert other_request is not part
+    assert parts.compressed("key-a", 15, other_request) is blob
+    assert parts.compressed("key-b", 15, part) is not blob
+    assert parts.size == 2 * (len(part) + len(blob))
 
 
 @pytest.mark.parametrize("no_takeover", [False, True])

@@ -49,10 +49,11 @@ def stored(piece: bytes) -> bytes:
 
 class Parts:
     """The unchanging parts of lifecycle snapshots (their instructions' and tools' JSON,
-    CODEC-6), each compressed once per window size and shared by every socket (WS-19): a raw
-    deflate stream of its own, ending in a sync flush, so it refers to nothing before it and
-    can be spliced into any message. Bounded in bytes (the part, held as the key, and its
-    compressed form), oldest dropped first."""
+    CODEC-6), each compressed once per owner and window size and shared by that owner's
+    sockets (WS-19): a raw deflate stream of its own, ending in a sync flush, so it refers to
+    nothing before it and can be spliced into any message. Keyed by owner too, so no key's
+    timing shows whether another key sent the same text. Bounded in bytes (the part, held in
+    the key, and its compressed form), oldest dropped first."""
 
     __slots__ = ("_limit", "_parts", "_size")
 
@@ -60,7 +61,7 @@ class Parts:
 
     def __init__(self, limit_bytes: int = 8 * 1024 * 1024) -> None:
         self._limit = limit_bytes
-        self._parts: dict[tuple[int, bytes], bytes] = {}
+        self._parts: dict[tuple[object, int, bytes], bytes] = {}
         self._size = 0
 
     @property
@@ -68,8 +69,8 @@ class Parts:
         """Bytes held: every part and its compressed stream."""
         return self._size
 
-    def compressed(self, window_bits: int, part: bytes) -> bytes:
-        key = (window_bits, part)
+    def compressed(self, owner: object, window_bits: int, part: bytes) -> bytes:
+        key = (owner, window_bits, part)
         blob = self._parts.get(key)
         if blob is not None:
             return blob
@@ -78,7 +79,7 @@ class Parts:
         cost = len(part) + len(blob)
         while self._parts and self._size + cost > self._limit:
             old = next(iter(self._parts))
-            self._size -= len(old[1]) + len(self._parts.pop(old))
+            self._size -= len(old[2]) + len(self._parts.pop(old))
         if cost <= self._limit:
             self._parts[key] = blob
             self._size += cost
@@ -101,14 +102,16 @@ class Deflater:
     (``Z_FULL_FLUSH``: what follows refers to nothing before it). Inflated, every message is
     the same bytes."""
 
-    __slots__ = ("_bits", "_flush", "_in_step", "_parts", "_takeover", "_z")
+    __slots__ = ("_bits", "_flush", "_in_step", "_owner", "_parts", "_z")
 
-    def __init__(self, window_bits: int, no_takeover: bool, parts: Parts = PARTS) -> None:
+    def __init__(
+        self, window_bits: int, no_takeover: bool, parts: Parts = PARTS, owner: object = None
+    ) -> None:
         self._z = zlib.compressobj(zlib.Z_BEST_SPEED, zlib.DEFLATED, -window_bits)
         self._flush = zlib.Z_FULL_FLUSH if no_takeover else zlib.Z_SYNC_FLUSH
-        self._takeover = not no_takeover
         self._bits = window_bits
         self._parts = parts
+        self._owner = owner  # the socket's key: whose parts it may reuse
         # The client's window ends with what the compressor last compressed (nothing spliced
         # since): only then may the compressor refer back.
         self._in_step = True
@@ -133,18 +136,18 @@ class Deflater:
                 out.append(stored(piece))
                 self._in_step = False
             elif i % 2:
-                out.append(self._parts.compressed(self._bits, piece))
+                out.append(self._parts.compressed(self._owner, self._bits, piece))
                 self._in_step = False
             else:
-                out.append(self._compressed(piece))
+                out.append(self._deflated(piece))
         if not out[-1].endswith(_DEFLATE_TAIL):
             out.append(_EMPTY_STORED)
-        if not self._takeover:
+        if self._flush == zlib.Z_FULL_FLUSH:  # no context takeover:
             self._in_step = False  # the next message must not refer to this one
         payload = b"".join(out).removesuffix(_DEFLATE_TAIL)
         return deflate_frame_header(len(payload)), payload
 
-    def _compressed(self, piece: bytes) -> bytes:
+    def _deflated(self, piece: bytes) -> bytes:
         """A large dynamic piece through the socket's compressor, ending byte-aligned."""
         z = self._z
         reset = b"" if self._in_step else z.flush(zlib.Z_FULL_FLUSH)

@@ -47,15 +47,17 @@ log = logging.getLogger("rollout.ws")
 APPEND_BETA = "rollout-append=v1"  # OpenAI-Beta value that makes append mode the default
 
 
-def _deflater(ws: web.WebSocketResponse) -> Deflater | None:
+def _deflater(ws: web.WebSocketResponse, owner: OwnerFilter) -> Deflater | None:
     """The socket's compressor when permessage-deflate was negotiated (``ws.compress`` is then
     the window bits); aiohttp's writer knows whether the client asked for no context takeover
-    (unknown: assume it did, which every client can read)."""
+    (unknown: assume it did, which every client can read). ``owner``: the socket's key, whose
+    compressed parts it may reuse (WS-19)."""
     bits = ws.compress
     if not bits:
         return None
     writer = getattr(ws, "_writer", None)
-    return Deflater(15 if bits is True else int(bits), getattr(writer, "notakeover", True))
+    no_takeover = getattr(writer, "notakeover", True)
+    return Deflater(15 if bits is True else int(bits), no_takeover, owner=owner)
 
 
 class WsSink:
@@ -111,7 +113,7 @@ class WsSink:
         writer = getattr(ws, "_payload_writer", None)
         coalesce = writer is not None and hasattr(writer, "drain")
         self._writer = writer if coalesce else None
-        self._deflater = _deflater(ws) if coalesce else None
+        self._deflater = _deflater(ws, owner) if coalesce else None
         # A compressed socket splices what it can compress once (WS-19); a plain one only
         # what is cheaper to splice than to encode again (CODEC-6).
         self._splice_min = SPLICE_MIN_BYTES if self._deflater is None else COMPRESS_ONCE_MIN_BYTES

@@ -94,5 +94,8 @@ class Lane:
             self._latest.rollout = None
 
     def clear(self) -> None:
-        """The connection closed (WS-12): its rollouts were already retired or handed over."""
+        """The connection closed (WS-12): its rollouts were already retired or handed over, its
+        worker has ended. A cancelled worker's traceback holds this lane: the lane lets go of
+        the worker, so neither waits for the cyclic collector (ROLL-9)."""
         self._latest = None
+        self.worker = None

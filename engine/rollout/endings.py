@@ -1,5 +1,5 @@
 """How a rollout's responses and the rollout itself end (SPEC: STORE-6, STORE-8, STORE-21,
-STORE-30, ROLL-7, MODEL-5, ERR-3, POST-1, POST-5).
+STORE-30, ROLL-7, ROLL-9, MODEL-5, ERR-3, POST-1, POST-5).
 
 A response ends with its durable write (``store: true``), then its terminal frame, then its
 ledger record (standard mode). The rollout ends once: its stage counters join the engine's and
@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import weakref
 from typing import Protocol
 
 from engine.conversation.context import Context
@@ -61,7 +62,9 @@ class Rollout(Protocol):
 
 class Endings:
     def __init__(self, rollout: Rollout) -> None:
-        self._rollout = rollout
+        # A proxy, not a reference: the rollout owns its endings, and a finished rollout is
+        # freed by reference counting alone, never left for the cyclic collector (ROLL-9).
+        self._rollout: Rollout = weakref.proxy(rollout)
         # A standard response whose terminal event is built but whose ledger record is not yet
         # handed over: billed by whichever ending comes next, whatever the client does (POST-5).
         self._owed: Turn | None = None

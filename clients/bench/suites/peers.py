@@ -284,14 +284,19 @@ class Chain:
         return response
 
     async def _http(self, body: dict[str, Any]) -> Any:
-        stream = await self.client.responses.create(stream=True, **body)
-        async with stream:  # closed when left early: the connection goes back to the pool
+        """Read to the stream's end, as the SDK's own helpers and agents do: a stream left at
+        its terminal event is closed with its body unread, and httpx then drops the connection
+        instead of pooling it (every turn would pay a new TCP connection)."""
+        completed = None
+        async with await self.client.responses.create(stream=True, **body) as stream:
             async for event in stream:
                 if event.type == "response.completed":
-                    return event.response
-                if event.type in ("response.failed", "error"):
+                    completed = event.response
+                elif event.type in ("response.failed", "error"):
                     raise RuntimeError(f"turn failed: {event.type}")
-        raise RuntimeError("the stream ended before response.completed")
+        if completed is None:
+            raise RuntimeError("the stream ended before response.completed")
+        return completed
 
     async def _ws(self, body: dict[str, Any]) -> Any:
         await self.conn.response.create(**body)

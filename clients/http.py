@@ -119,6 +119,7 @@ class HttpClient:
                         event = decode_event(sse.data)
                         end = reader.feed(event) if event is not None else None
                         if end is not None:
+                            await resp.read()  # to the stream's end: the connection is reused
                             return end
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise ConnectionFailed(f"cannot reach {self.url}: {exc}") from exc

@@ -75,6 +75,10 @@ async def _read_sse(resp: aiohttp.ClientResponse, reader: TurnReader) -> TurnRes
         arrived = now()
         for event in decoder.feed(chunk):
             if reader.feed(event.data, arrived):
+                # The turn is timed; the stream is read to its end, as real clients read it, so
+                # the keep-alive connection goes back to the pool (a response released with its
+                # body unread closes its connection: every turn would pay a new one).
+                await resp.read()
                 return reader.turn
     raise BenchError("the event stream ended before the turn did")
 

@@ -20,9 +20,18 @@ MODEL = "sim-coding-agent"
 
 async def test_scenario_with_previous_response_id(server: LiveServer, sandbox: Path) -> None:
     events: list[ev.ServerEvent] = []
-    async with HttpClient(server.base_url, hooks=Hooks(on_event=events.append)) as client:
+    connections: list[object] = []  # the server's connections seen while events arrived
+
+    def on_event(event: ev.ServerEvent) -> None:
+        events.append(event)
+        connections.extend(c for c in server.runner.server.connections if c not in connections)
+
+    async with HttpClient(server.base_url, hooks=Hooks(on_event=on_event)) as client:
         result = await client.run(MODEL, SCENARIO_PROMPT, coding_tools(sandbox))
     assert_scenario_completed(result, sandbox)
+    # Each stream is read to its end, so the 27 requests share one pooled connection (a
+    # response left with its body unread would close it: a new connection every turn).
+    assert len(connections) == 1
     assert len(set(result.response_ids)) == 27
     assert sum(isinstance(e, ev.ResponseCompleted) for e in events) == 27
     # Each continuation named its parent by id; nothing was resent, and each was served from

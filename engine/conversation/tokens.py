@@ -236,9 +236,13 @@ class TokenBuffer:
         return self._data[: self._len]
 
     def compact(self, slack: int = 1024) -> None:
-        """Give back spare capacity (a suspended rollout may wait long; MEM-1)."""
-        if len(self._data) > self._len + 2 * slack:
-            self._data = self._data[: self._len + slack].copy()
+        """Give back spare capacity (a suspended rollout may wait long; MEM-1), keeping a
+        headroom that grows with the buffer (an eighth of it, at least ``slack``): cut to a
+        fixed slack, a rollout that grows each turn copied its whole buffer twice per turn
+        (cut here, doubled by the next turn's tokens)."""
+        headroom = max(slack, self._len // 8)
+        if len(self._data) > self._len + 2 * headroom:
+            self._data = self._data[: self._len + headroom].copy()
 
     def copy(self) -> TokenBuffer:
         clone = TokenBuffer(self._len + 1024)

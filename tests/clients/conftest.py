@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import pytest
@@ -10,6 +9,7 @@ import pytest
 from clients.coding import make_sandbox, remaining_bugs
 from clients.loop import RolloutResult
 from engine.models.sim.scenarios import CODING_AGENT_STEPS
+from tests.support.server import free_port
 
 
 @pytest.fixture
@@ -34,7 +34,4 @@ def assert_scenario_completed(result: RolloutResult, root: Path) -> None:
 @pytest.fixture
 def unused_port() -> int:
     """A loopback port nothing listens on (bound, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
+    return free_port()

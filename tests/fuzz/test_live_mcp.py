@@ -34,7 +34,8 @@ from openai.types.responses import Response
 
 from engine.core import EngineConfig
 from tests.fuzz._support import LiveEnv, check_error_body, examples, report, timeout_for
-from tests.support.mcp import free_port, sdk_server
+from tests.support.mcp import sdk_server
+from tests.support.server import free_port
 
 SERVERS = ("live", "down", "refused")
 

@@ -5,44 +5,24 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import socket
 import sys
 from pathlib import Path
 
 import aiohttp
 
-from tests.support.wait import wait_for
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-async def _wait_healthy(port: int) -> None:
-    async with aiohttp.ClientSession() as http:
-
-        async def healthy() -> bool:
-            try:
-                async with http.get(f"http://127.0.0.1:{port}/healthz") as resp:
-                    return resp.status == 200
-            except aiohttp.ClientError:
-                return False
-
-        await wait_for(healthy, "the server to start")
+from tests.support.server import free_port
+from tests.support.wait import wait_healthy
 
 
 async def test_sigterm_drains_in_flight_then_exits_cleanly(tmp_path: Path) -> None:
-    port, ledger = _free_port(), tmp_path / "ledger.jsonl"
+    port, ledger = free_port(), tmp_path / "ledger.jsonl"
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "cli", "serve", "--port", str(port),
         "--tps", "40", "--ledger", str(ledger), "--log-level", "WARNING", "--store", "memory://",
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     try:
-        await _wait_healthy(port)
+        await wait_healthy(f"http://127.0.0.1:{port}/healthz", "the server to start")
         async with (
             aiohttp.ClientSession() as http,
             http.ws_connect(f"ws://127.0.0.1:{port}/v1/responses") as ws,

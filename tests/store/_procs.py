@@ -8,20 +8,11 @@ import asyncio
 import contextlib
 import shutil
 import signal
-import socket
 import sys
 from pathlib import Path
 
-import aiohttp
-
-from tests.support.wait import wait_for
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+from tests.support.server import free_port
+from tests.support.wait import wait_for, wait_healthy
 
 
 async def _wait_port(
@@ -115,18 +106,10 @@ class ServeProcess:
 
     async def _wait_healthy(self) -> None:
         assert self.proc is not None
-        proc = self.proc
-        async with aiohttp.ClientSession() as http:
-
-            async def healthy() -> bool:
-                if proc.returncode is not None:
-                    raise AssertionError(f"rollout serve exited: {self.logs()}")
-                with contextlib.suppress(aiohttp.ClientError):
-                    async with http.get(f"{self.base}/healthz") as resp:
-                        return resp.status == 200
-                return False
-
-            await wait_for(healthy, "rollout serve to start", limit=60)  # a loaded machine
+        await wait_healthy(
+            f"{self.base}/healthz", "rollout serve to start", limit=60,  # a loaded machine
+            process=self.proc, logs=self.logs,
+        )  # fmt: skip
 
     def logs(self) -> str:
         return "\n".join(p.read_text(errors="replace") for p in self.workdir.glob("serve-*.log"))

@@ -8,12 +8,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import socket
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.support.server import free_port
 from tests.support.wait import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,12 +37,6 @@ class McpProcess:
         with contextlib.suppress(ProcessLookupError):
             self.process.kill()
         await self.process.wait()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def _listening(port: int) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import ssl
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +40,14 @@ async def serve_app(
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ssl_context).start()
     return runner, bound_port(runner)
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now (bound, then released): for a process the test
+    starts itself."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def bound_port(runner: web.AppRunner) -> int:

@@ -15,7 +15,6 @@ import gc
 import logging
 import re
 import signal
-import socket
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -33,8 +32,8 @@ from engine.rollout.coroutine import Rollout
 from engine.rollout.endings import Endings
 from engine.rollout.turn import Turn
 from tests.support.fixtures import sdk_client
-from tests.support.server import LiveServer
-from tests.support.wait import wait_for
+from tests.support.server import LiveServer, free_port
+from tests.support.wait import wait_for, wait_healthy
 from tests.support.ws import read_until
 
 TOOL = {"type": "function", "name": "f", "parameters": {"type": "object", "properties": {}}}
@@ -133,30 +132,14 @@ async def test_finished_turns_leave_nothing_for_the_cyclic_collector(
     assert _alive() == before  # ROLL-9: each one went with its last reference
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 async def test_serve_freezes_its_startup_heap_once_it_listens() -> None:
-    port = _free_port()
+    port = free_port()
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "cli", "serve", "--port", str(port), "--store", "memory://",
         "--log-level", "INFO", stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     try:
-        async with aiohttp.ClientSession() as http:
-
-            async def healthy() -> bool:
-                try:
-                    async with http.get(f"http://127.0.0.1:{port}/healthz") as resp:
-                        return resp.status == 200
-                except aiohttp.ClientError:
-                    return False
-
-            await wait_for(healthy, "the server to start")
+        await wait_healthy(f"http://127.0.0.1:{port}/healthz", "the server to start")
         proc.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(proc.wait(), 20) == 0
     finally:

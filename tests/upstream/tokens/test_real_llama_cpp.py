@@ -21,7 +21,6 @@ import asyncio
 import itertools
 import json
 import os
-import socket
 import subprocess
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -35,9 +34,9 @@ from openai import AsyncOpenAI
 
 from clients.bench.services.tiny_model import make_tokenizer
 from engine.models.config import build_router, parse_config
-from tests.support.server import LiveServer, serve_app
+from tests.support.server import LiveServer, free_port, serve_app
 from tests.support.tiny_gguf import write as write_gguf
-from tests.support.wait import wait_for
+from tests.support.wait import wait_healthy
 from tests.upstream.conftest import StartEngine
 
 LLAMA_SERVER = os.environ.get("ROLLOUT_LLAMA_SERVER", "")
@@ -51,26 +50,6 @@ class Llama:
     tokenizer: Path
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-async def _healthy(url: str) -> None:
-    async with aiohttp.ClientSession() as http:
-
-        async def answers() -> bool:
-            try:
-                async with http.get(f"{url}/health") as resp:
-                    return resp.status == 200
-            except aiohttp.ClientError:
-                return False
-
-        await wait_for(answers, f"llama-server ready at {url}", limit=120)
-
-
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Llama]:
     """One llama-server for the module: one slot (its prompt cache follows one chain at a
@@ -79,14 +58,14 @@ def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Llama]:
     root = tmp_path_factory.mktemp("llama")
     tokenizer = make_tokenizer(root / "tokenizer")
     model = write_gguf(root / "tiny.gguf", tokenizer)
-    port = _free_port()
+    port = free_port()
     log = (root / "llama-server.log").open("wb")
     args = [LLAMA_SERVER, "-m", str(model), "--host", "127.0.0.1", "--port", str(port)]
     args += ["--jinja", "-c", "4096", "-np", "1", "-t", "2", "--temp", "0", "--seed", "0"]
     server = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        asyncio.run(_healthy(url))
+        asyncio.run(wait_healthy(f"{url}/health", f"llama-server ready at {url}", limit=120))
         yield Llama(url, tokenizer)
     finally:
         server.terminate()

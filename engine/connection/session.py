@@ -251,6 +251,7 @@ class Session:
         target = event.previous_response_id
         rollout = next((r for r in self.rollouts.values() if r.steerable(target)), None)
         if rollout is None:
+            await _terminal_out(self, target)  # a refusal follows the terminal frame (STEER-7)
             await self.sink.send(unattached(event, self.has_finished(target)))
             return
         stream = rollout.turn.stream
@@ -355,6 +356,16 @@ class Session:
         """Wait until every queued create has been served (HTTP uses one create per session)."""
         for lane in list(self.lanes.values()):
             await lane.queue.join()
+
+
+async def _terminal_out(self: Session, response_id: str) -> None:
+    """Wait until a response whose terminal event is built has its frame in the sink: between
+    the two comes its durable write (STORE-6), and a steer refused there as already completed
+    would reach the client before the response's own end (STEER-7)."""
+    for rollout in self.rollouts.values():
+        if rollout.turn.stream.id == response_id:
+            await rollout.turn.terminal_written()
+            return
 
 
 async def _inject_standard(self: Session, event: ResponseInject) -> None:

@@ -108,6 +108,7 @@ class Endings:
             await self._unstored(turn, exc)
             raise TurnNotStored from exc
         try:
+            turn.hand_over()
             await turn.sink.send(event)
         finally:
             turn.settle()

@@ -92,6 +92,10 @@ class Turn:
     status: str = "in_progress"
     trace: TurnTrace | None = None  # its span, with tracing on (OTEL-2)
     conversation: Joined | None = None  # a create on a conversation, until it ends (CONV-5)
+    # Its terminal frame is in the sink (the send may still wait for the socket): from here on
+    # a steer may be refused as already completed, after that frame (STEER-7).
+    terminal_out: bool = False
+    _out: asyncio.Future[None] | None = None  # made only for a steer that waits for it
 
     def settle(self, status: str | None = None) -> None:
         """Resolve ``done`` (once) with ``status``, or with the status it ended with."""
@@ -99,6 +103,25 @@ class Turn:
             self.status = status
         if not self.done.done():
             self.done.set_result(self.status)
+        self._wake()
+
+    def hand_over(self) -> None:
+        """The terminal frame goes into the sink now (the caller sends it next, STEER-7)."""
+        self.terminal_out = True
+        self._wake()
+
+    async def terminal_written(self) -> None:
+        """Until the terminal frame is in the sink, or the turn ended without one (STEER-7):
+        between the two come its durable write (STORE-6) and the conversation's append."""
+        if self.terminal_out or self.done.done():
+            return
+        if self._out is None:
+            self._out = asyncio.get_running_loop().create_future()
+        await asyncio.shield(self._out)
+
+    def _wake(self) -> None:
+        if self._out is not None and not self._out.done():
+            self._out.set_result(None)
 
 
 def now() -> int:

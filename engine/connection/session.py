@@ -251,8 +251,7 @@ class Session:
         target = event.previous_response_id
         rollout = next((r for r in self.rollouts.values() if r.steerable(target)), None)
         if rollout is None:
-            await _terminal_out(self, target)  # a refusal follows the terminal frame (STEER-7)
-            await self.sink.send(unattached(event, self.has_finished(target)))
+            await self.sink.send(unattached(event, await _finished(self, target, append=False)))
             return
         stream = rollout.turn.stream
         refused = SteerRef(previous_response_id=target, input=echo(event.input))
@@ -272,7 +271,8 @@ class Session:
             if isinstance(event, ResponseInject):  # OpenAI's beta shape for these (INJECT-6)
                 await _inject_standard(self, event)
                 return
-            raise unknown_target(event.response_id, self.finished_append(event.response_id))
+            finished = await _finished(self, event.response_id, append=True)
+            raise unknown_target(event.response_id, finished)
         complete = rollout.offer(tool_outputs(event.input))  # raises without any change
         if isinstance(event, ResponseInject):
             await self.sink.send(rollout.turn.stream.inject_created())
@@ -358,14 +358,17 @@ class Session:
             await lane.queue.join()
 
 
-async def _terminal_out(self: Session, response_id: str) -> None:
-    """Wait until a response whose terminal event is built has its frame in the sink: between
-    the two comes its durable write (STORE-6), and a steer refused there as already completed
-    would reach the client before the response's own end (STEER-7)."""
+async def _finished(self: Session, response_id: str, *, append: bool) -> bool:
+    """Whether a steer's (or with ``append``, an append's) target is a response of this
+    connection that ended, answered once its terminal frame is in the sink: between a terminal
+    event built and its frame comes its durable write (STORE-6), and a refusal as already
+    completed sent there would reach the client before the response's own end (STEER-7,
+    APPEND-5)."""
     for rollout in self.rollouts.values():
         if rollout.turn.stream.id == response_id:
             await rollout.turn.terminal_written()
-            return
+            break
+    return self.finished_append(response_id) if append else self.has_finished(response_id)
 
 
 async def _inject_standard(self: Session, event: ResponseInject) -> None:

@@ -30,7 +30,7 @@ from tests.conformance.sdk_ws import call_output, create, final, recv, until_don
 from tests.support.server import LiveServer
 from tests.support.tools import WEATHER
 from tests.support.wait import wait_for
-from tests.support.ws import HeldTerminal
+from tests.support.ws import HeldTerminal, HeldWrite
 
 
 @pytest.fixture
@@ -207,29 +207,14 @@ async def test_steer_during_the_terminal_events_durable_write_is_refused_after_i
     comes its durable write (STORE-6). A steer arriving then is refused as already completed,
     but only after the terminal frame: the client never hears "completed" before the
     response's own end (the live fuzzer, seed 1376857138)."""
-    from engine.connection.session import Session
-
     conn, live, _ = await connect([[TextDelta("the answer")]])
-    held, released, entered = asyncio.Event(), asyncio.Event(), asyncio.Event()
-    put, handle_steer = live.engine.store.put, Session.handle_steer
-
-    async def slow_put(record: Any) -> Any:
-        held.set()
-        await released.wait()
-        return await put(record)
-
-    async def watched_steer(session: Session, event: Any) -> None:
-        entered.set()
-        await handle_steer(session, event)
-
-    monkeypatch.setattr(live.engine.store, "put", slow_put)
-    monkeypatch.setattr(Session, "handle_steer", watched_steer)
+    write = HeldWrite(monkeypatch, live.engine.store, "handle_steer")
     await conn.response.create(model="m", input="q", store=True)
     created = await recv(conn)
-    await wait_for(held.is_set, "the terminal event's durable write")
+    await wait_for(write.held.is_set, "the terminal event's durable write")
     await conn.response.steer(previous_response_id=created.response.id, input="late")
-    await wait_for(entered.is_set, "the server to read the steer")
-    released.set()
+    await wait_for(write.read.is_set, "the server to read the steer")
+    write.release()
     events = [await recv(conn)]
     while events[-1].type != "response.steer.failed":
         events.append(await recv(conn))

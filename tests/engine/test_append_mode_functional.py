@@ -16,7 +16,8 @@ from engine.models.sim.scenarios import CODING_AGENT_STEPS
 from protocol.codec import parse_input
 from tests.support.server import LiveServer
 from tests.support.tools import WEATHER_LOOSE
-from tests.support.ws import HeldTerminal, next_event, read_until
+from tests.support.wait import wait_for
+from tests.support.ws import HeldTerminal, HeldWrite, next_event, read_until
 
 CODING_TOOLS = [
     {"type": "function", "name": name, "parameters": {"type": "object", "properties": {}}}
@@ -151,3 +152,27 @@ async def test_an_append_answering_a_terminal_frame_still_in_its_send_is_already
         assert error["type"] == "error"
         assert error["error"]["code"] == "response_already_completed", error
         assert "stream_id" not in error, error  # as after the lane heard (the live fuzzer)
+
+
+async def test_an_append_during_the_terminal_events_durable_write_is_refused_after_it(
+    server: LiveServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """APPEND-5: between a response's terminal event being built and its frame being sent
+    comes its durable write (STORE-6). An append arriving then is refused as already
+    completed, but only after the terminal frame (as a steer is, STEER-7)."""
+    write = HeldWrite(monkeypatch, server.engine.store, "handle_append")
+    async with aiohttp.ClientSession() as http, http.ws_connect(server.ws_url) as ws:
+        create = {"type": "response.create", "model": "sim", "rollout_mode": "append"}
+        await ws.send_json({**create, "input": "Say hello.", "store": True})
+        created = await next_event(ws)
+        await wait_for(write.held.is_set, "the terminal event's durable write")
+        response_id = created["response"]["id"]
+        append = {"type": "response.append", "response_id": response_id}
+        await ws.send_json({**append, "input": [_output_for("call_x")]})
+        await wait_for(write.read.is_set, "the server to read the append")
+        write.release()
+        events = [await next_event(ws)]
+        while events[-1]["type"] != "error":
+            events.append(await next_event(ws))
+    assert events[-2]["type"] == "response.completed", [e["type"] for e in events]
+    assert events[-1]["error"]["code"] == "response_already_completed", events[-1]

@@ -193,17 +193,19 @@ class TokenBuffer:
     """Growable int32 array with amortised O(1) append; the rollout's rendered history.
 
     Appending the tokens of new items never copies or re-encodes what is already there
-    (except the occasional capacity doubling).
+    (except the occasional capacity doubling). An estimated count (TOK-10, UP-8) is held as a
+    number, not as placeholder ids (MEM-1): its length grows, nothing is stored or copied.
     """
 
-    __slots__ = ("_data", "_len")
+    __slots__ = ("_counted", "_data", "_len")
 
-    def __init__(self, capacity: int = 1024) -> None:
+    def __init__(self, capacity: int = 0) -> None:
         self._data: TokenArray = np.empty(max(capacity, 16), dtype=np.int32)
-        self._len = 0
+        self._len = 0  # ids held in ``_data``
+        self._counted = 0  # estimated ids, counted only
 
     def __len__(self) -> int:
-        return self._len
+        return self._len + self._counted
 
     def _room(self, n: int) -> int:
         """Capacity for ``n`` more ids (doubling); returns the new length."""
@@ -220,11 +222,8 @@ class TokenBuffer:
         self._len = need
 
     def pad(self, n: int) -> None:
-        """``n`` placeholder ids (an estimated count, TOK-10, UP-8): the length grows, no ids
-        are converted or copied in."""
-        need = self._room(n)
-        self._data[self._len : need] = 0
-        self._len = need
+        """``n`` estimated ids (TOK-10, UP-8): counted toward the length, never stored."""
+        self._counted += n
 
     @property
     def capacity_bytes(self) -> int:
@@ -232,19 +231,24 @@ class TokenBuffer:
         return int(self._data.nbytes) + 112  # the array object's header
 
     def view(self) -> TokenArray:
-        """The ids held, without a copy (read-only use)."""
+        """The ids held (estimated ones are not), without a copy (read-only use)."""
         return self._data[: self._len]
 
     def compact(self, slack: int = 1024) -> None:
         """Give back spare capacity (a suspended rollout may wait long; MEM-1), keeping a
         headroom that grows with the buffer (an eighth of it, at least ``slack``): cut to a
         fixed slack, a rollout that grows each turn copied its whole buffer twice per turn
-        (cut here, doubled by the next turn's tokens)."""
+        (cut here, doubled by the next turn's tokens). A buffer that holds no ids keeps none."""
+        if not self._len:
+            if len(self._data) > 16:
+                self._data = np.empty(16, dtype=np.int32)
+            return
         headroom = max(slack, self._len // 8)
         if len(self._data) > self._len + 2 * headroom:
             self._data = self._data[: self._len + headroom].copy()
 
     def copy(self) -> TokenBuffer:
-        clone = TokenBuffer(self._len + 1024)
+        clone = TokenBuffer(self._len + 1024 if self._len else 0)
         clone.extend(self._data[: self._len])
+        clone._counted = self._counted
         return clone

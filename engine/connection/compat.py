@@ -52,6 +52,7 @@ class Connection(Protocol):
     owner: str | None  # the API-key identity of the requester (OWN-1)
     quota: Quota | None  # its key's rate limits (RATE-4)
     traceparent: str | None  # the client's W3C trace context, if any (OTEL-2)
+    loop: asyncio.AbstractEventLoop  # the connection's, held (a lookup is a system call)
 
     def resolve(self, model: str) -> Backend: ...
 
@@ -260,7 +261,7 @@ def _admit(session: Connection, lane: Lane, params: CreateParams) -> Admission:
     items, texts, compact_now = take_trigger(items, texts)  # COMPACT-7
     model = params.model or engine.config.default_model
     stream = ResponseStream(new_response(params, model), lane.name)
-    turn = Turn(stream, session.sink, items)
+    turn = Turn(stream, session.sink, items, session.loop.create_future())
     start = time.perf_counter()
     backend = session.resolve(model)
     turn.log.add_time("route", time.perf_counter() - start)

@@ -85,8 +85,8 @@ class Session:
         self.rollouts: dict[asyncio.Task[None], Rollout] = {}
         self.queued_bytes = 0  # frames of creates waiting in this connection's lanes (LIM-22)
         self._backends: dict[str, Backend] = {}  # model name -> backend, resolved once here
-        self._loop = asyncio.get_running_loop()
-        self.opened_at = self._loop.time()
+        self.loop = asyncio.get_running_loop()
+        self.opened_at = self.loop.time()
         self.closed = False
         self.draining = False  # server shutdown began: no new creates (LIM-13)
         self.expired = False  # connection age limit reached: close after the error (LIM-11)
@@ -139,7 +139,7 @@ class Session:
     def submit_create(self, params: CreateParams, nbytes: int = 0) -> None:
         if self.draining:
             raise Unavailable("server_shutting_down", "The server is shutting down.", None)
-        age, age_limit = self._loop.time() - self.opened_at, self.engine.config.max_connection_age_s
+        age, age_limit = self.loop.time() - self.opened_at, self.engine.config.max_connection_age_s
         if age > age_limit:
             self.expired = True
             raise InvalidRequest(

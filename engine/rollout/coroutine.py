@@ -80,9 +80,10 @@ class Rollout:
         self.endings = Endings(self)
         self.owner: str | None = None  # the API key fingerprint its stored records carry
         self.started_at = time.time()  # for the inspector (INSP-4)
+        self.loop = asyncio.get_running_loop()  # held: each lookup is a system call (3.11)
         self._wake: asyncio.Future[Turn | None] | None = None
-        self._idle = Deadline()  # the idle limit of each suspension (ROLL-6)
-        self.model_deadline = Deadline()  # each step's model_timeout_s (sampling.py)
+        self._idle = Deadline(self.loop)  # the idle limit of each suspension (ROLL-6)
+        self.model_deadline = Deadline(self.loop)  # each step's model_timeout_s (sampling.py)
         self._model_timeout = engine.config.model_timeout_s
         self.hosted = HostedTools(engine.mcp_limits, engine.config.mcp_max_calls)  # MCP-12
 
@@ -223,7 +224,7 @@ class Rollout:
         """Wait for tool outputs. Returns the turn to continue in, or None when retired."""
         self.pending = calls
         self.ctx.compact()  # it may wait a long time: hold only what it uses
-        self._wake = asyncio.get_running_loop().create_future()
+        self._wake = self.loop.create_future()
         self.advance(RolloutStep.SUSPEND)
         if self.mode is Mode.APPEND:
             await turn.sink.send(turn.stream.suspend(calls))
@@ -282,7 +283,7 @@ class Rollout:
         self.accounting.offered(self._apply(items, INCREMENTAL, texts=texts))
         if self._idle.when() is not None:  # accepted input restarts the idle clock (APPEND-6)
             limit = self.engine.config.suspended_idle_timeout_s
-            self._idle.reschedule(asyncio.get_running_loop().time() + limit)
+            self._idle.reschedule(self.loop.time() + limit)
         return not _unanswered(self.ctx, items)
 
     def resume(self, turn: Turn, settings: Settings | None = None) -> None:

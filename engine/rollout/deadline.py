@@ -19,8 +19,10 @@ from types import TracebackType
 class Deadline:
     __slots__ = ("_armed", "_cancelling", "_delay", "_expired", "_handle", "_loop", "_task", "at")
 
-    def __init__(self) -> None:
-        self._loop: asyncio.AbstractEventLoop | None = None  # the first section's
+    def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        # Its owner's loop, or the first section's. Held, not looked up per section: on Python
+        # 3.11 every ``get_running_loop`` (``current_task()`` too) is a ``getpid`` system call.
+        self._loop = loop
         self._handle: asyncio.TimerHandle | None = None
         self._armed = 0.0  # when the handle fires
         self._delay = 0.0
@@ -52,12 +54,13 @@ class Deadline:
             self._arm()
 
     async def __aenter__(self) -> Deadline:
-        task = asyncio.current_task()
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        task = asyncio.current_task(loop)
         assert task is not None and self._task is None
         self._task, self._cancelling, self._expired = task, task.cancelling(), False
-        if self._loop is None:
-            self._loop = asyncio.get_running_loop()
-        self.at = self._loop.time() + self._delay
+        self.at = loop.time() + self._delay
         if self._handle is None or self.at < self._armed:
             self._arm()
         return self

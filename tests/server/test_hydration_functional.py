@@ -130,7 +130,8 @@ async def test_budget_is_in_bytes_and_evicts_least_recent(
         EngineConfig(tokens_per_second=0, hydration_cache_bytes=40_000)
     )
     client = AsyncOpenAI(base_url=live.base_url, api_key="x", max_retries=0)
-    ids = [(await client.responses.create(model="sim", input=f"hi {n}")).id for n in range(12)]
+    # 40 small entries (~1.5 KiB each, the context's fixed part included) overflow 40 KB
+    ids = [(await client.responses.create(model="sim", input=f"hi {n}")).id for n in range(40)]
     big = await client.responses.create(model="sim", input="word " * 20_000)
     await client.close()
     cache = live.engine.hydrated

@@ -69,7 +69,7 @@ class ResponsesBackend(Backend):
         self.pool = pool
         self.options = options or ResponsesOptions()
         self.supports = supports | {HOSTED_TOOLS}  # the upstream runs hosted tools (TOOL-4)
-        self.stats: Counter[str] = Counter()
+        self.stats: Counter[str] = Counter(usage_estimated=0)  # UP-7: shown from the start
         self._links: dict[int, _Link] = {}  # id(Context) -> link; dropped when it is collected
 
     def stream(self, request: SampleRequest) -> AsyncGenerator[Delta, None]:
@@ -120,7 +120,8 @@ class ResponsesBackend(Backend):
             if key not in RESERVED:
                 body.setdefault(key, value)
         self.stats["requests"] += 1
-        self.stats.update({f"dropped.{k}": v for k, v in dropped.items()})
+        if dropped:  # rare; ``Counter.update`` costs microseconds even when given nothing
+            self.stats.update({f"dropped.{k}": v for k, v in dropped.items()})
         return body
 
     def remember_link(self, ctx: Context, mapper: EventMapper) -> None:
@@ -154,8 +155,10 @@ class _ResponsesAnswer:
         mapper, stats = self._events, self._backend.stats
         if mapper.final is None:
             raise closed_early()
-        stats.update({f"skipped.{k}": v for k, v in mapper.skipped.items()})
-        stats["usage_estimated"] += int(mapper.final.usage_estimated)
+        if mapper.skipped:
+            stats.update({f"skipped.{k}": v for k, v in mapper.skipped.items()})
+        if mapper.final.usage_estimated:
+            stats["usage_estimated"] += 1
         self._backend.remember_link(self._ctx, mapper)
         return [mapper.final]
 

@@ -263,6 +263,7 @@ class Engine:
         await self.parking.close()  # parked rollouts finish (and account) before the worker stops
         await self.handover.close()
         await self.post.stop()
+        self.metrics.sync_events()  # what the last records counted reaches the shared files
         if self._event_sync is not None:
             self._event_sync.cancel()
             await asyncio.gather(self._event_sync, return_exceptions=True)

@@ -209,7 +209,7 @@ class Inspector:
         self._sources = list(sources)
         self.row_cap = row_cap
         self.errors = ErrorRing()
-        self.stages = StageSeries(engine.metrics.stage_seconds)
+        self.stages = StageSeries(engine.metrics.pending)
         self._providers: dict[str, Provider] = {"store": self._store_status}
         self._extra_rollouts: dict[str, RolloutSource] = {}
         self._shown: dict[str, tuple[Rollout, Json]] = {}  # last tick's rows, to see endings

@@ -1,0 +1,1 @@
+"""Observability: the stage histograms and counters, the ledger, bench timings (OBS-*)."""

@@ -54,7 +54,8 @@ class Pending:
     ~1.2 us per observation, ten of them per record (~16 us, 6% of a WebSocket turn's
     instructions). Here a stage time is a ``bisect`` into the same buckets (one thread, the
     loop's: no lock) and a counter an integer; ``fold`` adds the totals, so what a reader
-    sees is what observing each value would have given (tests/engine/observe/test_metrics_fold.py)."""
+    sees is what observing each value would have given
+    (``tests/engine/observe/test_metrics_fold.py``)."""
 
     def __init__(self, histogram: Histogram, bounds: Iterable[float]) -> None:
         self.histogram = histogram

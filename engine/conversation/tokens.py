@@ -238,11 +238,7 @@ class TokenBuffer:
         """Give back spare capacity (a suspended rollout may wait long; MEM-1), keeping a
         headroom that grows with the buffer (an eighth of it, at least ``slack``): cut to a
         fixed slack, a rollout that grows each turn copied its whole buffer twice per turn
-        (cut here, doubled by the next turn's tokens). A buffer that holds no ids keeps none."""
-        if not self._len:
-            if len(self._data) > 16:
-                self._data = np.empty(16, dtype=np.int32)
-            return
+        (cut here, doubled by the next turn's tokens)."""
         headroom = max(slack, self._len // 8)
         if len(self._data) > self._len + 2 * headroom:
             self._data = self._data[: self._len + headroom].copy()

@@ -69,7 +69,7 @@ class ResponsesBackend(Backend):
         self.pool = pool
         self.options = options or ResponsesOptions()
         self.supports = supports | {HOSTED_TOOLS}  # the upstream runs hosted tools (TOOL-4)
-        self.stats: Counter[str] = Counter(usage_estimated=0)  # UP-7: shown from the start
+        self.stats: Counter[str] = Counter()
         self._links: dict[int, _Link] = {}  # id(Context) -> link; dropped when it is collected
 
     def stream(self, request: SampleRequest) -> AsyncGenerator[Delta, None]:
@@ -157,8 +157,7 @@ class _ResponsesAnswer:
             raise closed_early()
         if mapper.skipped:
             stats.update({f"skipped.{k}": v for k, v in mapper.skipped.items()})
-        if mapper.final.usage_estimated:
-            stats["usage_estimated"] += 1
+        stats["usage_estimated"] += int(mapper.final.usage_estimated)
         self._backend.remember_link(self._ctx, mapper)
         return [mapper.final]
 

@@ -58,6 +58,12 @@ from engine.conversation.compaction import summary_text
 from engine.conversation.tokens import CHUNK_CHARS
 from engine.conversation.trajectory import Trajectory
 from engine.models.base import ArgsDelta, CallEnd, CallStart, Delta, ReasoningDelta, TextDelta
+from engine.models.tokens.harmony_parse import (
+    ORDINARY,
+    HarmonyParseError,
+    HarmonyParser,
+    TokenBytes,
+)
 from engine.models.tokens.reasoning import AnswerReader, ReasoningParser
 from engine.models.tokens.render import Renderer, SampledAnswer
 from engine.models.tokens.tokenizer import ModelTokenizer
@@ -219,6 +225,7 @@ class HarmonyRenderer(Renderer[list[ToolDescription]]):
         self._fast = _o200k(encoding)
         self._ends, self._message_id = _markers(encoding)
         self._frames: dict[tuple[Any, ...], list[int]] = {}
+        self._tails: dict[str, list[int]] = {}  # the closes owed (HARMONY-2): a few short texts
 
     @classmethod
     def build(cls, tokenizer: ModelTokenizer | None, rerender: bool) -> HarmonyRenderer:
@@ -259,11 +266,21 @@ class HarmonyRenderer(Renderer[list[ToolDescription]]):
         messages = harmony_messages(
             items[trajectory.covered :], _call_names(items, trajectory.covered), self.stats
         )
-        ids = self.encode(trajectory.tail)
+        ids = self._tail(trajectory.tail)
         for message in messages:
             ids += self.render(message)
         ids += self.generation_prompt
         return ids
+
+    def _tail(self, text: str) -> list[int]:
+        """The ids of the close the last answer owes, encoded once per text (a harmony
+        ``encode`` call costs about 25 us however short its text)."""
+        ids = self._tails.get(text)
+        if ids is None:
+            ids = self.encode(text)
+            if len(text) <= 32 and len(self._tails) < 16:
+                self._tails[text] = ids
+        return list(ids)
 
     def render(self, message: HarmonyMessage) -> list[int]:
         """``encoding.render(message)``, exactly: the message's frame (its header rendered by
@@ -344,12 +361,58 @@ def _markers(encoding: HarmonyEncoding) -> tuple[frozenset[int], int]:
     return ends, message
 
 
+@cache
+def _token_bytes(encoding: HarmonyEncoding) -> TokenBytes | None:
+    fast = _o200k(encoding)
+    if fast is None or len(getattr(fast, "_rank_to_bytes", ())) < ORDINARY:
+        return None
+    return TokenBytes(encoding, fast)
+
+
+@cache
+def _parser_ids(encoding: HarmonyEncoding) -> tuple[int, int, frozenset[int]]:
+    """``<|start|>``, ``<|message|>`` and the stop ids, as harmony's parser finds them."""
+    (start,) = encoding.encode("<|start|>", allowed_special="all")
+    (message,) = encoding.encode("<|message|>", allowed_special="all")
+    return start, message, frozenset(encoding.stop_tokens())
+
+
+def harmony_parser(encoding: HarmonyEncoding) -> HarmonyParser | StreamableParser:
+    """harmony's parser, read in Python over bpe-openai's o200k token bytes; harmony's own
+    ``StreamableParser`` when bpe-openai does not give harmony's ids (HARMONY-3)."""
+    table = _token_bytes(encoding)
+    if table is None:
+        return StreamableParser(encoding, Role.ASSISTANT)
+    return HarmonyParser(table, *_parser_ids(encoding))
+
+
+def _decode_lenient(encoding: HarmonyEncoding, ids: list[int]) -> str:
+    """harmony's ``decode`` of rejected ids, where an id it cannot decode (outside its
+    vocabulary, or any integer an upstream sent) is U+FFFD rather than an exception."""
+    try:
+        return encoding.decode(ids)
+    except (HarmonyError, OverflowError):
+        pass
+    text: list[str] = []
+    run: list[int] = []
+    for token in ids:
+        try:
+            encoding.decode([token])
+        except (HarmonyError, OverflowError):
+            text += [encoding.decode(run), "\ufffd"]
+            run = []
+        else:
+            run.append(token)
+    text.append(encoding.decode(run))
+    return "".join(text)
+
+
 class HarmonyReader:
     """Sampled ids -> reasoning, text and calls, one id at a time (HARMONY-3, HARMONY-4)."""
 
     def __init__(self, encoding: HarmonyEncoding, stats: Counter[str]) -> None:
         self._encoding = encoding
-        self._parser = StreamableParser(encoding, Role.ASSISTANT)
+        self._parser = harmony_parser(encoding)
         self._stats = stats
         self.calls = 0
         self.malformed = 0  # calls that stayed text (PARSE-3)
@@ -375,7 +438,7 @@ class HarmonyReader:
             recipient = parser.current_recipient if closing else None
             try:
                 parser.process(token)
-            except HarmonyError:
+            except (HarmonyError, HarmonyParseError, OverflowError):  # Overflow: not a u32
                 out.extend(self._give_up(token))
                 continue
             if channel == "analysis" or parser.current_channel == "analysis":
@@ -471,7 +534,7 @@ class HarmonyReader:
             else:  # cut off while writing a header: nothing was said yet
                 self._stats["harmony.unfinished_header"] += 1
         if self._broken:
-            text = self._encoding.decode(self._broken)
+            text = _decode_lenient(self._encoding, self._broken)
             self._broken = []
             if text:
                 out.append(TextDelta(text))

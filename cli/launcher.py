@@ -140,29 +140,43 @@ async def wait_http(
     raise RuntimeError(f"{url}: no answer within {within_s:g} s")
 
 
-def _taken(port: int, host: str = "127.0.0.1") -> bool:
-    """Someone holds ``port`` now (a failed node start lost it to another process)."""
-    with socket.socket() as s:
-        try:
-            s.bind((host, port))
-        except OSError:
-            return True
-    return False
+async def _announced(
+    log: Path, offset: int, proc: asyncio.subprocess.Process, within_s: float
+) -> int:
+    """The port a node printed (``PORT <n>``, ``--announce-port``) in ``log`` past ``offset``:
+    printed only once it listens, so the port is the node's own, never a probe's guess that
+    another process took meanwhile (whose answers a health poll would take for the node's)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within_s
+    while loop.time() < deadline:
+        with log.open("rb") as out:
+            out.seek(offset)
+            for line in out.read().splitlines():
+                if line.startswith(b"PORT "):
+                    return int(line[5:])
+        if proc.returncode is not None:
+            raise RuntimeError(f"{log}: the node exited with {proc.returncode}")
+        await asyncio.sleep(0.05)
+    raise RuntimeError(f"{log}: no port announced within {within_s:g} s")
 
 
 @dataclass
 class Node:
-    """One ``rollout serve`` on a fixed loopback port (a restart reuses it)."""
+    """One ``rollout serve`` on a loopback port: a free one the node picks itself at its first
+    start (``--port 0``, announced), the same one at a restart."""
 
     index: int
     port: int
-    argv: list[str]
+    argv: list[str]  # without --port
     log: Path
     proc: asyncio.subprocess.Process | None = None
     env: Mapping[str, str] | None = None
 
     async def start(self, within_s: float = START_TIMEOUT_S) -> None:
-        self.proc = await _spawn(self.argv, self.log, self.env)
+        offset = self.log.stat().st_size if self.log.exists() else 0
+        argv = [*self.argv, "--port", str(self.port), "--announce-port"]
+        self.proc = await _spawn(argv, self.log, self.env)
+        self.port = await _announced(self.log, offset, self.proc, within_s)
         await wait_http(f"http://127.0.0.1:{self.port}/healthz", self.proc, within_s=within_s)
 
     async def stop(self) -> int | None:
@@ -198,29 +212,23 @@ class Cluster:
             await self.stop()
             raise
 
-    async def _start_node(self, index: int, attempts: int = 3) -> Node:
-        """Node ``index`` on a free port. Another process can take the port between the probe
-        and the node's bind (address in use): then a fresh port, up to ``attempts`` times; any
-        other failure is raised at once."""
-        for attempt in range(attempts):
-            node = self._node(index, free_port())
-            try:
-                await node.start()
-                return node
-            except RuntimeError:
-                await node.stop()
-                if attempt == attempts - 1 or not _taken(node.port):
-                    raise
-        raise AssertionError("unreachable")
+    async def _start_node(self, index: int) -> Node:
+        node = self._node(index)
+        try:
+            await node.start()
+        except BaseException:
+            await node.stop()
+            raise
+        return node
 
-    def _node(self, index: int, port: int) -> Node:
+    def _node(self, index: int) -> Node:
         argv = [
-            sys.executable, "-m", "cli", "serve", "--host", "127.0.0.1", "--port", str(port),
+            sys.executable, "-m", "cli", "serve", "--host", "127.0.0.1",
             "--store", self.spec.store, "--drain-delay", repr(self.spec.drain_delay_s),
             "--node-id", node_id(index),
             "--log-level", "WARNING", *self._key_args, *self.spec.serve_args,
         ]  # fmt: skip
-        return Node(index, port, argv, self.spec.workdir / f"node{index}.log", env=self.spec.env)
+        return Node(index, 0, argv, self.spec.workdir / f"node{index}.log", env=self.spec.env)
 
     async def start_redis(self) -> None:
         """A loopback ``redis://`` that answers nothing yet gets its own redis-server."""
@@ -245,29 +253,75 @@ class Cluster:
             await asyncio.sleep(0.05)
         raise RuntimeError(f"redis-server did not answer on port {port}")
 
-    async def _start_balancer(self) -> None:
-        self.port = self.spec.port or free_port(self.spec.host)
-        config = render_balancer(
-            self.spec.balancer, self.spec.host, self.port,
-            [f"127.0.0.1:{n.port}" for n in self.nodes], self.spec.workdir,
-        )  # fmt: skip
-        if self.spec.balancer == "haproxy":
-            self._balancer_argv = [_binary("haproxy"), "-db", "-f", str(config)]
-        else:
-            self._balancer_argv = [
-                _binary("nginx"), "-c", str(config), "-p", str(self.spec.workdir)
-            ]  # fmt: skip
-        await self.respawn_balancer()
-        await self.wait_routed()
+    async def _start_balancer(self, attempts: int = 3) -> None:
+        """The balancer on ``spec.port``, or on a free one: a probed port that another process
+        takes before the balancer binds it makes the balancer fail; then a fresh port, up to
+        ``attempts`` times."""
+        for attempt in range(attempts):
+            self.port = self.spec.port or free_port(self.spec.host)
+            config = render_balancer(
+                self.spec.balancer, self.spec.host, self.port,
+                [f"127.0.0.1:{n.port}" for n in self.nodes], self.spec.workdir,
+            )  # fmt: skip
+            if self.spec.balancer == "haproxy":
+                self._balancer_argv = [_binary("haproxy"), "-db", "-f", str(config)]
+            else:
+                self._balancer_argv = [
+                    _binary("nginx"), "-c", str(config), "-p", str(self.spec.workdir)
+                ]  # fmt: skip
+            await self.respawn_balancer()
+            try:
+                await self.wait_routed()
+                return
+            except RuntimeError:
+                balancer, self.balancer = self.balancer, None
+                await _terminate(balancer)
+                if self.spec.port or attempt == attempts - 1:
+                    raise
 
     async def respawn_balancer(self) -> None:
         """The balancer on its rendered config and port (again, after a crash: CLUSTER-15)."""
         log = self.spec.workdir / f"{self.spec.balancer}.log"
+        self._bound_marker().unlink(missing_ok=True)
         self.balancer = await _spawn(self._balancer_argv, log)
 
-    async def wait_routed(self) -> None:
-        """Until the balancer answers /healthz from a node (HAProxy: once its check passed)."""
+    def _bound_marker(self) -> Path:
+        """What shows the balancer's listeners bound: HAProxy's admin socket answering (it
+        serves only once every listener is bound), nginx's pid file (written after the bind,
+        never by an nginx that failed it)."""
+        name = "haproxy.sock" if self.spec.balancer == "haproxy" else "nginx.pid"
+        return self.spec.workdir / name
+
+    async def _bound(self) -> bool:
+        marker = self._bound_marker()
+        if self.spec.balancer != "haproxy":
+            return marker.exists()
+        try:  # the admin socket answers once HAProxy runs, all its listeners bound
+            reader, writer = await asyncio.open_unix_connection(str(marker))
+        except OSError:
+            return False
+        try:
+            writer.write(b"show info\n")
+            await writer.drain()
+            return b"Name: HAProxy" in await asyncio.wait_for(reader.read(4096), 2)
+        except (OSError, TimeoutError):
+            return False
+        finally:
+            writer.close()
+
+    async def wait_routed(self, within_s: float = START_TIMEOUT_S) -> None:
+        """Until the balancer has bound its port (so whatever answers there is this balancer,
+        never another process that took the port) and answers /healthz from a node (HAProxy:
+        once its check passed)."""
         assert self.balancer is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within_s
+        while not await self._bound():
+            if self.balancer.returncode is not None:
+                raise RuntimeError(f"the balancer exited with {self.balancer.returncode}")
+            if loop.time() > deadline:
+                raise RuntimeError(f"the balancer did not bind within {within_s:g} s")
+            await asyncio.sleep(0.05)
         await wait_http(f"http://{self.spec.host}:{self.port}/healthz", self.balancer)
 
     async def rolling_restart(self, settle_s: float = 1.5) -> None:

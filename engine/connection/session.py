@@ -137,18 +137,10 @@ class Session:
         return stream_id if isinstance(stream_id, str) and _valid(stream_id) else None
 
     def submit_create(self, params: CreateParams, nbytes: int = 0) -> None:
-        if self.draining:
-            raise Unavailable("server_shutting_down", "The server is shutting down.", None)
-        age, age_limit = self.loop.time() - self.opened_at, self.engine.config.max_connection_age_s
-        if age > age_limit:
-            self.expired = True
-            raise InvalidRequest(
-                "websocket_connection_limit_reached",
-                f"Responses websocket connection limit reached ({_age(age_limit)}). "
-                "Create a new websocket connection to continue.",
-                None,
-            )
-        lane = self._lane(params.stream_id)
+        """Queue a create on its lane (WS-5, WS-6): the lane's worker serves it in order."""
+        lane = self._admit(params)
+        if lane.worker is None:
+            lane.worker = self.loop.create_task(self._serve(lane), name=f"lane:{lane.name}")
         limit = self.engine.config.max_queued_bytes
         if self.queued_bytes + nbytes > limit:
             raise TooManyRequests(
@@ -165,6 +157,22 @@ class Session:
                 None,
             ) from None
         self.queued_bytes += nbytes
+
+    def _admit(self, params: CreateParams) -> Lane:
+        """The checks every create passes before it is queued or served (LIM-11, LIM-13), and
+        its lane."""
+        if self.draining:
+            raise Unavailable("server_shutting_down", "The server is shutting down.", None)
+        age, age_limit = self.loop.time() - self.opened_at, self.engine.config.max_connection_age_s
+        if age > age_limit:
+            self.expired = True
+            raise InvalidRequest(
+                "websocket_connection_limit_reached",
+                f"Responses websocket connection limit reached ({_age(age_limit)}). "
+                "Create a new websocket connection to continue.",
+                None,
+            )
+        return self._lane(params.stream_id)
 
     def serving(self, response_id: str, append_target: Rollout | None) -> None:
         """A create's response is being produced; an append-mode one takes appends (APPEND-3)."""
@@ -223,7 +231,6 @@ class Session:
                 )
             config = self.engine.config
             lane = Lane(stream_id, config.max_queued_creates, self.engine.counters)
-            lane.worker = asyncio.create_task(self._serve(lane), name=f"lane:{stream_id}")
             self.lanes[stream_id] = lane
         return lane
 
@@ -232,19 +239,35 @@ class Session:
         while True:
             params, arrived, nbytes = await lane.queue.get()
             self.queued_bytes -= nbytes
-            lane.active = True
             try:
-                await run_create(self, lane, params, arrived)
-            except ProtocolError as err:
-                await self.send_error(err, lane.name)
-            except ClientGone:
-                return
-            except Exception:
-                log.exception("create failed on lane %r", lane.name)
-                await self.send_error(ServerError(), lane.name)
+                if not await self._run_one(lane, params, arrived):
+                    return
             finally:
-                lane.active = False
                 lane.queue.task_done()
+
+    async def serve_one(self, params: CreateParams) -> None:
+        """A session that serves exactly one create (an HTTP request) runs it in its caller's
+        task: the admission checks of ``submit_create``, the error handling of a lane's worker,
+        no worker task or queue between them (HTTP-9)."""
+        lane = self._admit(params)
+        await self._run_one(lane, params, time.perf_counter())
+
+    async def _run_one(self, lane: Lane, params: CreateParams, arrived: float) -> bool:
+        """One create on ``lane``, its request-scoped errors sent as ``error`` events; False
+        once the client is gone."""
+        lane.active = True
+        try:
+            await run_create(self, lane, params, arrived)
+        except ProtocolError as err:
+            await self.send_error(err, lane.name)
+        except ClientGone:
+            return False
+        except Exception:
+            log.exception("create failed on lane %r", lane.name)
+            await self.send_error(ServerError(), lane.name)
+        finally:
+            lane.active = False
+        return True
 
     async def handle_steer(self, event: ResponseSteer) -> None:
         """Accept, queue or refuse one ``response.steer`` (STEER-1..STEER-7)."""

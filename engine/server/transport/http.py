@@ -71,6 +71,13 @@ def error_response(err: ProtocolError) -> web.Response:
     )
 
 
+class _SseResponse(web.StreamResponse):
+    """An SSE answer whose head leaves with its first chunk, in one write (HTTP-8); aiohttp's
+    plain ``Response`` buffers its head the same way."""
+
+    _send_headers_immediately = False
+
+
 class HttpSink:
     """Collects the terminal response, or streams SSE once the response is accepted.
 
@@ -112,7 +119,7 @@ class HttpSink:
         if not self.streaming:
             return
         if self.stream is None:
-            self.stream = web.StreamResponse(
+            self.stream = _SseResponse(
                 headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
             )
             try:
@@ -134,13 +141,20 @@ class HttpSink:
         elif self._pending > self.HIGH_WATER:
             await self.flushed()  # back-pressure: a slow reader slows the sampler down
 
+    def _take(self) -> bytes:
+        data = b"".join(self._frames)
+        self._frames.clear()
+        self._pending = 0
+        return data
+
     async def _flush(self, stream: web.StreamResponse) -> None:
         try:
             while self._frames:
-                data = b"".join(self._frames)
-                self._frames.clear()
-                self._pending = 0
-                await stream.write(data)
+                data = self._take()
+                if self.terminal is not None:  # the stream's last frames (HTTP-3)
+                    await stream.write_eof(data)  # with its end, in one write (HTTP-8)
+                else:
+                    await stream.write(data)
         except (ConnectionError, RuntimeError) as exc:
             self._gone = exc
             self._frames.clear()
@@ -199,8 +213,7 @@ async def _create(
     live = request.app[REQUESTS]  # the inspector lists in-flight HTTP creates (INSP-4)
     live.add(session)
     try:
-        session.submit_create(params)
-        await session.drain()
+        await session.serve_one(params)
     finally:
         live.discard(session)
         try:

@@ -9,6 +9,7 @@ one writer.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections import Counter
 from dataclasses import dataclass
 
@@ -16,7 +17,44 @@ from engine.conversation.context import Context
 from engine.models.base import Backend
 from engine.rollout.coroutine import Rollout
 from engine.rollout.turn import Mode
+from protocol.errors import InvalidRequest
 from protocol.response import CreateParams
+
+_STREAM_ID = re.compile(r"[A-Za-z0-9_.\-]{1,256}")
+
+
+def valid_stream_id(stream_id: str) -> bool:
+    return _STREAM_ID.fullmatch(stream_id) is not None
+
+
+def open_lane(
+    lanes: dict[str | None, Lane],
+    stream_id: str | None,
+    max_lanes: int,
+    max_queued: int,
+    counters: Counter[str],
+) -> Lane:
+    """The connection's lane for ``stream_id``, opened on first use (WS-4)."""
+    if stream_id is not None and not valid_stream_id(stream_id):
+        raise InvalidRequest(
+            "invalid_stream_id",
+            "The 'stream_id' field must be a non-empty string with at most 256 characters "
+            "and may only contain letters, numbers, underscores, hyphens, and periods.",
+            "stream_id",
+        )
+    lane = lanes.get(stream_id)
+    if lane is None:
+        named = sum(1 for name in lanes if name is not None)
+        if stream_id is not None and named >= max_lanes:
+            raise InvalidRequest(
+                "websocket_stream_limit_reached",
+                "This WebSocket connection has reached its maximum number of distinct stream "
+                f"IDs ({max_lanes}). Reuse an existing stream_id or open a new WebSocket "
+                "connection.",
+                "stream_id",
+            )
+        lane = lanes[stream_id] = Lane(stream_id, max_queued, counters)
+    return lane
 
 
 @dataclass

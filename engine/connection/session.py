@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import time
 from collections.abc import Awaitable, Callable
 
@@ -23,7 +22,7 @@ from engine.connection.inject import (
     unknown_target,
     waiting_standard,
 )
-from engine.connection.lane import CacheEntry, Lane
+from engine.connection.lane import CacheEntry, Lane, open_lane, valid_stream_id
 from engine.conversation.validation import validate
 from engine.core import Engine
 from engine.models.base import Backend
@@ -53,7 +52,6 @@ from protocol.response import CreateParams
 from protocol.stream import new_id
 
 log = logging.getLogger("rollout.session")
-_STREAM_ID = re.compile(r"[A-Za-z0-9_.\-]{1,256}")
 
 
 class Session:
@@ -134,7 +132,7 @@ class Session:
                 target = next(live, None)  # a standard-mode target's lane (INJECT-8)
             return target.turn.stream.stream_id if target is not None else None
         stream_id = getattr(event, "stream_id", None)
-        return stream_id if isinstance(stream_id, str) and _valid(stream_id) else None
+        return stream_id if isinstance(stream_id, str) and valid_stream_id(stream_id) else None
 
     def submit_create(self, params: CreateParams, nbytes: int = 0) -> None:
         """Queue a create on its lane (WS-5, WS-6): the lane's worker serves it in order."""
@@ -159,8 +157,7 @@ class Session:
         self.queued_bytes += nbytes
 
     def _admit(self, params: CreateParams) -> Lane:
-        """The checks every create passes before it is queued or served (LIM-11, LIM-13), and
-        its lane."""
+        """Every create's checks before it is queued or served (LIM-11, LIM-13); its lane."""
         if self.draining:
             raise Unavailable("server_shutting_down", "The server is shutting down.", None)
         age, age_limit = self.loop.time() - self.opened_at, self.engine.config.max_connection_age_s
@@ -172,7 +169,11 @@ class Session:
                 "Create a new websocket connection to continue.",
                 None,
             )
-        return self._lane(params.stream_id)
+        config = self.engine.config
+        return open_lane(
+            self.lanes, params.stream_id, config.max_lanes, config.max_queued_creates,
+            self.engine.counters,
+        )  # fmt: skip
 
     def serving(self, response_id: str, append_target: Rollout | None) -> None:
         """A create's response is being produced; an append-mode one takes appends (APPEND-3)."""
@@ -210,30 +211,6 @@ class Session:
         for lane in self.lanes.values():
             lane.evict(response_id)
 
-    def _lane(self, stream_id: str | None) -> Lane:
-        if stream_id is not None and not _valid(stream_id):
-            raise InvalidRequest(
-                "invalid_stream_id",
-                "The 'stream_id' field must be a non-empty string with at most 256 characters "
-                "and may only contain letters, numbers, underscores, hyphens, and periods.",
-                "stream_id",
-            )
-        lane = self.lanes.get(stream_id)
-        if lane is None:
-            named = sum(1 for name in self.lanes if name is not None)
-            if stream_id is not None and named >= self.engine.config.max_lanes:
-                raise InvalidRequest(
-                    "websocket_stream_limit_reached",
-                    "This WebSocket connection has reached its maximum number of distinct stream "
-                    f"IDs ({self.engine.config.max_lanes}). Reuse an existing stream_id or open "
-                    "a new WebSocket connection.",
-                    "stream_id",
-                )
-            config = self.engine.config
-            lane = Lane(stream_id, config.max_queued_creates, self.engine.counters)
-            self.lanes[stream_id] = lane
-        return lane
-
     async def _serve(self, lane: Lane) -> None:
         """The lane's worker: its creates one at a time, in order (WS-5)."""
         while True:
@@ -246,15 +223,13 @@ class Session:
                 lane.queue.task_done()
 
     async def serve_one(self, params: CreateParams) -> None:
-        """A session that serves exactly one create (an HTTP request) runs it in its caller's
-        task: the admission checks of ``submit_create``, the error handling of a lane's worker,
-        no worker task or queue between them (HTTP-9)."""
+        """An HTTP request's one create, in its own task: ``submit_create``'s checks, a lane
+        worker's error handling, no worker task or queue between them (HTTP-9)."""
         lane = self._admit(params)
         await self._run_one(lane, params, time.perf_counter())
 
     async def _run_one(self, lane: Lane, params: CreateParams, arrived: float) -> bool:
-        """One create on ``lane``, its request-scoped errors sent as ``error`` events; False
-        once the client is gone."""
+        """One create on ``lane``, its request-scoped errors sent; False: the client is gone."""
         lane.active = True
         try:
             await run_create(self, lane, params, arrived)
@@ -423,7 +398,3 @@ def _not_waiting() -> ProtocolError:
 
 def _age(seconds: float) -> str:
     return f"{round(seconds / 60)} minutes" if seconds >= 60 else f"{seconds:g} seconds"
-
-
-def _valid(stream_id: str) -> bool:
-    return _STREAM_ID.fullmatch(stream_id) is not None

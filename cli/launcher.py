@@ -248,7 +248,10 @@ class Cluster:
             self.spec.workdir / "redis.log",
         )  # fmt: skip
         for _ in range(200):
-            if await _redis_answers(port):
+            if self.redis.returncode is not None:
+                code = self.redis.returncode
+                raise RuntimeError(f"redis-server exited with {code} (port {port})")
+            if await _redis_pid(port) == self.redis.pid:  # ours, not one that took the port
                 return
             await asyncio.sleep(0.05)
         raise RuntimeError(f"redis-server did not answer on port {port}")
@@ -442,6 +445,29 @@ async def _redis_answers(port: int) -> bool:
         return False
     finally:
         writer.close()
+
+
+async def _redis_pid(port: int) -> int | None:
+    """The process id of the Redis answering on ``port`` (``INFO server``), or None."""
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    except OSError:
+        return None
+    try:
+        writer.write(b"INFO server\r\n")
+        await writer.drain()
+        head = await asyncio.wait_for(reader.readline(), 2)  # a bulk string: $<length>
+        if not head.startswith(b"$") or int(head[1:]) < 0:
+            return None
+        info = await asyncio.wait_for(reader.readexactly(int(head[1:])), 2)
+    except (OSError, TimeoutError, ValueError, asyncio.IncompleteReadError):
+        return None
+    finally:
+        writer.close()
+    for line in info.splitlines():
+        if line.startswith(b"process_id:"):
+            return int(line.split(b":", 1)[1])
+    return None
 
 
 async def _foreground(spec: ClusterSpec, announce: bool) -> int:

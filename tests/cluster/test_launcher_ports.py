@@ -6,6 +6,8 @@ and its port reused by a stub, the balancer's WebSocket upgrade answered 405 by 
 
 from __future__ import annotations
 
+import asyncio
+import shutil
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -63,3 +65,39 @@ async def test_a_taken_port_is_never_taken_for_the_child(
                     assert (await resp.json())["object"] == "list"
     finally:
         await cluster.stop()
+
+
+async def test_a_redis_that_took_the_port_is_not_taken_for_the_launchers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store's port is probed free, then another redis-server takes it before the
+    launcher's own binds it: the launcher's exits (address in use), and the other one's PONG
+    must not pass for it (two clusters would share one store)."""
+    port = launcher.free_port()
+    binary = shutil.which("redis-server")
+    assert binary is not None, "make sysdeps installs redis-server"
+    other = await asyncio.create_subprocess_exec(
+        binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", str(tmp_path),
+        stdout=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        for _ in range(200):
+            if await launcher._redis_pid(port) == other.pid:
+                break
+            await asyncio.sleep(0.05)
+        probes = iter([False])  # the probe ran before the other one listened
+        monkeypatch.setattr(launcher, "_redis_answers", lambda _: _answer(next(probes, True)))
+        spec = cluster_spec(tmp_path, "haproxy")
+        spec.store = f"redis://127.0.0.1:{port}/0"
+        cluster = Cluster(spec)
+        spec.workdir.mkdir(parents=True)
+        with pytest.raises(RuntimeError, match="redis-server exited"):
+            await cluster.start_redis()
+        await cluster.stop()
+    finally:
+        other.terminate()
+        await other.wait()
+
+
+async def _answer(value: bool) -> bool:
+    return value

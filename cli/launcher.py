@@ -140,7 +140,7 @@ async def wait_http(
     raise RuntimeError(f"{url}: no answer within {within_s:g} s")
 
 
-async def _announced(
+async def announced_port(
     log: Path, offset: int, proc: asyncio.subprocess.Process, within_s: float
 ) -> int:
     """The port a node printed (``PORT <n>``, ``--announce-port``) in ``log`` past ``offset``:
@@ -176,7 +176,7 @@ class Node:
         offset = self.log.stat().st_size if self.log.exists() else 0
         argv = [*self.argv, "--port", str(self.port), "--announce-port"]
         self.proc = await _spawn(argv, self.log, self.env)
-        self.port = await _announced(self.log, offset, self.proc, within_s)
+        self.port = await announced_port(self.log, offset, self.proc, within_s)
         await wait_http(f"http://127.0.0.1:{self.port}/healthz", self.proc, within_s=within_s)
 
     async def stop(self) -> int | None:
@@ -251,7 +251,7 @@ class Cluster:
             if self.redis.returncode is not None:
                 code = self.redis.returncode
                 raise RuntimeError(f"redis-server exited with {code} (port {port})")
-            if await _redis_pid(port) == self.redis.pid:  # ours, not one that took the port
+            if await redis_pid(port) == self.redis.pid:  # ours, not one that took the port
                 return
             await asyncio.sleep(0.05)
         raise RuntimeError(f"redis-server did not answer on port {port}")
@@ -447,7 +447,7 @@ async def _redis_answers(port: int) -> bool:
         writer.close()
 
 
-async def _redis_pid(port: int) -> int | None:
+async def redis_pid(port: int) -> int | None:
     """The process id of the Redis answering on ``port`` (``INFO server``), or None."""
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)

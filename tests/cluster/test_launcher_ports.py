@@ -82,7 +82,7 @@ async def test_a_redis_that_took_the_port_is_not_taken_for_the_launchers(
     )  # fmt: skip
     try:
         for _ in range(200):
-            if await launcher._redis_pid(port) == other.pid:
+            if await launcher.redis_pid(port) == other.pid:
                 break
             await asyncio.sleep(0.05)
         probes = iter([False])  # the probe ran before the other one listened

@@ -1,38 +1,20 @@
 """Real processes for the store tests: ``redis-server`` (Debian's package, installed by
 ``.ci/sysdeps``) and ``rollout serve``, each on an ephemeral loopback port, stopped, killed and
-restarted by the tests. Nothing is mocked."""
+restarted by the tests. Nothing is mocked. A port is a process's only once it holds it
+(CLUSTER-1's rule, the launcher's helpers): ``rollout serve`` picks its own at its first start
+and announces it; a Redis is up once the Redis on its port is that very process."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import shutil
 import signal
 import sys
 from pathlib import Path
 
+from cli.launcher import announced_port, redis_pid
 from tests.support.server import free_port
 from tests.support.wait import wait_for, wait_healthy
-
-
-async def _wait_port(
-    port: int, probe: bytes, expect: bytes, proc: asyncio.subprocess.Process
-) -> None:
-
-    async def answers() -> bool:
-        if proc.returncode is not None:
-            raise AssertionError(f"process exited with {proc.returncode} before listening")
-        with contextlib.suppress(OSError):
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            try:
-                writer.write(probe)
-                await writer.drain()
-                return expect in await asyncio.wait_for(reader.read(64), 2)
-            finally:
-                writer.close()
-        return False
-
-    await wait_for(answers, f"an answer on port {port}")
 
 
 class RedisServer:
@@ -58,7 +40,14 @@ class RedisServer:
             "--protected-mode", "no", "--logfile", str(self.workdir / "redis.log"),
             stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
         )  # fmt: skip
-        await _wait_port(self.port, b"PING\r\n", b"+PONG", self.proc)
+        proc = self.proc
+
+        async def ours() -> bool:
+            if proc.returncode is not None:
+                raise AssertionError(f"redis-server exited with {proc.returncode} (port taken?)")
+            return await redis_pid(self.port) == proc.pid
+
+        await wait_for(ours, f"this redis-server on port {self.port}")
 
     async def stop(self) -> None:
         """A clean shutdown (SIGTERM)."""
@@ -81,7 +70,7 @@ class ServeProcess:
         self.store = store
         self.workdir = workdir
         self.extra = extra
-        self.port = free_port()
+        self.port = 0  # its own pick at the first start, kept for restarts
         self.proc: asyncio.subprocess.Process | None = None
         self.starts = 0
 
@@ -95,13 +84,15 @@ class ServeProcess:
 
     async def start(self) -> None:
         self.starts += 1
-        log = (self.workdir / f"serve-{self.port}-{self.starts}.log").open("wb")
+        path = self.workdir / f"serve-{self.starts}.log"
+        log = path.open("wb")
         self.proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "cli", "serve", "--port", str(self.port),
+            sys.executable, "-m", "cli", "serve", "--port", str(self.port), "--announce-port",
             "--store", self.store, "--tps", "0", "--log-level", "WARNING", *self.extra,
             stdout=log, stderr=log,
         )  # fmt: skip
         log.close()
+        self.port = await announced_port(path, 0, self.proc, 60)
         await self._wait_healthy()
 
     async def _wait_healthy(self) -> None:

@@ -1,5 +1,6 @@
-"""Real MCP servers for the remote MCP tests (SPEC §18), each its own process on a free loopback
-port: the ``mcp`` SDK's server (``tests/support/mcp_server.py``, Streamable HTTP or SSE) and
+"""Real MCP servers for the remote MCP tests (SPEC §18), each its own process on a loopback port
+it picks itself (port 0), found where it listens (``listening_ports``): the ``mcp`` SDK's server
+(``tests/support/mcp_server.py``, Streamable HTTP or SSE) and
 ``@modelcontextprotocol/server-everything`` from npm (installed by ``.ci/sysdeps`` into
 ``.tools/``)."""
 
@@ -13,7 +14,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.support.server import free_port
+from tests.support.server import listening_ports
 from tests.support.wait import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,21 +40,22 @@ class McpProcess:
         await self.process.wait()
 
 
-async def _listening(port: int) -> bool:
-    try:
-        _reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    except OSError:
-        return False
-    writer.close()
-    with contextlib.suppress(OSError):
-        await writer.wait_closed()
-    return True
+async def _port_of(process: asyncio.subprocess.Process) -> int:
+    """The port the server process listens on, once it does."""
+
+    def listening() -> int | None:
+        if process.returncode is not None:
+            raise AssertionError(f"the MCP server exited with {process.returncode}")
+        ports = listening_ports(process.pid)
+        return min(ports) if ports else None
+
+    port = await wait_for(listening, "the MCP server to listen", limit=30)
+    assert isinstance(port, int)
+    return port
 
 
 @contextlib.asynccontextmanager
-async def _process(
-    args: list[str], port: int, path: str, env: dict[str, str]
-) -> AsyncIterator[McpProcess]:
+async def _process(args: list[str], path: str, env: dict[str, str]) -> AsyncIterator[McpProcess]:
     process = await asyncio.create_subprocess_exec(
         *args,
         cwd=ROOT,
@@ -62,7 +64,7 @@ async def _process(
         stderr=asyncio.subprocess.DEVNULL,
     )
     try:
-        await wait_for(lambda: _listening(port), f"the MCP server on port {port}", limit=30)
+        port = await _port_of(process)
         yield McpProcess(f"http://127.0.0.1:{port}{path}", process)
     finally:
         if process.returncode is None:
@@ -78,18 +80,16 @@ async def _process(
 @contextlib.asynccontextmanager
 async def sdk_server(transport: str = "streamable-http") -> AsyncIterator[McpProcess]:
     """The ``mcp`` SDK's server: ``/mcp`` (Streamable HTTP) or ``/sse`` (SSE)."""
-    port = free_port()
     path = "/sse" if transport == "sse" else "/mcp"
-    args = [sys.executable, "-m", "tests.support.mcp_server", str(port), transport]
-    async with _process(args, port, path, {}) as server:
+    args = [sys.executable, "-m", "tests.support.mcp_server", "0", transport]
+    async with _process(args, path, {}) as server:
         yield server
 
 
 @contextlib.asynccontextmanager
 async def everything_server() -> AsyncIterator[McpProcess]:
     """``@modelcontextprotocol/server-everything`` over Streamable HTTP (``/mcp``)."""
-    port = free_port()
     script = EVERYTHING / "dist" / "index.js"
     args = ["node", str(script), "streamableHttp"]
-    async with _process(args, port, "/mcp", {"PORT": str(port)}) as server:
+    async with _process(args, "/mcp", {"PORT": "0"}) as server:
         yield server

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import socket
 import ssl
 from dataclasses import dataclass, field
@@ -48,6 +50,29 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def listening_ports(pid: int) -> set[int]:
+    """The TCP ports process ``pid`` listens on, read from Linux's ``/proc``: its sockets'
+    inodes (``/proc/<pid>/fd``) in the LISTEN rows of ``/proc/net/tcp`` and ``tcp6``. A child
+    started on port 0 is found where it really listens, never at a probed port another process
+    may have taken (CLUSTER-1's rule, for children that do not announce their port)."""
+    inodes: set[str] = set()
+    with contextlib.suppress(OSError):
+        for fd in os.scandir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                target = os.readlink(fd.path)
+                if target.startswith("socket:["):
+                    inodes.add(target[len("socket:[") : -1])
+    ports: set[int] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as rows:
+            next(rows)  # the header
+            for row in rows:
+                fields = row.split()
+                if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
 
 
 def bound_port(runner: web.AppRunner) -> int:

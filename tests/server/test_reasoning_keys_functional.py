@@ -18,6 +18,7 @@ import aiohttp
 from cli.launcher import shared_key_args
 from engine.conversation.sealed import KeyRing
 from engine.server.process.serve import _workers_key
+from tests.support.server import announced_port
 
 
 async def _serve(*flags: str) -> asyncio.subprocess.Process:
@@ -37,13 +38,7 @@ async def _serve(*flags: str) -> asyncio.subprocess.Process:
 async def _started_log(*flags: str) -> str:
     """Start, answer /healthz once, stop: everything it logged."""
     proc = await _serve(*flags)
-    assert proc.stdout is not None
-    port = 0
-    while line := await asyncio.wait_for(proc.stdout.readline(), 120):
-        if line.startswith(b"PORT "):
-            port = int(line.split()[1])
-            break
-    assert port, "the server exited before announcing its port"
+    port = await announced_port(proc)
     async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/healthz") as r:
         assert r.status == 200
     proc.send_signal(signal.SIGTERM)

@@ -10,18 +10,19 @@ from pathlib import Path
 
 import aiohttp
 
-from tests.support.server import free_port
+from tests.support.server import announced_port
 from tests.support.wait import wait_healthy
 
 
 async def test_sigterm_drains_in_flight_then_exits_cleanly(tmp_path: Path) -> None:
-    port, ledger = free_port(), tmp_path / "ledger.jsonl"
+    ledger = tmp_path / "ledger.jsonl"
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "cli", "serve", "--port", str(port),
+        sys.executable, "-m", "cli", "serve", "--port", "0", "--announce-port",
         "--tps", "40", "--ledger", str(ledger), "--log-level", "WARNING", "--store", "memory://",
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     try:
+        port = await announced_port(proc)
         await wait_healthy(f"http://127.0.0.1:{port}/healthz", "the server to start")
         async with (
             aiohttp.ClientSession() as http,

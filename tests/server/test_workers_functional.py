@@ -18,19 +18,12 @@ import pytest
 from openai import AsyncOpenAI
 
 from engine.server.process.workers import worker_argv
+from tests.support.server import announced_port
 from tests.support.wait import wait_for
 
 TOOLS: list[Any] = [
     {"type": "function", "name": "read_file", "parameters": {"type": "object", "properties": {}}}
 ]
-
-
-async def _announced_port(proc: asyncio.subprocess.Process) -> int:
-    assert proc.stdout is not None
-    while line := await asyncio.wait_for(proc.stdout.readline(), 60):
-        if line.startswith(b"PORT "):
-            return int(line.split()[1])
-    raise AssertionError("the pool exited before announcing its port")
 
 
 async def _stats(port: int) -> dict[str, Any]:
@@ -59,7 +52,7 @@ async def pool(store_url: str) -> AsyncIterator[tuple[int, asyncio.subprocess.Pr
         stdout=asyncio.subprocess.PIPE,
     )  # fmt: skip
     try:
-        port = await _announced_port(proc)  # the pool's one port, picked by the parent (WORK-1)
+        port = await announced_port(proc, 60)  # the pool's one port, picked by the parent (WORK-1)
         for _ in range(8):  # announced once every worker listens: no retry needed (WORK-1)
             await _stats(port)
         await _worker_views(port)
@@ -275,7 +268,7 @@ async def test_per_worker_rate_limits_are_warned_at_start() -> None:
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     try:
-        await _announced_port(proc)
+        await announced_port(proc, 60)
     finally:
         proc.kill()
         await proc.wait()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import socket
@@ -50,6 +51,16 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+async def announced_port(proc: asyncio.subprocess.Process, limit: float = 120) -> int:
+    """The port a ``rollout serve --port 0 --announce-port`` child printed on its stdout (a
+    pipe), ``PORT <n>``: printed once it listens, so the port is its own (CLUSTER-1)."""
+    assert proc.stdout is not None, "start it with stdout=asyncio.subprocess.PIPE"
+    while line := await asyncio.wait_for(proc.stdout.readline(), limit):
+        if line.startswith(b"PORT "):
+            return int(line.split()[1])
+    raise AssertionError("the server exited before announcing its port")
 
 
 def listening_ports(pid: int) -> set[int]:

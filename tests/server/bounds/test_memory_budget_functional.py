@@ -19,6 +19,8 @@ from typing import Any
 import aiohttp
 import pytest
 
+from tests.support.server import announced_port
+
 MIB = 1024 * 1024
 BUDGET = 24 * MIB
 SHARE = BUDGET // 2  # the hydration cache's half (MEM-12)
@@ -54,15 +56,8 @@ async def node(tmp_path: Path) -> AsyncIterator[tuple[int, int]]:
         "--park-seconds", "0", "--log-level", "WARNING",
         stdout=asyncio.subprocess.PIPE,
     )  # fmt: skip
-    assert proc.stdout is not None
     try:
-        port = 0
-        while line := await asyncio.wait_for(proc.stdout.readline(), 120):
-            if line.startswith(b"PORT "):
-                port = int(line.split()[1])
-                break
-        assert port, "the server exited before announcing its port"
-        yield port, proc.pid
+        yield await announced_port(proc), proc.pid
     finally:
         proc.kill()
         await proc.wait()

@@ -18,6 +18,8 @@ import aiohttp
 import pytest
 import yaml
 
+from tests.support.server import announced_port
+
 DEPLOY = Path(__file__).resolve().parents[3] / "deploy"
 KEY, ADMIN = "sk-closed-tenant", "sk-closed-operator"
 PROBE = "sk-probe-4f1c9a7e"  # a key a client puts where it does not belong
@@ -30,14 +32,6 @@ def _serve(*flags: str, env: dict[str, str] | None = None) -> Any:
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         env={**os.environ, "ROLLOUT_API_KEYS": "", "ROLLOUT_ADMIN_KEYS": "", **(env or {})},
     )  # fmt: skip
-
-
-async def _port(proc: asyncio.subprocess.Process) -> int:
-    assert proc.stdout is not None
-    while line := await asyncio.wait_for(proc.stdout.readline(), 120):
-        if line.startswith(b"PORT "):
-            return int(line.split()[1])
-    raise AssertionError("the server exited before announcing its port")
 
 
 async def _stop(proc: asyncio.subprocess.Process) -> str:
@@ -64,7 +58,7 @@ async def test_a_non_loopback_node_without_keys_refuses_to_start() -> None:
 )
 async def test_told_or_keyed_it_starts(flags: tuple[str, ...], env: dict[str, str]) -> None:
     proc = await _serve("--host", "0.0.0.0", *flags, env=env)
-    port = await _port(proc)
+    port = await announced_port(proc)
     async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/healthz") as r:
         assert r.status == 200
     log = await _stop(proc)
@@ -88,7 +82,7 @@ async def keyed_node() -> AsyncIterator[tuple[int, asyncio.subprocess.Process]]:
         "--bench-timings", env={"ROLLOUT_API_KEYS": KEY, "ROLLOUT_ADMIN_KEYS": ADMIN}
     )
     try:
-        yield await _port(proc), proc
+        yield await announced_port(proc), proc
     finally:
         if proc.returncode is None:
             proc.kill()

@@ -24,7 +24,7 @@ import shutil
 import signal
 import socket
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -299,18 +299,9 @@ class Cluster:
         marker = self._bound_marker()
         if self.spec.balancer != "haproxy":
             return marker.exists()
-        try:  # the admin socket answers once HAProxy runs, all its listeners bound
-            reader, writer = await asyncio.open_unix_connection(str(marker))
-        except OSError:
-            return False
-        try:
-            writer.write(b"show info\n")
-            await writer.drain()
-            return b"Name: HAProxy" in await asyncio.wait_for(reader.read(4096), 2)
-        except (OSError, TimeoutError):
-            return False
-        finally:
-            writer.close()
+        # the admin socket answers once HAProxy runs, all its listeners bound
+        answer = await _ask(asyncio.open_unix_connection(str(marker)), b"show info\n")
+        return b"Name: HAProxy" in answer
 
     async def wait_routed(self, within_s: float = START_TIMEOUT_S) -> None:
         """Until the balancer has bound its port (so whatever answers there is this balancer,
@@ -432,39 +423,50 @@ def _nginx_parts(servers: Sequence[str]) -> dict[str, str]:
     }
 
 
-async def _redis_answers(port: int) -> bool:
+Reply = Callable[[asyncio.StreamReader], Awaitable[bytes]]
+
+
+async def _first_bytes(reader: asyncio.StreamReader) -> bytes:
+    return await reader.read(4096)
+
+
+async def _ask(
+    opening: Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]],
+    request: bytes,
+    reply: Reply = _first_bytes,
+) -> bytes:
+    """Send ``request`` on a new connection and read its ``reply`` (2 s at most); b"" when
+    nobody answers."""
     try:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        reader, writer = await opening
     except OSError:
-        return False
+        return b""
     try:
-        writer.write(b"PING\r\n")
+        writer.write(request)
         await writer.drain()
-        return b"+PONG" in await asyncio.wait_for(reader.read(64), 2)
-    except (OSError, TimeoutError):
-        return False
+        return await asyncio.wait_for(reply(reader), 2)
+    except (OSError, TimeoutError, ValueError, asyncio.IncompleteReadError):
+        return b""
     finally:
         writer.close()
+
+
+async def _redis_answers(port: int) -> bool:
+    return b"+PONG" in await _ask(asyncio.open_connection("127.0.0.1", port), b"PING\r\n")
+
+
+async def _bulk_string(reader: asyncio.StreamReader) -> bytes:
+    """A RESP bulk string: ``$<length>``, then that many bytes."""
+    head = await reader.readline()
+    if not head.startswith(b"$") or int(head[1:]) < 0:
+        return b""
+    return await reader.readexactly(int(head[1:]))
 
 
 async def redis_pid(port: int) -> int | None:
     """The process id of the Redis answering on ``port`` (``INFO server``), or None."""
-    try:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    except OSError:
-        return None
-    try:
-        writer.write(b"INFO server\r\n")
-        await writer.drain()
-        head = await asyncio.wait_for(reader.readline(), 2)  # a bulk string: $<length>
-        if not head.startswith(b"$") or int(head[1:]) < 0:
-            return None
-        info = await asyncio.wait_for(reader.readexactly(int(head[1:])), 2)
-    except (OSError, TimeoutError, ValueError, asyncio.IncompleteReadError):
-        return None
-    finally:
-        writer.close()
-    for line in info.splitlines():
+    opening = asyncio.open_connection("127.0.0.1", port)
+    for line in (await _ask(opening, b"INFO server\r\n", _bulk_string)).splitlines():
         if line.startswith(b"process_id:"):
             return int(line.split(b":", 1)[1])
     return None

@@ -258,8 +258,8 @@ class Cluster:
 
     async def _start_balancer(self, attempts: int = 3) -> None:
         """The balancer on ``spec.port``, or on a free one: a probed port that another process
-        takes before the balancer binds it makes the balancer fail; then a fresh port, up to
-        ``attempts`` times."""
+        takes before the balancer binds it makes the balancer exit; then a fresh port, up to
+        ``attempts`` times. Any other failure (the nodes never healthy) is raised at once."""
         for attempt in range(attempts):
             self.port = self.spec.port or free_port(self.spec.host)
             config = render_balancer(
@@ -278,8 +278,9 @@ class Cluster:
                 return
             except RuntimeError:
                 balancer, self.balancer = self.balancer, None
+                exited = balancer is not None and balancer.returncode is not None
                 await _terminate(balancer)
-                if self.spec.port or attempt == attempts - 1:
+                if self.spec.port or not exited or attempt == attempts - 1:
                     raise
 
     async def respawn_balancer(self) -> None:

@@ -136,7 +136,7 @@ class Session:
 
     def submit_create(self, params: CreateParams, nbytes: int = 0) -> None:
         """Queue a create on its lane (WS-5, WS-6): the lane's worker serves it in order."""
-        lane = self._admit(params)
+        lane = self._lane_for(params)
         if lane.worker is None:
             lane.worker = self.loop.create_task(self._serve(lane), name=f"lane:{lane.name}")
         limit = self.engine.config.max_queued_bytes
@@ -156,7 +156,7 @@ class Session:
             ) from None
         self.queued_bytes += nbytes
 
-    def _admit(self, params: CreateParams) -> Lane:
+    def _lane_for(self, params: CreateParams) -> Lane:
         """Every create's checks before it is queued or served (LIM-11, LIM-13); its lane."""
         if self.draining:
             raise Unavailable("server_shutting_down", "The server is shutting down.", None)
@@ -225,7 +225,7 @@ class Session:
     async def serve_one(self, params: CreateParams) -> None:
         """An HTTP request's one create, in its own task: ``submit_create``'s checks, a lane
         worker's error handling, no worker task or queue between them (HTTP-9)."""
-        lane = self._admit(params)
+        lane = self._lane_for(params)
         await self._run_one(lane, params, time.perf_counter())
 
     async def _run_one(self, lane: Lane, params: CreateParams, arrived: float) -> bool:

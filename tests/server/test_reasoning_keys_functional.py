@@ -18,7 +18,7 @@ import aiohttp
 from cli.launcher import shared_key_args
 from engine.conversation.sealed import KeyRing
 from engine.server.process.serve import _workers_key
-from tests.support.server import announced_port
+from tests.support.server import stdout_port
 
 
 async def _serve(*flags: str) -> asyncio.subprocess.Process:
@@ -38,7 +38,7 @@ async def _serve(*flags: str) -> asyncio.subprocess.Process:
 async def _started_log(*flags: str) -> str:
     """Start, answer /healthz once, stop: everything it logged."""
     proc = await _serve(*flags)
-    port = await announced_port(proc)
+    port = await stdout_port(proc)
     async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/healthz") as r:
         assert r.status == 200
     proc.send_signal(signal.SIGTERM)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import aiohttp
 
-from tests.support.server import announced_port
+from tests.support.server import stdout_port
 from tests.support.wait import wait_healthy
 
 
@@ -22,7 +22,7 @@ async def test_sigterm_drains_in_flight_then_exits_cleanly(tmp_path: Path) -> No
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     try:
-        port = await announced_port(proc)
+        port = await stdout_port(proc)
         await wait_healthy(f"http://127.0.0.1:{port}/healthz", "the server to start")
         async with (
             aiohttp.ClientSession() as http,

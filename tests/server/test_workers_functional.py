@@ -18,7 +18,7 @@ import pytest
 from openai import AsyncOpenAI
 
 from engine.server.process.workers import worker_argv
-from tests.support.server import announced_port
+from tests.support.server import stdout_port
 from tests.support.wait import wait_for
 
 TOOLS: list[Any] = [
@@ -52,7 +52,7 @@ async def pool(store_url: str) -> AsyncIterator[tuple[int, asyncio.subprocess.Pr
         stdout=asyncio.subprocess.PIPE,
     )  # fmt: skip
     try:
-        port = await announced_port(proc, 60)  # the pool's one port, picked by the parent (WORK-1)
+        port = await stdout_port(proc, 60)  # the pool's one port, picked by the parent (WORK-1)
         for _ in range(8):  # announced once every worker listens: no retry needed (WORK-1)
             await _stats(port)
         await _worker_views(port)
@@ -268,7 +268,7 @@ async def test_per_worker_rate_limits_are_warned_at_start() -> None:
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     try:
-        await announced_port(proc, 60)
+        await stdout_port(proc, 60)
     finally:
         proc.kill()
         await proc.wait()

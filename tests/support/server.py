@@ -53,7 +53,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-async def announced_port(proc: asyncio.subprocess.Process, limit: float = 120) -> int:
+async def stdout_port(proc: asyncio.subprocess.Process, limit: float = 120) -> int:
     """The port a ``rollout serve --port 0 --announce-port`` child printed on its stdout (a
     pipe), ``PORT <n>``: printed once it listens, so the port is its own (CLUSTER-1)."""
     assert proc.stdout is not None, "start it with stdout=asyncio.subprocess.PIPE"

@@ -141,16 +141,12 @@ class HttpSink:
         elif self._pending > self.HIGH_WATER:
             await self.flushed()  # back-pressure: a slow reader slows the sampler down
 
-    def _take(self) -> bytes:
-        data = b"".join(self._frames)
-        self._frames.clear()
-        self._pending = 0
-        return data
-
     async def _flush(self, stream: web.StreamResponse) -> None:
         try:
             while self._frames:
-                data = self._take()
+                data = b"".join(self._frames)
+                self._frames.clear()
+                self._pending = 0
                 if self.terminal is not None:  # the stream's last frames (HTTP-3)
                     await stream.write_eof(data)  # with its end, in one write (HTTP-8)
                 else:

@@ -19,7 +19,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.support.server import announced_port
+from tests.support.server import stdout_port
 
 MIB = 1024 * 1024
 BUDGET = 24 * MIB
@@ -57,7 +57,7 @@ async def node(tmp_path: Path) -> AsyncIterator[tuple[int, int]]:
         stdout=asyncio.subprocess.PIPE,
     )  # fmt: skip
     try:
-        yield await announced_port(proc), proc.pid
+        yield await stdout_port(proc), proc.pid
     finally:
         proc.kill()
         await proc.wait()

@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 import yaml
 
-from tests.support.server import announced_port
+from tests.support.server import stdout_port
 
 DEPLOY = Path(__file__).resolve().parents[3] / "deploy"
 KEY, ADMIN = "sk-closed-tenant", "sk-closed-operator"
@@ -58,7 +58,7 @@ async def test_a_non_loopback_node_without_keys_refuses_to_start() -> None:
 )
 async def test_told_or_keyed_it_starts(flags: tuple[str, ...], env: dict[str, str]) -> None:
     proc = await _serve("--host", "0.0.0.0", *flags, env=env)
-    port = await announced_port(proc)
+    port = await stdout_port(proc)
     async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/healthz") as r:
         assert r.status == 200
     log = await _stop(proc)
@@ -82,7 +82,7 @@ async def keyed_node() -> AsyncIterator[tuple[int, asyncio.subprocess.Process]]:
         "--bench-timings", env={"ROLLOUT_API_KEYS": KEY, "ROLLOUT_ADMIN_KEYS": ADMIN}
     )
     try:
-        yield await announced_port(proc), proc
+        yield await stdout_port(proc), proc
     finally:
         if proc.returncode is None:
             proc.kill()

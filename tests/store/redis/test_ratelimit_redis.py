@@ -12,7 +12,7 @@ from engine.server.transport.server_config import ServerConfig
 from engine.store.ratelimits import Limits
 from engine.store.redis import RedisStore
 from tests.store._procs import RedisServer
-from tests.support.server import LiveServer, announced_port, start_server
+from tests.support.server import LiveServer, start_server, stdout_port
 
 KEY = "sk-shared"
 DAY = 86400.0  # windows are clock-aligned: a day's one holds the whole test
@@ -79,7 +79,7 @@ async def test_a_pool_on_redis_is_not_warned_of_per_worker_limits(
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     try:
-        await announced_port(proc, 60)
+        await stdout_port(proc, 60)
     finally:
         proc.kill()
         await proc.wait()

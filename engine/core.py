@@ -249,7 +249,10 @@ class Engine:
         self.tracing: Tracing | None = Tracing(endpoint) if endpoint else None
 
     def _memory_store(self) -> ResponseStore:
-        return MemoryStore(self.config.store_max_entries, self.config.store_ttl_s)
+        config = self.config
+        return MemoryStore(
+            config.store_max_entries, config.store_ttl_s, max_bytes=config.budget.store
+        )
 
     async def start(self) -> None:
         # Load the BPE vocabulary now, not inside the first request (it takes ~0.3 s).

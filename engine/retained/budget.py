@@ -20,6 +20,10 @@ PARKING_SHARE = 0.3
 BACKGROUND_SHARE = 0.2
 # One API key may hold at most this part of the parking and background shares (MEM-13).
 PER_OWNER_PART = 0.25
+# The records of an in-memory store (``memory://``, MEM-15), beside the three shares above: the
+# other stores hold their records outside this process, so the three shares are what every
+# process keeps, and a memory:// process keeps up to this part more.
+STORE_SHARE = 0.25
 
 
 @dataclass(frozen=True)
@@ -28,6 +32,7 @@ class MemoryBudget:
     parking: ParkingBounds
     background: int  # bytes all background event logs may hold, live and finished
     background_per_owner: int  # bytes one owner's background logs may hold
+    store: int  # bytes an in-memory store's records may hold (MEM-15)
 
     @classmethod
     def split(
@@ -44,4 +49,5 @@ class MemoryBudget:
             parking=parking,
             background=background,
             background_per_owner=int(background * PER_OWNER_PART),
+            store=int(total * STORE_SHARE),
         )

@@ -14,7 +14,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from engine.store.cluster_state import ClusterState, DeleteListener
 from engine.store.listing import listing_form
-from engine.store.memory import MemoryStore
+from engine.store.memory import DEFAULT_MAX_BYTES, MemoryStore
 from engine.store.records import (
     DEFAULT_MAX_ENTRIES,
     DEFAULT_MAX_RECORD_BYTES,
@@ -45,11 +45,13 @@ def open_store(
     ttl_s: float = DEFAULT_TTL_S,
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
     max_entries: int = DEFAULT_MAX_ENTRIES,
+    max_bytes: int = DEFAULT_MAX_BYTES,
 ) -> ResponseStore:
-    """The backend named by ``url``. Raises ``ValueError`` with a message for the operator."""
+    """The backend named by ``url``. Raises ``ValueError`` with a message for the operator.
+    ``max_entries`` and ``max_bytes`` bound ``memory://`` (LIM-5, MEM-15)."""
     scheme = urlsplit(url).scheme
     if scheme == "memory":
-        return MemoryStore(max_entries, ttl_s, max_record_bytes)
+        return MemoryStore(max_entries, ttl_s, max_record_bytes, max_bytes)
     if scheme == "sqlite":
         from engine.store.embedded.sqlite import SqliteStore
 

@@ -175,6 +175,7 @@ def response_store(options: ServeOptions, config: EngineConfig) -> ResponseStore
         ttl_s=config.store_ttl_s,
         max_record_bytes=options.store_max_record_bytes,
         max_entries=config.store_max_entries,
+        max_bytes=config.budget.store,
     )
     if isinstance(store, SqliteStore):
         store.path.parent.mkdir(parents=True, exist_ok=True)

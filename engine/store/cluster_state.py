@@ -97,6 +97,19 @@ class ClusterState:
         await self.store._write(key, blob, (), False, expires_at)
         return None
 
+    async def release(self, key: str, blob: bytes) -> bool:
+        """Remove ``key`` only while it still holds ``blob`` (compare-and-delete): a claim is
+        released by its holder alone (CONV-7). A claim that lapsed and was claimed again is
+        the new holder's, and this leaves it in place. True if this removed it."""
+        return await self.store._guard(self._release(key, blob))
+
+    async def _release(self, key: str, blob: bytes) -> bool:
+        """This default is atomic only where ``_read_one`` and ``_remove`` never suspend
+        (memory); shared backends override it with one atomic operation."""
+        if await self.store._read_one(key) != blob:
+            return False
+        return await self.store._remove(key)
+
     # ------------------------------------------------------------------ parked rollouts
     async def register_parked(self, response_id: str, address: str, ttl_s: float) -> None:
         """Note for ``ttl_s`` that the rollout suspended behind ``response_id`` is parked by the

@@ -93,16 +93,19 @@ def with_id(item: InputItem) -> InputItem:
 
 @dataclass
 class Lock:
-    """A held conversation lock; ``release`` is safe to call more than once."""
+    """A held conversation lock; ``release`` is safe to call more than once. It frees the lock
+    only while the store still holds this claim's token (CONV-7): one that lapsed and was
+    claimed by another writer stays that writer's."""
 
     conversations: Conversations
     key: str
+    token: bytes
     held: bool = True
 
     async def release(self) -> None:
         if self.held:
             self.held = False
-            await self.conversations.store._guard(self.conversations.store._remove(self.key))
+            await self.conversations.store.cluster.release(self.key, self.token)
 
 
 @dataclass
@@ -118,8 +121,9 @@ class Opened:
 class Conversations:
     """The conversation records of one store; stateless beyond it, so made where needed."""
 
-    def __init__(self, store: ResponseStore) -> None:
+    def __init__(self, store: ResponseStore, lock_s: float = LOCK_S) -> None:
         self.store = store
+        self.lock_s = lock_s  # how long a lock it takes holds (CONV-7); tests shorten it
 
     # ------------------------------------------------------------------ reads
     async def head(self, conversation_id: str, owner: OwnerFilter) -> Head | None:
@@ -165,10 +169,10 @@ class Conversations:
             return None  # another's conversation is never locked by this request (OWN-2)
         key = conversation_id + ":lock"
         token = head_line(None, True) + secrets.token_hex(8).encode()
-        held = await self.store.cluster.claim(key, token, time.time() + LOCK_S)
+        held = await self.store.cluster.claim(key, token, time.time() + self.lock_s)
         if held is not None:
             raise ConversationLocked
-        lock = Lock(self, key)
+        lock = Lock(self, key, token)
         try:
             blob = await self.store._guard(self.store._read_one(conversation_id))
             head = self._decode_head(conversation_id, blob, owner)

@@ -135,6 +135,8 @@ _CLAIM = (
     f" WHERE {TABLE}.expires_at IS NOT NULL AND {TABLE}.expires_at <= %(now)s RETURNING 1)"
     f" SELECT (SELECT count(*) FROM ins), (SELECT record FROM {TABLE} WHERE id = %(id)s)"
 )
+# Delete a claim only while it holds the releasing holder's value (CONV-7).
+_RELEASE = f"DELETE FROM {TABLE} WHERE id = %(id)s AND record = %(record)s"
 _SWEEP = f"DELETE FROM {TABLE} WHERE expires_at IS NOT NULL AND expires_at <= %(now)s"
 
 T = TypeVar("T")
@@ -165,6 +167,16 @@ class PostgresCluster(ClusterState):
                 if row is not None and row[1] is not None:
                     return bytes(row[1])
             raise StoreUnavailable("the idempotency key could not be claimed or read")
+
+        return await self.postgres._run(op)
+
+    async def _release(self, key: str, blob: bytes) -> bool:
+        """One statement: delete where the row still holds ``blob`` (CONV-7)."""
+        params = {"id": key, "record": blob}
+
+        async def op(conn: Conn) -> bool:
+            cur = await conn.execute(_RELEASE, params)
+            return cur.rowcount > 0
 
         return await self.postgres._run(op)
 

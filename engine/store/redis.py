@@ -49,6 +49,10 @@ CONNECT_TIMEOUT_S = 2.0
 COMMAND_TIMEOUT_S = 5.0
 POOL_CONNECTIONS = 64  # pooled sockets per process, besides the write lane and the subscriber
 RESUBSCRIBE_AFTER_S = 1.0
+# Delete a claim only while it holds the releasing holder's value, atomically (CONV-7).
+_RELEASE = (
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+)
 
 
 class RedisCluster(ClusterState):
@@ -75,6 +79,16 @@ class RedisCluster(ClusterState):
 
         held: bytes | None = await self.redis._call(op)
         return held
+
+    async def _release(self, key: str, blob: bytes) -> bool:
+        """One Lua script: ``GET`` compared, then ``DEL`` (CONV-7)."""
+
+        async def op(client: aioredis.Redis) -> bool:
+            gone = await cast(Awaitable[int], client.eval(_RELEASE, 1, KEY_PREFIX + key, blob))
+            return bool(gone)
+
+        removed: bool = await self.redis._call(op)
+        return removed
 
     async def _publish_continued(self, response_id: str) -> None:
         async def op(client: aioredis.Redis) -> None:

@@ -6,6 +6,7 @@ while the first runs, then continues after it)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -16,12 +17,13 @@ import openai
 import pytest
 
 from engine.store import MemoryStore, ResponseStore, open_store
-from engine.store.conversations import MAX_SEGMENTS, ConversationLocked, Conversations
+from engine.store.conversations import MAX_SEGMENTS, ConversationLocked, Conversations, Opened
 from engine.store.framing import peek
 from protocol.items import Message
 from tests.store._procs import RedisServer, ServeProcess
 from tests.support.fixtures import sdk_client
 from tests.support.server import start_server
+from tests.support.wait import wait_for
 
 Serve = Callable[..., Awaitable[ServeProcess]]
 
@@ -95,6 +97,34 @@ async def test_segments_merge_and_owner_heads(backend_url: str) -> None:
             await opened.lock.release()
         for key in [head.id, *head_now.segments]:
             assert await store._read_one(key) is None, key
+    finally:
+        await store.close()
+
+
+async def test_a_lapsed_lock_released_late_frees_no_other_writers(backend_url: str) -> None:
+    """CONV-7 on every store: a lock is released only by its holder (compare-and-delete on its
+    token). Writer A's lock lapses (a 0.2 s lock), B claims the conversation, A's late release
+    must leave B's lock in place: C is refused while B holds it, and gets in once B released."""
+    store = await _opened(backend_url)
+    try:
+        head = await Conversations(store).create("owner-a", {}, [])
+        a = await Conversations(store, lock_s=0.2).open(head.id, "owner-a")
+        assert a is not None
+
+        async def claim_b() -> Opened | None:
+            with contextlib.suppress(ConversationLocked):
+                return await Conversations(store).open(head.id, "owner-a")
+            return None
+
+        b = await wait_for(claim_b, "A's 0.2 s lock to lapse and B to claim it")
+        assert isinstance(b, Opened)
+        await a.lock.release()  # late: the lock is B's now
+        with pytest.raises(ConversationLocked):
+            await Conversations(store).open(head.id, "owner-a")  # C, while B holds it
+        await b.lock.release()
+        c = await Conversations(store).open(head.id, "owner-a")
+        assert c is not None
+        await c.lock.release()
     finally:
         await store.close()
 

@@ -90,6 +90,16 @@ class SqliteCluster(ClusterState):
         held: bytes | None = await self.sqlite._submit(op, writes=True)
         return held
 
+    async def _release(self, key: str, blob: bytes) -> bool:
+        """One ``DELETE`` that matches the holder's value (CONV-7)."""
+
+        def op(conn: sqlite3.Connection) -> bool:
+            gone = conn.execute("DELETE FROM responses WHERE id = ? AND record = ?", (key, blob))
+            return gone.rowcount > 0
+
+        removed: bool = await self.sqlite._submit(op, writes=True)
+        return removed
+
 
 class SqliteStore(ResponseStore):
     kind = "sqlite"

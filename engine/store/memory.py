@@ -47,6 +47,10 @@ class MemoryStore(ResponseStore):
         self.nbytes = 0  # what the held records are charged (MEM-15)
         self._data: OrderedDict[str, tuple[bytes, float | None]] = OrderedDict()
 
+    @property
+    def held_bytes(self) -> int:
+        return self.nbytes
+
     def _put(self, key: str, blob: bytes, expires_at: float | None) -> None:
         held = self._data.get(key)
         if held is not None:

@@ -189,6 +189,11 @@ class ResponseStore(abc.ABC):
         self._salt: bytes | None = None  # the owner digests' salt, read once (OWN-6)
         self.cluster = self.cluster_state(self)
 
+    @property
+    def held_bytes(self) -> int:
+        """The bytes this process holds for the records (MEM-15): 0 where they live elsewhere."""
+        return 0
+
     # ------------------------------------------------------------------ backend primitives
     @abc.abstractmethod
     async def _write(

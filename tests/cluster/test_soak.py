@@ -1,7 +1,8 @@
 """The soak, short (LIVE-9): ``rollout bench --soak``'s own code for a few seconds through
 ``rollout cluster``: every scenario (WS and HTTP chains, SSE, background runs cancelled and
 followed from fresh connections, parked rollouts continued from fresh connections) runs, with
-0 client-visible errors, nothing acknowledged lost and every background response terminal."""
+0 client-visible errors, nothing acknowledged lost and every background response terminal; the
+report keeps each node's RSS series beside what its memory budget held."""
 
 from __future__ import annotations
 
@@ -24,3 +25,8 @@ async def test_a_short_soak_has_no_client_visible_error(tmp_path: Path) -> None:
     }, report  # fmt: skip
     assert (report["acknowledged_lost"], report["unreadable"]) == (0, 0), report
     assert report["background_unfinished"] == 0, report
+    # LIVE-9: the RSS series is kept, each sample beside what the node's budget held (MEM-12)
+    for node in ("node0", "node1"):
+        series = report["rss"][node]["series"]
+        assert len(series) >= 2 and all(rss > 0 for _, rss, _ in series), series
+        assert any(held > 0 for *_, held in series), series

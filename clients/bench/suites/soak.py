@@ -275,33 +275,79 @@ def _rss(pid: int) -> int:
     return 0
 
 
-async def _sample(pids: dict[str, int], samples: list[tuple[float, dict[str, int]]]) -> None:
-    while True:
-        nodes = {name: pid for name, pid in pids.items() if name.startswith("node")}
-        samples.append((time.time(), {name: _rss(pid) for name, pid in nodes.items()}))
-        await asyncio.sleep(SAMPLE_S)
+async def _held(http: aiohttp.ClientSession, port: int) -> int | None:
+    """What a node's memory budget holds now (``/debug/stats``' ``budget_held``, MEM-12)."""
+    try:
+        async with http.get(f"http://127.0.0.1:{port}/debug/stats") as resp:
+            return sum((await resp.json())["budget_held"].values())  # type: ignore[no-any-return]
+    except (aiohttp.ClientError, KeyError, ValueError, TypeError):
+        return None  # a node killed or restarting: no reading this time
+
+
+async def _sample(launched: Launched, samples: list[tuple[float, dict[str, int]]]) -> None:
+    """Every SAMPLE_S: each node's RSS (``nodeN``) and its budget's held bytes (``nodeN.held``)."""
+    headers = {"Authorization": f"Bearer {OPERATOR}"}
+    timeout = aiohttp.ClientTimeout(total=SAMPLE_S)
+    async with aiohttp.ClientSession(headers=headers, timeout=timeout) as http:
+        while True:
+            row: dict[str, int] = {}
+            for name, pid in list(launched.pids.items()):
+                if name.startswith("node"):
+                    row[name] = _rss(pid)
+                    port = launched.ports.get(name)
+                    held = await _held(http, port) if port else None
+                    if held is not None:
+                        row[f"{name}.held"] = held
+            samples.append((time.time(), row))
+            await asyncio.sleep(SAMPLE_S)
+
+
+def _means(series: list[int]) -> tuple[float, float]:
+    """The mean of the middle third and of the last third."""
+    third = max(1, len(series) // 3)
+    middle = series[third : 2 * third] or series
+    last = series[2 * third :] or series
+    return sum(middle) / len(middle), sum(last) / len(last)
+
+
+def _tenths(series: list[int]) -> list[float]:
+    """The mean of each tenth of the run, MB (a plateau or a slope)."""
+    return [
+        round(sum(part) / len(part) / 2**20, 1)
+        for n in range(10)
+        if (part := series[n * len(series) // 10 : (n + 1) * len(series) // 10])
+    ]
 
 
 def rss_report(samples: list[tuple[float, dict[str, int]]]) -> dict[str, Any]:
-    """Per node: the mean RSS of the middle and last thirds of the run, and the growth."""
+    """Per node: the mean RSS of the middle and last thirds of the run and the growth, the
+    same for what its memory budget holds (MEM-12: growth the budget accounts for), each by
+    tenth, and the whole series (seconds from the start, RSS MB, held MB)."""
     out: dict[str, Any] = {}
-    names = sorted({name for _, row in samples for name in row})
-    third = max(1, len(samples) // 3)
+    names = sorted({name for _, row in samples for name in row if "." not in name})
+    start = samples[0][0] if samples else 0.0
     for name in names:
         series = [row.get(name, 0) for _, row in samples if row.get(name)]
-        middle = series[third : 2 * third] or series
-        last = series[2 * third :] or series
-        mid_mean, last_mean = sum(middle) / len(middle), sum(last) / len(last)
+        held = [row[f"{name}.held"] for _, row in samples if f"{name}.held" in row]
+        mid_mean, last_mean = _means(series)
+        held_mid, held_last = _means(held) if held else (0.0, 0.0)
         out[name] = {
             "rss_mb_middle": round(mid_mean / 2**20, 1),
             "rss_mb_last": round(last_mean / 2**20, 1),
             "rss_mb_max": round(max(series) / 2**20, 1),
             "growth_last_vs_middle": round(last_mean / mid_mean - 1, 4),
-            # the shape: the mean of each tenth of the run, MB (a plateau or a slope)
-            "rss_mb_by_tenth": [
-                round(sum(part) / len(part) / 2**20, 1)
-                for n in range(10)
-                if (part := series[n * len(series) // 10 : (n + 1) * len(series) // 10])
+            "rss_growth_mb": round((last_mean - mid_mean) / 2**20, 2),
+            "held_growth_mb": round((held_last - held_mid) / 2**20, 2),
+            "rss_mb_by_tenth": _tenths(series),
+            "held_mb_by_tenth": _tenths(held),
+            "series": [
+                [
+                    round(t - start, 1),
+                    round(row[name] / 2**20, 1),
+                    round(row.get(f"{name}.held", 0) / 2**20, 1),
+                ]
+                for t, row in samples
+                if row.get(name)
             ],
         }
     return out
@@ -340,7 +386,7 @@ async def run_soak(settings: SoakSettings, workdir: Path | None = None) -> dict[
         launched = await launch(workdir or Path(tmp), extra)
         follower = asyncio.create_task(_follow(launched))
         sampler_rows: list[tuple[float, dict[str, int]]] = []
-        sampler = asyncio.create_task(_sample(launched.pids, sampler_rows))
+        sampler = asyncio.create_task(_sample(launched, sampler_rows))
         url = f"http://127.0.0.1:{launched.port}/v1"
         faults: list[dict[str, Any]] = []
         try:

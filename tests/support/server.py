@@ -15,6 +15,7 @@ from aiohttp import web
 from engine.core import Engine, EngineConfig
 from engine.models.router import Router
 from engine.server.transport.app import create_app
+from engine.server.transport.bodies import RUNNER_OPTIONS
 from engine.store import ResponseStore
 
 
@@ -39,7 +40,7 @@ async def serve_app(
 ) -> tuple[web.AppRunner, int]:
     """Serve any aiohttp app (ours, a fake upstream) on 127.0.0.1 and a free port; the caller
     cleans the runner up. The port is the runner's public ``addresses``."""
-    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    runner = web.AppRunner(app, handle_signals=False, access_log=None, **RUNNER_OPTIONS)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ssl_context).start()
     return runner, bound_port(runner)

@@ -33,6 +33,7 @@ from engine.server.process.workers import (
     reserve_port,
     run_workers,
 )
+from engine.server.transport import bodies
 from engine.server.transport.access_log import RedactingAccessLogger
 from engine.server.transport.keys import ENGINE, UNREADY
 from engine.server.transport.server_config import ServerConfig, refuse_if_open
@@ -274,6 +275,7 @@ async def _run_app(
         handle_signals=False,
         shutdown_timeout=server.shutdown_grace_s,
         access_log_class=RedactingAccessLogger,  # no query string reaches the log (AUTH-12)
+        **bodies.RUNNER_OPTIONS,  # bodies are decoded by the one bounded reader (HTTP-10)
     )
     await runner.setup()
     # Workers of one pool share the port; the kernel spreads connections over them (WORK-1).

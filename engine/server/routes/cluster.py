@@ -18,12 +18,17 @@ from aiohttp import web
 from engine.retained.handover import (
     HANDOVER_PATH,
     HANDOVER_TIMEOUT_S,
+    NODE_PROTOCOL,
+    NODE_PROTOCOL_ACCEPTED,
     TOKEN_HEADER,
-    HandoverAnswer,
+    VERSION_HEADER,
     HandoverRequest,
+    answering,
+    encode_answer,
     token_message,
 )
 from engine.rollout.coroutine import Rollout
+from engine.server.transport.bodies import read_body
 from engine.server.transport.keys import ENGINE
 from engine.store import StoreError
 from engine.store.failures import wire_error
@@ -31,15 +36,43 @@ from engine.store.record_codec import encode_items
 from protocol.errors import HttpStatusError, InvalidRequest
 
 _DECODER = msgspec.json.Decoder(HandoverRequest)
+# The node protocol version a node route's request is answered in (LIVE-10).
+NODE_VERSION = web.RequestKey("node_version", int)
+
+
+def node_version(request: web.Request) -> int:
+    """The version to answer this node route's request in (LIVE-10): the asker's, or this
+    node's own for a newer asker; an asker older than this node still answers is refused,
+    409 ``node_protocol_unsupported``, before its token is read or anything is done."""
+    version = answering(request.headers.get(VERSION_HEADER))
+    if version is None:
+        request.app[ENGINE].counters["node.protocol_refused"] += 1
+        first, last = NODE_PROTOCOL_ACCEPTED[0], NODE_PROTOCOL_ACCEPTED[-1]
+        raise HttpStatusError(
+            409,
+            "node_protocol_unsupported",
+            f"This node speaks node protocol versions {first} to {last}.",
+        )
+    request[NODE_VERSION] = version
+    return version
+
+
+async def say_version(request: web.Request, response: web.StreamResponse) -> None:
+    """Every answer of a node route says its version (LIVE-10): the one it was answered in;
+    a refusal, this node's own."""
+    if request.path.startswith("/cluster/"):
+        response.headers[VERSION_HEADER] = str(request.get(NODE_VERSION, NODE_PROTOCOL))
 
 
 async def handover(request: web.Request) -> web.Response:
     """Claim the rollout parked behind the named response for the named owner, retire it here
-    and answer its context's items and token trajectory (200 JSON, LIVE-4); 404 when nothing
+    and answer its context's items and token trajectory (200, LIVE-4) in the asker's node
+    protocol version (LIVE-10: JSON in 1, MessagePack in 2); 404 when nothing
     is parked under that id for that owner; 403 for a token this store's processes did not make."""
     engine = request.app[ENGINE]
+    version = node_version(request)
     try:
-        asked = _DECODER.decode(await request.read())
+        asked = _DECODER.decode(await read_body(request))
     except msgspec.MsgspecError:
         raise InvalidRequest("invalid_request", "Not a hand-over request.", None) from None
     try:
@@ -60,10 +93,10 @@ async def handover(request: web.Request) -> web.Response:
     tokens = None
     if trajectory is not None and trajectory.covered == len(ctx.items):
         tokens = trajectory.segment(snapshot=True)
-    answer = HandoverAnswer(msgspec.Raw(encode_items(list(ctx.items))), tokens)
+    body, kind = encode_answer(encode_items(list(ctx.items)), tokens, version)  # the asker's
     engine.parking.release(entry)  # it lives on over there: retire this copy (never two)
     engine.counters["park.handed_over"] += 1
-    return web.Response(body=msgspec.json.encode(answer), content_type="application/json")
+    return web.Response(body=body, content_type=kind)
 
 
 class NodeClient:
@@ -73,13 +106,15 @@ class NodeClient:
     def __init__(self) -> None:
         self._http: aiohttp.ClientSession | None = None
 
-    async def post(self, url: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
+    async def post(
+        self, url: str, body: bytes, headers: dict[str, str]
+    ) -> tuple[int, str | None, bytes]:
         if self._http is None:
             timeout = aiohttp.ClientTimeout(total=HANDOVER_TIMEOUT_S)
             self._http = aiohttp.ClientSession(timeout=timeout)
         try:
             async with self._http.post(url, data=body, headers=headers) as resp:
-                return resp.status, await resp.read()
+                return resp.status, resp.headers.get(VERSION_HEADER), await resp.read()
         except aiohttp.ClientError as exc:
             raise ConnectionError(type(exc).__name__) from None
 
@@ -91,6 +126,7 @@ class NodeClient:
 
 def install(app: web.Application) -> None:
     app.router.add_post(HANDOVER_PATH, handover)
+    app.on_response_prepare.append(say_version)
     client = NodeClient()
     app[ENGINE].handover.post = client.post
     app.on_cleanup.append(client.close)

@@ -22,7 +22,16 @@ import msgspec
 from aiohttp import web
 
 from engine.connection.background import EventsExpired
-from engine.retained.handover import HANDOVER_TIMEOUT_S, TOKEN_HEADER, token_message
+from engine.retained.handover import (
+    HANDOVER_TIMEOUT_S,
+    NODE_PROTOCOL,
+    TOKEN_HEADER,
+    VERSION_HEADER,
+    readable,
+    token_message,
+)
+from engine.server.routes.cluster import node_version
+from engine.server.transport.bodies import read_body
 from engine.server.transport.keys import BACKGROUND, ENGINE
 from engine.store import StoreError
 from engine.store.failures import wire_error
@@ -66,10 +75,13 @@ def _purpose(asked: RunRequest) -> str:
 
 
 async def verified(request: web.Request) -> RunRequest:
-    """The request's body, from a node of this cluster (PARK-22's token, LIVE-2)."""
+    """The request's body, from a node of this cluster (PARK-22's token, LIVE-2) speaking a
+    node protocol version this node answers (LIVE-10: every version so far answers these
+    routes alike)."""
     engine = request.app[ENGINE]
+    node_version(request)
     try:
-        asked = _DECODER.decode(await request.read())
+        asked = _DECODER.decode(await read_body(request))
     except msgspec.MsgspecError:
         raise InvalidRequest("invalid_request", "Not a run request.", None) from None
     message = token_message(asked.response_id, asked.owner, _purpose(asked))
@@ -153,7 +165,11 @@ class Elsewhere:
             token = await request.app[ENGINE].store.cluster.node_token(message)
         except StoreError as exc:
             raise wire_error(exc) from None
-        headers = {TOKEN_HEADER: token, "Content-Type": "application/json"}
+        headers = {
+            TOKEN_HEADER: token,
+            VERSION_HEADER: str(NODE_PROTOCOL),
+            "Content-Type": "application/json",
+        }
         return msgspec.json.encode(asked), headers
 
     async def cancel(self, request: web.Request, asked: RunRequest) -> web.Response | None:
@@ -170,6 +186,7 @@ class Elsewhere:
             )
             async with post as got:
                 answer, status = await got.read(), got.status
+                _check_version(request, where, got)
         except (aiohttp.ClientConnectorError, ConnectionRefusedError):
             return None  # nobody listens there any more: the run died with its node (LIVE-3)
         except (aiohttp.ClientError, TimeoutError) as exc:
@@ -205,6 +222,7 @@ class Elsewhere:
         body, headers = await self._body(request, asked)
         try:
             async with self._session().post(where + path, data=body, headers=headers) as got:
+                _check_version(request, where, got)
                 if got.status == 404:
                     return None
                 kept = {k: v for k, v in got.headers.items() if k.lower() in RELAYED_HEADERS}
@@ -224,6 +242,17 @@ class Elsewhere:
             return None
         except (aiohttp.ClientError, TimeoutError):
             raise _unreachable() from None
+
+
+def _check_version(request: web.Request, where: str, got: aiohttp.ClientResponse) -> None:
+    """A peer whose answer is in a node protocol version this node does not read (its
+    refusal of this node's included) is answered as a node that does not answer (LIVE-10):
+    503 ``node_unavailable``, retried; nothing of its answer is relayed."""
+    version = got.headers.get(VERSION_HEADER)
+    if readable(version) is None:
+        request.app[ENGINE].counters["node.protocol_unsupported"] += 1
+        log.warning("%s speaks node protocol %s", where, version)
+        raise _unreachable()
 
 
 def _unreachable() -> Unavailable:

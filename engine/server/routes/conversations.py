@@ -15,6 +15,7 @@ from aiohttp import web
 
 from engine.conversation.requests import check_metadata
 from engine.server.transport import identity
+from engine.server.transport.bodies import read_body
 from engine.server.transport.http import _limit, json_response  # one page-size rule (HTTP-*)
 from engine.server.transport.keys import ENGINE
 from engine.store import StoreError
@@ -121,7 +122,7 @@ async def _locked(
 
 async def create_conversation(request: web.Request) -> web.Response:
     """``POST /v1/conversations`` (CONV-1)."""
-    params: CreateConversation = decode(CreateConversation, await request.read())
+    params: CreateConversation = decode(CreateConversation, await read_body(request))
     metadata = _metadata(params.metadata)
     items = items_of(params.items, MAX_ITEMS_PER_REQUEST)
     owner = await identity.owner(request)
@@ -135,7 +136,7 @@ async def retrieve_conversation(request: web.Request) -> web.Response:
 
 async def update_conversation(request: web.Request) -> web.Response:
     """``POST /v1/conversations/{id}``: replaces its metadata (CONV-1)."""
-    params: UpdateConversation = decode(UpdateConversation, await request.read())
+    params: UpdateConversation = decode(UpdateConversation, await read_body(request))
     metadata = _metadata(params.metadata)
 
     async def write(conversations: Conversations, opened: Opened) -> Head:
@@ -158,7 +159,7 @@ async def delete_conversation(request: web.Request) -> web.Response:
 
 async def add_items(request: web.Request) -> web.Response:
     """``POST /v1/conversations/{id}/items`` (CONV-3): at most 20 at a time, as one segment."""
-    params: AddItems = decode(AddItems, await request.read())
+    params: AddItems = decode(AddItems, await read_body(request))
     items = items_of(params.items, MAX_ITEMS_PER_REQUEST)
     if not items:
         raise InvalidRequest("invalid_value", "items must hold at least one item.", "items")

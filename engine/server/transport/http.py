@@ -25,7 +25,7 @@ from engine.rollout.turn import ClientGone
 from engine.server.routes import background
 from engine.server.routes.cluster_runs import ELSEWHERE, RunRequest
 from engine.server.routes.export import tokens_body
-from engine.server.transport import codex_headers, idempotency, identity, ratelimits
+from engine.server.transport import bodies, codex_headers, idempotency, identity, ratelimits
 from engine.server.transport.keys import (
     BACKGROUND,
     DRAINING,
@@ -179,7 +179,7 @@ class HttpSink:
 
 
 async def create_response(request: web.Request) -> web.StreamResponse:
-    body = await request.read()
+    body = await bodies.read_body(request)
     key = request.headers.get(idempotency.HEADER)
     if key is None:
         return await _create(request, body, None)
@@ -242,14 +242,14 @@ def note_error(request: web.Request, response: web.StreamResponse) -> None:
 
 async def compact_response(request: web.Request) -> web.Response:
     """``POST /v1/responses/compact`` (COMPACT-1)."""
-    params = decode_compact_body(await request.read())
+    params = decode_compact_body(await bodies.read_body(request))
     owner = await identity.owner(request)
     return json_response(await compact_context(request.app[ENGINE], params, owner=owner))
 
 
 async def input_tokens(request: web.Request) -> web.Response:
     """``POST /v1/responses/input_tokens`` (TOKENS-1)."""
-    params = decode_create_body(await request.read())
+    params = decode_create_body(await bodies.read_body(request))
     owner = await identity.owner(request)
     return json_response(await count_input_tokens(request.app[ENGINE], params, owner=owner))
 

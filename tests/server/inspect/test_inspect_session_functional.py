@@ -213,3 +213,50 @@ async def test_the_cookie_is_secure_under_tls(keyed_tls: tuple[int, ssl.SSLConte
         cookie = await signed_in(http, root)
         assert cookie["secure"] and cookie["httponly"] and cookie["samesite"] == "Strict"
         assert await page_status(http, root, cookie.value) == 200
+
+
+UNAUTHORIZED = {  # ERR-2's HTTP body, AUTH-2's refusal
+    "error": {
+        "type": "invalid_request_error",
+        "code": "invalid_api_key",
+        "message": "Incorrect or missing API key (use Authorization: Bearer).",
+        "param": None,
+    }
+}
+
+
+async def test_the_cookie_opens_no_api_route(
+    server_factory: Any, http: aiohttp.ClientSession
+) -> None:
+    """AUTH-14, AUTH-2: the session cookie is for the inspector's two paths only. Sent without
+    ``Authorization`` to the API (a create, a stored response's read and delete, the
+    conversations, the models, the WebSocket upgrade on ``/v1/responses``), a valid session's
+    cookie is 401 ``invalid_api_key`` in the error envelope, and nothing is done (the response
+    it tried to delete is still there for its key). The same cookie opens the page."""
+    live = await server_factory(server=KEYED)
+    root = base(live)
+    token = (await signed_in(http, root)).value
+    bearer = {"Authorization": f"Bearer {KEY}"}
+    body = {"model": "sim", "input": "hello"}
+    async with http.post(f"{root}/v1/responses", json=body, headers=bearer) as resp:
+        assert resp.status == 200
+        response_id = (await resp.json())["id"]
+    cookie = {"Cookie": f"{COOKIE}={token}"}
+    for method, path, sent in (
+        ("POST", "/v1/responses", body),
+        ("GET", f"/v1/responses/{response_id}", None),
+        ("GET", f"/v1/responses/{response_id}/input_items", None),
+        ("DELETE", f"/v1/responses/{response_id}", None),
+        ("POST", "/v1/conversations", {}),
+        ("GET", "/v1/models", None),
+    ):
+        async with http.request(method, root + path, json=sent, headers=cookie) as resp:
+            assert (resp.status, await resp.json()) == (401, UNAUTHORIZED), (method, path)
+    socket = root.replace("http", "ws", 1) + "/v1/responses"
+    with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+        async with http.ws_connect(socket, headers=cookie):
+            pass
+    assert refused.value.status == 401
+    async with http.get(f"{root}/v1/responses/{response_id}", headers=bearer) as resp:
+        assert resp.status == 200  # not deleted
+    assert await page_status(http, root, token) == 200

@@ -13,8 +13,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 ID = re.compile(r"(?<![\w-])((?:[A-Z]{2,}-)+\d+)\b")
 DEFINITION = re.compile(r"\*\*((?:[A-Z]{2,}-)+\d+)\*\*")
-# Strings that look like rule IDs but are not: encodings, and the coding scenario's bug markers.
-NOT_RULES = re.compile(r"^(UTF-\d+|BUG-\d+)$")
+# Strings that look like rule IDs but are not: encodings, ciphers and digests, model families,
+# RFC 5737's documentation networks, and the coding scenario's bug markers.
+NOT_RULES = re.compile(r"^(UTF-\d+|BUG-\d+|AES-\d+|(HMAC-)?SHA-\d+|GPT-\d+|TEST-NET-\d+)$")
 SOURCE_DIRS = ("protocol", "engine", "clients", "tests", "cli")
 
 

@@ -6,7 +6,8 @@ oracle), ``conversation`` on ``responses.create`` over HTTP and WebSocket, and t
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal
 
 import openai
 import pytest
@@ -88,6 +89,32 @@ async def test_lifecycle_through_the_sdk(client: AsyncOpenAI) -> None:
         with pytest.raises(openai.NotFoundError) as gone:
             await call
         assert gone.value.code == "conversation_not_found"
+
+
+@pytest.mark.parametrize("order", ["asc", "desc"])
+async def test_item_pages_at_the_edge(client: AsyncOpenAI, order: Literal["asc", "desc"]) -> None:
+    """CONV-3: ``has_more`` exactly at a page's edge. Three items: ``limit=3`` holds them all
+    (no more), ``limit=2`` leaves one (more); after the first, two remain for ``limit=2`` (no
+    more); after the last, an empty page (no more, ids ``""``)."""
+    conv = await client.conversations.create(items=[_user("a"), _user("b"), _user("c")])
+    whole = await client.conversations.items.list(conv.id, order=order, limit=3)
+    texts = [_text(item) for item in whole.data]
+    assert texts == (["a", "b", "c"] if order == "asc" else ["c", "b", "a"])
+    assert whole.has_more is False
+    ids = [item.id for item in whole.data]
+    short = await client.conversations.items.list(conv.id, order=order, limit=2)
+    assert [item.id for item in short.data] == ids[:2] and short.has_more is True
+    rest = await client.conversations.items.list(conv.id, order=order, limit=2, after=ids[0])
+    assert [item.id for item in rest.data] == ids[1:] and rest.has_more is False
+    last = await client.conversations.items.list(conv.id, order=order, limit=1, after=ids[1])
+    assert [item.id for item in last.data] == ids[2:] and last.has_more is False
+    past = await client.conversations.items.list(conv.id, order=order, limit=3, after=ids[2])
+    assert past.data == [] and past.has_more is False
+    assert past.first_id == past.last_id == ""
+
+
+def _text(item: Any) -> str:
+    return "".join(getattr(part, "text", "") for part in item.content)
 
 
 async def test_bad_requests_are_answered_clearly(client: AsyncOpenAI) -> None:
@@ -310,3 +337,45 @@ async def test_steered_response_hands_the_conversation_to_its_successor(
         assert then.output_text == "Next."
         texts = [text for _, text in await _texts(client, conv.id)]
         assert texts == ["Tell me a story", "Once", "Be brief.", "Short answer.", "Go on", "Next."]
+
+
+async def test_item_and_metadata_writes_are_refused_while_a_create_holds_it(
+    server_factory: Any,
+) -> None:
+    """CONV-7: while a create on the conversation is mid-flight (its model held at a gate), the
+    item and metadata routes (add items, replace metadata, delete an item, delete the
+    conversation) are refused with 409 ``conversation_locked`` (param null) and write
+    nothing: once the create has ended the conversation holds its first item, the create's
+    input and answer, and its first metadata."""
+    gate = asyncio.Event()
+    turns: list[list[Step]] = [[TextDelta("Held"), gate, TextDelta(" answer.")]]
+    live = await server_factory(None, Router(routes={}, default=ScriptedModel(turns)))
+    async with sdk_client(live) as client:
+        conv = await client.conversations.create(items=[_user("first")], metadata={"v": "1"})
+        first = (await client.conversations.items.list(conv.id)).data[0]
+        stream = await client.responses.create(
+            model="m", input="go", conversation=conv.id, stream=True
+        )
+        try:
+            async for event in stream:
+                if event.type == "response.output_text.delta":
+                    break  # the create holds the conversation now
+            writes: list[Callable[[], Awaitable[object]]] = [
+                lambda: client.conversations.items.create(conv.id, items=[_user("sneaked in")]),
+                lambda: client.conversations.update(conv.id, metadata={"v": "2"}),
+                lambda: client.conversations.items.delete(first.id, conversation_id=conv.id),
+                lambda: client.conversations.delete(conv.id),
+            ]
+            for write in writes:
+                with pytest.raises(openai.ConflictError) as refused:
+                    await write()
+                assert refused.value.status_code == 409
+                assert refused.value.code == "conversation_locked"
+                assert refused.value.param is None
+        finally:
+            gate.set()  # a failing check lets the held create end too
+        ended = [event async for event in stream if event.type == "response.completed"]
+        assert ended[0].response.output_text == "Held answer."
+        assert (await client.conversations.retrieve(conv.id)).metadata == {"v": "1"}
+        texts = [text for _, text in await _texts(client, conv.id)]
+        assert texts == ["first", "go", "Held answer."]

@@ -303,3 +303,40 @@ async def test_an_upstream_route_tokenizes_nothing_and_bills_its_counts(
     ):
         assert resp.status == 200 and (await resp.json())["input_tokens"] > 0
     assert encoded  # the count endpoint renders exactly (TOKENS-1)
+
+
+async def test_a_failed_response_appends_nothing_to_its_conversation(
+    chat_server: LiveServer, chat_peer: ChatPeer
+) -> None:
+    """CONV-5: a response that ends ``failed`` (the upstream's stream cut mid-answer: over HTTP
+    a 500 ``server_error``, over WebSocket ``response.failed`` with the partial output)
+    appends nothing to its conversation, neither its input nor its output. It lets the
+    conversation go (CONV-7), and the next create's context, as the upstream receives it, is
+    the conversation without the failed turns."""
+    async with aiohttp.ClientSession() as http:
+        convs = f"{chat_server.base_url}/conversations"
+        async with http.post(convs, json={"items": [{"role": "user", "content": "earlier"}]}) as r:
+            conv = (await r.json())["id"]
+
+        async def texts() -> list[str]:
+            async with http.get(f"{convs}/{conv}/items?order=asc") as resp:
+                return [item["content"][0]["text"] for item in (await resp.json())["data"]]
+
+        chat_peer.queue(Reply(text="a partial answer, cut short", cut_after=2))
+        status, failed = await post(chat_server, model="model-a", input="doomed", conversation=conv)
+        assert status == 500 and failed["error"]["code"] == "server_error", failed
+        assert await texts() == ["earlier"]
+        chat_peer.queue(Reply(text="another partial answer, cut", cut_after=2))
+        async with http.ws_connect(chat_server.ws_url) as ws:
+            create = {"model": "model-a", "input": "doomed too", "conversation": conv}
+            await ws.send_json({"type": "response.create", **create})
+            ended = (await read_until(ws, "response.failed"))[-1]["response"]
+        assert ended["status"] == "failed" and ended["output"], "failed mid-answer"
+        assert await texts() == ["earlier"]
+        status, done = await post(chat_server, model="model-a", input="again", conversation=conv)
+        assert status == 200 and done["status"] == "completed"
+        assert chat_peer.last["messages"] == [
+            {"role": "user", "content": "earlier"},
+            {"role": "user", "content": "again"},
+        ]
+        assert await texts() == ["earlier", "again", "Echo: again"]

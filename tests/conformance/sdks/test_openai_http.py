@@ -9,7 +9,7 @@ rules it checks.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 import msgspec
@@ -230,6 +230,33 @@ async def test_http_input_items_listing_order_and_pagination(client: AsyncOpenAI
     assert len(one.data) == 1 and one.has_more is True
     walked = [item.id async for item in client.responses.input_items.list(created.id, limit=1)]
     assert walked == [i.id for i in page.data]  # auto-pagination via ``after``
+
+
+@pytest.mark.parametrize("order", ["asc", "desc"])
+async def test_http_input_items_pages_at_the_edge(
+    client: AsyncOpenAI, order: Literal["asc", "desc"]
+) -> None:
+    """HTTP-6: ``has_more`` exactly at a page's edge. Three input items: ``limit=3`` holds them
+    all (no more), ``limit=2`` leaves one (more); after the first, two remain for ``limit=2``
+    (no more); after the last, an empty page (no more)."""
+    created = await client.responses.create(
+        model=MODEL,
+        input=[{"role": "user", "content": text} for text in ("a", "b", "c")],
+    )
+    listing = client.responses.input_items
+    whole = await listing.list(created.id, order=order, limit=3)
+    texts = [item.content[0].text for item in whole.data if item.type == "message"]
+    assert texts == (["a", "b", "c"] if order == "asc" else ["c", "b", "a"])
+    assert whole.has_more is False
+    ids = [item.id for item in whole.data]
+    short = await listing.list(created.id, order=order, limit=2)
+    assert [item.id for item in short.data] == ids[:2] and short.has_more is True
+    rest = await listing.list(created.id, order=order, limit=2, after=ids[0])
+    assert [item.id for item in rest.data] == ids[1:] and rest.has_more is False
+    last = await listing.list(created.id, order=order, limit=1, after=ids[1])
+    assert [item.id for item in last.data] == ids[2:] and last.has_more is False
+    past = await listing.list(created.id, order=order, limit=3, after=ids[2])
+    assert past.data == [] and past.has_more is False
 
 
 async def test_http_input_items_validate_as_sdk_response_items(server: LiveServer) -> None:

@@ -21,7 +21,7 @@ from engine.retained.budget import MemoryBudget
 from engine.retained.handover import Handover
 from engine.retained.hydration import HydrationCache
 from engine.retained.parking import ParkingBounds, ParkingLot
-from engine.settings import duration, setting
+from engine.settings import duration, setting, url
 from engine.store import (
     DEFAULT_MAX_ENTRIES,
     DEFAULT_TTL_S,
@@ -122,6 +122,7 @@ class EngineConfig:
         help="OTLP/HTTP collector base URL (http://host:4318): export traces (OTEL-1; off)",
         group=ENGINE,
         metavar="URL",
+        parse=url,
     )
     memory_budget: int = setting(
         1024 * 1024 * 1024,

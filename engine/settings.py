@@ -71,3 +71,36 @@ def duration(text: str) -> float:
     if value < 0:
         raise ValueError("a duration is not negative")
     return value
+
+
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+
+def log_level(text: str) -> str:
+    """A Python logging level by name, in any case (``debug``, ``INFO``; ``warn`` is
+    ``warning``), as logging spells it (``--log-level``)."""
+    name = text.strip().lower()
+    name = "warning" if name == "warn" else name
+    if name not in LOG_LEVELS:
+        raise ValueError(f"not a log level ({', '.join(LOG_LEVELS)}): {text!r}")
+    return name.upper()
+
+
+def port(text: str) -> int:
+    """A TCP port, 0 (any free one) to 65535 (``--port``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"not a port: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise ValueError(f"not a port (0 to 65535): {text!r}")
+    return value
+
+
+def url(text: str) -> str:
+    """An ``http://`` or ``https://`` base URL with a host, or empty for none
+    (``--otel-endpoint``, ``--advertise-url``)."""
+    scheme, sep, rest = text.partition("://")
+    if text and not (sep and scheme.lower() in ("http", "https") and rest.strip("/")):
+        raise ValueError(f"not an http:// or https:// URL: {text!r}")
+    return text

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import ast
+import asyncio
 import dataclasses
 import re
+import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -218,3 +220,95 @@ def test_limit_table_names_the_fields() -> None:
     named = {m.group(1) for c in cells if (m := re.fullmatch(r"`(?:ServerConfig\.)?([a-z_]+)`", c))}
     known = {f.name for cls in (EngineConfig, ServerConfig) for f in dataclasses.fields(cls)}
     assert named and named <= known, named - known
+
+
+# CFG-7: a bad value for each flag, by kind. A flag of a kind of its own names its own; a
+# free-text flag (any text names an env var or a model) has none.
+NOT_A_FILE = "/nonexistent/cfg-7/file"
+OWN_BAD: dict[str, list[str]] = {
+    "--host": ["no such host", "--allow-anonymous"],  # past AUTH-10's refusal, to the bind
+    "--port": ["70000"],
+    "--log-level": ["loud"],
+    "--safety-policy": ["loud"],
+    "--store": ["bogus://x"],
+    "--upstream": ["not a url"],
+    "--upstream-key-env": ["CFG_7_UNSET", "--upstream", "http://127.0.0.1:9/v1"],
+    "--otel-endpoint": ["nope"],
+    "--advertise-url": ["nope"],
+    "--mcp-allow-hosts": ["%%"],
+    "--node-id": ["not a node id!"],
+    **{
+        name: [NOT_A_FILE]
+        for name in (
+            "--tls-cert",
+            "--tls-key",
+            "--api-keys-file",
+            "--admin-keys-file",
+            "--config",
+            "--ledger",
+            "--reasoning-key-file",
+        )
+    },
+}
+FREE_TEXT = {"--api-keys-env", "--admin-keys-env", "--upstream-model"}
+
+
+def _bad_values() -> list[tuple[str, list[str]]]:
+    """Every flag of the one settings source (``setting(...)`` fields) with a bad value."""
+    cases = []
+    for cls in flags.FLAGGED:
+        for field, flag in flags_of(cls):
+            if flag.name in FREE_TEXT:
+                continue
+            if isinstance(field.default, bool):  # a switch takes no value
+                cases.append((flag.name, [flag.name, "yes"]))
+            elif flag.name in OWN_BAD:
+                value, *more = OWN_BAD[flag.name]
+                cases.append((flag.name, [flag.name, value, *more]))
+            else:  # a count, an amount, a duration
+                kind = flag.parse or type(field.default)
+                assert kind in (int, float, duration), (flag.name, kind)  # else: OWN_BAD
+                cases.append((flag.name, [flag.name, "-1"]))
+    return cases
+
+
+@pytest.mark.timeout(600)
+async def test_every_flags_bad_value_is_a_usage_error(tmp_path: Path) -> None:
+    """CFG-7: `rollout serve` with each flag's bad value exits 2 with a one-line usage error
+    on stderr, never a traceback (and never starts serving: the exit comes by itself)."""
+    gate = asyncio.Semaphore(3)
+
+    async def run(argv: list[str]) -> tuple[int, str]:
+        async with gate:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "cli", "serve", "--port", "0", "--store", "memory://",
+                *argv, cwd=ROOT, stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.PIPE,
+            )  # fmt: skip
+            try:
+                _, err = await asyncio.wait_for(proc.communicate(), 60)
+            finally:
+                if proc.returncode is None:
+                    proc.kill()
+                    await proc.wait()
+            return proc.returncode or 0, err.decode()
+
+    cases = _bad_values()
+    assert len(cases) + len(FREE_TEXT) == 60  # every flag (test_every_flagged_field_...)
+    results = await asyncio.gather(*(run(argv) for _, argv in cases))
+    for (name, argv), (code, err) in zip(cases, results, strict=True):
+        assert "Traceback" not in err, (argv, err)
+        assert code == 2, (argv, code, err)
+        last = err.strip().splitlines()[-1]
+        assert last.startswith(("rollout serve: ", "rollout: error: ")), (argv, err)
+        assert name in last or "rollout serve: error" not in last, (argv, last)
+
+
+def test_log_levels_are_read_in_any_case() -> None:
+    """CFG-7: `--log-level debug` (the ValueError traceback before) is DEBUG; WARN is WARNING;
+    a level that is none is argparse's usage error."""
+    for given, level in (("debug", "DEBUG"), ("Info", "INFO"), ("warn", "WARNING")):
+        assert _parser().parse_args(["serve", "--log-level", given]).log_level == level
+    with pytest.raises(SystemExit) as exited:
+        _parser().parse_args(["serve", "--log-level", "loud"])
+    assert exited.value.code == 2

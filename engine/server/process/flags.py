@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -18,7 +19,7 @@ from typing import Any, TypeVar
 from engine.core import EngineConfig
 from engine.server.process.workers import WORKER_FLAG
 from engine.server.transport.server_config import ServerConfig, load_api_keys, load_key_limits
-from engine.settings import Flag, duration, flags_of, setting
+from engine.settings import Flag, flags_of, log_level, port, setting
 from engine.store import DEFAULT_MAX_RECORD_BYTES
 
 NETWORK, STORE, PROCESSES, MODELS = "network", "store", "processes", "models"
@@ -31,7 +32,9 @@ class ServeOptions:
     """What ``rollout serve`` needs besides the engine's and the transport's limits."""
 
     host: str = setting("127.0.0.1", "--host", help="listen address", group=NETWORK)
-    port: int = setting(8000, "--port", help="listen port (0: a free one)", group=NETWORK)
+    port: int = setting(
+        8000, "--port", help="listen port (0: a free one)", group=NETWORK, parse=port
+    )
     tls_cert: Path | None = setting(
         None, "--tls-cert", help="PEM certificate: serve https/wss", group=NETWORK, parse=Path
     )
@@ -97,7 +100,13 @@ class ServeOptions:
         group=PROCESSES,
     )
     worker_index: int | None = setting(None, WORKER_FLAG, group=PROCESSES, parse=int, hidden=True)
-    log_level: str = setting("INFO", "--log-level", help="Python logging level", group="engine")
+    log_level: str = setting(
+        "INFO",
+        "--log-level",
+        help="Python logging level (debug, info, warning, error, critical; any case)",
+        group="engine",
+        parse=log_level,
+    )
     config: Path | None = setting(
         None, "--config", help="model routing file (TOML, CFG-1)", group=MODELS, parse=Path
     )
@@ -156,9 +165,12 @@ def _help(flag: Flag, default: object) -> str:
 
 
 def _reader(parse: Any) -> Any:
-    """argparse's ``type``: the builtins keep argparse's own message ("invalid int value");
-    a reader of ours (a duration) tells what is wrong with the text."""
-    if parse is not duration:
+    """argparse's ``type``: every bad value is a usage error (exit 2), never a traceback. A
+    count or an amount is a number, 0 or more (argparse's own "invalid int value" for text that
+    is none); a reader of ours (a duration, a port, a log level) tells what is wrong."""
+    if parse is int or parse is float:
+        return _amount(parse)
+    if parse is str or parse is Path:
         return parse
 
     def read(text: str) -> Any:
@@ -168,6 +180,17 @@ def _reader(parse: Any) -> Any:
             raise argparse.ArgumentTypeError(str(exc)) from None
 
     read.__name__ = parse.__name__
+    return read
+
+
+def _amount(kind: type[int] | type[float]) -> Any:
+    def read(text: str) -> int | float:
+        value = kind(text)  # ValueError: argparse's "invalid int value: 'x'"
+        if not (math.isfinite(value) and value >= 0):
+            raise argparse.ArgumentTypeError(f"not a number of 0 or more: {text!r}")
+        return value
+
+    read.__name__ = kind.__name__
     return read
 
 

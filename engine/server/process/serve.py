@@ -73,6 +73,8 @@ def serve(args: argparse.Namespace) -> int:
             raise ValueError(refused)
         store = response_store(options, config)
         check_reasoning_keys(config)
+        if config.ledger_path is not None:  # a ledger it cannot write stops serve here
+            config.ledger_path.open("a", encoding="utf-8").close()
     except (ValueError, OSError) as exc:
         print(f"rollout serve: {exc}", file=sys.stderr)
         return 2
@@ -87,7 +89,14 @@ def serve(args: argparse.Namespace) -> int:
     except StoreError as exc:  # e.g. a SQLite file that is not a database, a newer schema
         print(f"rollout serve: store: {exc}", file=sys.stderr)
         return 2
+    except CannotListen as exc:  # --host / --port that cannot be bound: a usage error
+        print(f"rollout serve: {exc}", file=sys.stderr)
+        return 2
     return 0
+
+
+class CannotListen(Exception):
+    """The address the flags name cannot be listened on (no such host, taken, not ours)."""
 
 
 def settle_heap() -> None:
@@ -288,7 +297,12 @@ async def _run_app(
         backlog=options.backlog,
         reuse_port=worker,
     )
-    await site.start()
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        where = f"{options.host}:{options.port}"
+        raise CannotListen(f"cannot listen on {where}: {exc.strerror or exc}") from None
     settle_heap()
     port = runner.addresses[0][1]  # the bound one: --port 0 picks a free port
     if not worker:  # a pool's workers share one address: a hand-over could reach any of them

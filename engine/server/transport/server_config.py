@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.server.transport.turn_state import check_node_id
-from engine.settings import duration, setting
+from engine.settings import duration, setting, url
 from engine.store.ratelimits import Limits
 
 log = logging.getLogger("rollout.server")
@@ -87,6 +87,7 @@ class ServerConfig:
         "--advertise-url",
         help="this node's base URL for its peers' hand-overs (PARK-20; empty: http://HOST:PORT)",
         group="network",
+        parse=url,
     )
     max_inspector_viewers: int = 16  # open /inspect/feed sockets; over -> 503 (LIM-23)
     # The inspector's sign-in sessions (AUTH-14): a session lasts this long after sign-in,

@@ -20,7 +20,8 @@ import tokenize
 from functools import cache
 from pathlib import Path
 
-from tests.test_spec_ids import ID, NOT_RULES, _definitions
+from tests.support.rules import ID, NOT_RULES
+from tests.support.rules import definitions as _definitions
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENTS = ("SPEC.md", "README.md", "docs")
@@ -37,6 +38,7 @@ MACHINE = re.compile(r"(?<![\w.])/(?:work|root)/[\w.-]")
 # Another project's files, cited where the engine follows or mirrors them: prefix -> whose.
 EXTERNAL = {
     "codex-api/": "openai/codex",
+    "codex-client/": "openai/codex",
     "core/src/": "openai/codex",
     "endpoint/": "openai/codex (codex-api/src/endpoint)",
     "sse/": "openai/codex (codex-api/src/sse)",

@@ -6,28 +6,10 @@ defined rule is a dangling reference, which is how a renumbered or deleted rule 
 
 from __future__ import annotations
 
-import re
-from collections import Counter
-from pathlib import Path
+from tests.support.rules import ID, NOT_RULES, ROOT
+from tests.support.rules import definitions as _definitions
 
-ROOT = Path(__file__).resolve().parent.parent
-ID = re.compile(r"(?<![\w-])((?:[A-Z]{2,}-)+\d+)\b")
-DEFINITION = re.compile(r"\*\*((?:[A-Z]{2,}-)+\d+)\*\*")
-# Strings that look like rule IDs but are not: encodings, ciphers and digests, model families,
-# RFC 5737's documentation networks, and the coding scenario's bug markers.
-NOT_RULES = re.compile(r"^(UTF-\d+|BUG-\d+|AES-\d+|(HMAC-)?SHA-\d+|GPT-\d+|TEST-NET-\d+)$")
 SOURCE_DIRS = ("protocol", "engine", "clients", "tests", "cli")
-
-
-def _rule_documents() -> list[Path]:
-    return [ROOT / "SPEC.md", *sorted((ROOT / "docs").glob("*.md"))]
-
-
-def _definitions() -> Counter[str]:
-    found: Counter[str] = Counter()
-    for doc in _rule_documents():
-        found.update(DEFINITION.findall(doc.read_text(encoding="utf-8")))
-    return found
 
 
 def _citations() -> dict[str, str]:

@@ -78,9 +78,11 @@ class ClusterState:
         store = self.store
         await store._guard(store._write(IDEM_PREFIX + key, blob, (), False, expires_at))
 
-    async def release_key(self, key: str) -> None:
-        """Forget a claimed key: its request did no work, so the next one with it runs."""
-        await self.store._guard(self.store._remove(IDEM_PREFIX + key))
+    async def release_key(self, key: str, entry: bytes) -> None:
+        """Forget a claimed key: its request did no work, so the next one with it runs. Only
+        while it still holds ``entry``, the claim this caller made (IDEM-3, compare-and-delete
+        as CONV-7's lock): a claim that lapsed and was claimed again is the new holder's."""
+        await self.release(IDEM_PREFIX + key, _IDEM_HEAD + entry)
 
     async def claim(self, key: str, blob: bytes, expires_at: float) -> bytes | None:
         """Store ``blob`` under ``key`` until ``expires_at`` unless a live value is there;

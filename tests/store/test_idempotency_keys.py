@@ -34,12 +34,17 @@ async def _claims(a: ResponseStore, b: ResponseStore) -> None:
     assert all(held == winner for held in results if held is not None)
     await a.cluster.settle_key(key, b"done", 60.0)
     assert await b.cluster.claim_key(key, b"late", 60.0) == b"done"  # the outcome, not a new claim
-    await b.cluster.release_key(key)
+    await b.cluster.release_key(key, b"not-held")  # not its holder's entry: nothing freed
+    assert await a.cluster.claim_key(key, b"late", 60.0) == b"done"
+    await b.cluster.release_key(key, b"done")
     assert await a.cluster.claim_key(key, b"again", 60.0) is None  # released: free again
     expiring = f"owner:{time.time_ns()}:short"
     assert await a.cluster.claim_key(expiring, b"first", 0.001) is None
     await asyncio.sleep(0.01)  # past the 1 ms lifetime (a deadline in the store, not a sync)
     assert await b.cluster.claim_key(expiring, b"second", 60.0) is None
+    # IDEM-3: the lapsed first claim's late release leaves the second claim in place
+    await a.cluster.release_key(expiring, b"first")
+    assert await a.cluster.claim_key(expiring, b"third", 60.0) == b"second"
     # Never a response: not read, not probed, not deleted (a tombstone's head line).
     assert await a.get(IDEM_PREFIX + key) is None
     assert not await a.exists(IDEM_PREFIX + key)

@@ -110,9 +110,9 @@ async def once(request: web.Request, key: str, body: bytes, create: Create) -> w
     scope = f"{owner or '-'}:{hashlib.sha256(key.encode()).hexdigest()}"
     fingerprint = hashlib.sha256(body).hexdigest()
     node = request.app[ENGINE].handover.address or ""  # where repeats follow it (LIVE-8)
-    claim = Entry(fingerprint, RUNNING, time.time(), node=node)
+    claim = _encode(Entry(fingerprint, RUNNING, time.time(), node=node))
     try:
-        held = await store.cluster.claim_key(scope, _encode(claim), config.idempotency_ttl_s)
+        held = await store.cluster.claim_key(scope, claim, config.idempotency_ttl_s)
     except StoreError as exc:
         raise wire_error(exc) from None  # a 503 before any work: safe to send again (RETRY-1)
     if held is not None:
@@ -130,7 +130,7 @@ async def once(request: web.Request, key: str, body: bytes, create: Create) -> w
     finally:
         tap.close()
         del pending[scope]
-        await _settle(request, scope, entry, answered)
+        await _settle(request, scope, claim, entry, answered)
     return response
 
 
@@ -185,14 +185,19 @@ def _failure(exc: BaseException, tap: Tap, fingerprint: str) -> Entry | None:
 
 
 async def _settle(
-    request: web.Request, scope: str, entry: Entry | None, answered: asyncio.Future[Entry]
+    request: web.Request,
+    scope: str,
+    claim: bytes,
+    entry: Entry | None,
+    answered: asyncio.Future[Entry],
 ) -> None:
-    """Store the outcome (or release the key), then wake the repeats waiting here. A store that
-    fails now leaves the key ``running``: repeats are refused (IDEM-4), never run."""
+    """Store the outcome (or release the key, if ``claim`` still holds it), then wake the
+    repeats waiting here. A store that fails now leaves the key ``running``: repeats are
+    refused (IDEM-4), never run."""
     store, ttl = request.app[ENGINE].store, request.app[SERVER].idempotency_ttl_s
     try:
         if entry is None:
-            await store.cluster.release_key(scope)
+            await store.cluster.release_key(scope, claim)
         else:
             await store.cluster.settle_key(scope, _encode(entry), ttl)
     except StoreError as exc:

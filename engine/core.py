@@ -11,7 +11,7 @@ from pathlib import Path
 from engine.conversation.pipeline import StageStats
 from engine.conversation.sealed import KeyRing
 from engine.conversation.tokens import encoding
-from engine.hosted.policy import HostPolicy, McpLimits
+from engine.hosted.policy import HostPolicy, McpLimits, allow_hosts
 from engine.models.router import Router, simulator_router
 from engine.observe.benchclock import BenchClock
 from engine.observe.metrics import Metrics
@@ -188,6 +188,7 @@ class EngineConfig:
         "reach although they are loopback, link-local or private (MCP-10; default: none)",
         group=ENGINE,
         metavar="HOSTS",
+        parse=allow_hosts,
     )
 
     @property

@@ -10,6 +10,9 @@ and may cancel the task that hosts them. So each session lives in its own task, 
 the rollout talks to it through a bounded queue of requests, each with a future: a server that
 dies, hangs or misbehaves fails the futures of its requests, never the rollout's task.
 
+The session connects only to the addresses the host policy checked (``check_url``'s ``Pin``,
+``engine/hosted/pin.py``): the name is never resolved again (MCP-11).
+
 ``headers`` and ``authorization`` are read only to build the session's HTTP client: never
 logged, stored or echoed (MCP-3). Every failure is an ``McpFault``, whose ``error`` is the
 ``mcp_call`` item's ``error`` object (the openai SDK's ``McpToolCallError`` union)."""
@@ -24,7 +27,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-from engine.hosted.policy import McpLimits, Refused, check_url
+from engine.hosted.policy import McpLimits, Pin, Refused, check_url
 from protocol.items import McpListedTool
 from protocol.tools import McpServerTool
 
@@ -90,8 +93,8 @@ class _Session:
 
         limits = self._limits
         try:
-            await check_url(server.server_url or "", limits.hosts)
-            async with _connect(server, limits) as session:
+            pin = await check_url(server.server_url or "", limits.hosts)
+            async with _connect(server, limits, pin) as session:
                 with anyio.fail_after(limits.call_timeout_s):
                     await session.initialize()
                 while (request := await self._queue.get()) is not None:
@@ -188,12 +191,18 @@ def _headers(server: McpServerTool) -> dict[str, str]:
 
 
 @asynccontextmanager
-async def _connect(server: McpServerTool, limits: McpLimits) -> AsyncIterator[ClientSession]:
+async def _connect(
+    server: McpServerTool, limits: McpLimits, pin: Pin
+) -> AsyncIterator[ClientSession]:
+    """A session over a client pinned to the checked addresses (MCP-11)."""
+    import functools
+
     import httpx2
     from mcp.client.session import ClientSession
     from mcp.client.sse import sse_client
     from mcp.client.streamable_http import streamable_http_client
-    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    from engine.hosted.pin import pinned_client
 
     url = server.server_url or ""
     timeout = httpx2.Timeout(limits.call_timeout_s)
@@ -203,11 +212,12 @@ async def _connect(server: McpServerTool, limits: McpLimits) -> AsyncIterator[Cl
             headers=_headers(server),
             timeout=limits.call_timeout_s,
             sse_read_timeout=limits.call_timeout_s,
+            httpx_client_factory=functools.partial(pinned_client, url, pin),
         )
         async with transport as (read, write), ClientSession(read, write) as session:
             yield session
         return
-    client = create_mcp_http_client(headers=_headers(server), timeout=timeout)
+    client = pinned_client(url, pin, headers=_headers(server), timeout=timeout)
     streams = streamable_http_client(
         # the bound in real bytes on what the transport buffers: one event holds the output
         # twice at most (content and structured content) and its JSON-RPC envelope (MCP-13)

@@ -37,7 +37,9 @@ async def test_approval_over_http(server_factory: Any, approve: bool) -> None:
     """MCP-9: with approval required (the default) the response completes with an
     ``mcp_approval_request`` and nothing is called; a continuation by
     ``previous_response_id`` with an ``mcp_approval_response`` runs the call (an ``mcp_call``
-    naming the request) or reports it denied with the reason, and the model answers."""
+    naming the request) or reports it denied with the reason, and the model answers. The
+    server counts the calls it received: none while the approval is pending, exactly one once
+    approved, none when denied."""
     live = await server_factory(_config())
     async with sdk_server() as mcp, sdk_client(live) as client:
         tools = [_mcp(mcp.url)]
@@ -45,6 +47,7 @@ async def test_approval_over_http(server_factory: Any, approve: bool) -> None:
         assert [i.type for i in first.output] == ["mcp_list_tools", "mcp_approval_request"]
         request = first.output[1]
         assert request.type == "mcp_approval_request" and request.name == "echo"
+        assert await mcp.calls() == {}  # pending: the server was never called
         answer = {
             "type": "mcp_approval_response",
             "approval_request_id": request.id,
@@ -54,6 +57,7 @@ async def test_approval_over_http(server_factory: Any, approve: bool) -> None:
         second = await client.responses.create(
             model="sim", input=[answer], tools=tools, previous_response_id=first.id
         )
+        assert await mcp.calls() == ({"echo": 1} if approve else {})
     assert [i.type for i in second.output] == ["mcp_call", "message"]
     call = second.output[0]
     assert call.type == "mcp_call" and call.approval_request_id == request.id
@@ -69,7 +73,8 @@ async def test_approval_over_http(server_factory: Any, approve: bool) -> None:
 
 async def test_approval_over_ws_and_stateless(server_factory: Any) -> None:
     """MCP-9, MCP-16: approval over WebSocket on the connection's cache (``store`` false), and
-    by a stateless client that sends the whole history back (the request item replayed)."""
+    by a stateless client that sends the whole history back (the request item replayed); the
+    server receives the call only once each approval arrives, once per approval."""
     live = await server_factory(_config())
     async with sdk_server() as mcp, sdk_client(live) as client:
         tools = [_mcp(mcp.url, require_approval={"never": {"tool_names": ["add"]}})]
@@ -78,6 +83,7 @@ async def test_approval_over_ws_and_stateless(server_factory: Any) -> None:
             first = await _completed(conn)
             request = first.output[-1]
             assert request.type == "mcp_approval_request"
+            assert await mcp.calls() == {}  # pending: never called
             answer = {
                 "type": "mcp_approval_response",
                 "approval_request_id": request.id,
@@ -91,6 +97,7 @@ async def test_approval_over_ws_and_stateless(server_factory: Any) -> None:
                 previous_response_id=first.id,
             )
             second = await _completed(conn)
+        assert await mcp.calls() == {"echo": 1}
         assert [i.type for i in second.output] == ["mcp_call", "message"]
         assert (second.output[0].output or "").startswith("echo: ")
         history = [
@@ -101,6 +108,7 @@ async def test_approval_over_ws_and_stateless(server_factory: Any) -> None:
         stateless = await client.responses.create(
             model="sim", input=history, tools=tools, store=False
         )
+        assert await mcp.calls() == {"echo": 2}  # the stateless approval ran it once more
     assert [i.type for i in stateless.output] == ["mcp_call", "message"]
     assert (stateless.output[0].output or "").startswith("echo: ")
 
@@ -121,6 +129,7 @@ async def test_mixed_with_client_function(server_factory: Any) -> None:
             model="sim", input="use echo and lookup", tools=tools, parallel_tool_calls=True
         )
         assert [i.type for i in first.output] == ["mcp_list_tools", "function_call", "mcp_call"]
+        assert await mcp.calls() == {"echo": 1}
         call = first.output[1]
         assert call.type == "function_call"
         second = await client.responses.create(
@@ -129,6 +138,7 @@ async def test_mixed_with_client_function(server_factory: Any) -> None:
             tools=tools,
             previous_response_id=first.id,
         )
+        assert await mcp.calls() == {"echo": 1}  # the client's output runs nothing again
     assert [i.type for i in second.output] == ["message"]
     mcp_call = first.output[2]
     assert mcp_call.type == "mcp_call"
@@ -235,6 +245,7 @@ async def test_calls_per_response_are_bounded(server_factory: Any) -> None:
         second = await client.responses.create(
             model="sim", input="and now?", tools=[], previous_response_id=first.id
         )
+        assert await mcp.calls() == {"echo": 1}
     assert [i.type for i in first.output] == ["mcp_list_tools", "mcp_call"]
     assert first.status == "completed"
     assert first.output[1].type == "mcp_call" and first.output[1].error is None
@@ -244,8 +255,8 @@ async def test_calls_per_response_are_bounded(server_factory: Any) -> None:
 async def test_approval_in_append_mode(server_factory: Any) -> None:
     """MCP-9 in append mode (WebSocket): the approval request suspends the one response
     (``response.done`` names it among ``pending_calls``); a ``response.append`` of the
-    ``mcp_approval_response`` resumes it, the call runs and the model answers, all in that
-    response."""
+    ``mcp_approval_response`` resumes it, the call runs (the server receives it once, not
+    before the answer) and the model answers, all in that response."""
     live = await server_factory(_config())
     async with (
         sdk_server() as mcp,
@@ -264,6 +275,7 @@ async def test_approval_in_append_mode(server_factory: Any) -> None:
         (pending,) = done[-1]["pending_calls"]
         request = done[-1]["response"]["output"][-1]
         assert request["type"] == "mcp_approval_request" and pending["call_id"] == request["id"]
+        assert await mcp.calls() == {}  # suspended on the approval: never called
         answer = {"type": "mcp_approval_response", "approval_request_id": request["id"]}
         append = {
             "type": "response.append",
@@ -271,6 +283,7 @@ async def test_approval_in_append_mode(server_factory: Any) -> None:
             "input": [{**answer, "approve": True}],
         }
         events = await turn(ws, append, "response.completed")
+        assert await mcp.calls() == {"echo": 1}
     final = events[-1]["response"]
     kinds = [item["type"] for item in final["output"]]
     assert kinds == ["mcp_list_tools", "mcp_approval_request", "mcp_call", "message"], kinds
@@ -335,6 +348,7 @@ async def test_a_replayed_approval_runs_once(server_factory: Any) -> None:
         history += [item.model_dump(exclude_none=True) for item in second.output]
         history.append({"role": "user", "content": "thanks"})
         third = await client.responses.create(model="sim", input=history, tools=tools)
+        assert await mcp.calls() == {"echo": 1}  # counted at the server: never run again
     assert [i.type for i in second.output] == ["mcp_call", "message"]
     assert [i.type for i in third.output] == ["mcp_approval_request"]
 
@@ -359,3 +373,32 @@ async def test_sessions_live_with_their_rollout(server_factory: Any) -> None:
             assert [i.type for i in first.output] == ["mcp_list_tools", "function_call", "mcp_call"]
             assert len(_sessions()) == 1  # the rollout waits for lookup's output
         await wait_for(lambda: not _sessions(), "the MCP session to close with its rollout")
+
+
+@pytest.mark.parametrize("transport", ["streamable-http", "sse"])
+async def test_each_call_reaches_the_server_once(server_factory: Any, transport: str) -> None:
+    """MCP-7, MCP-9: every call that needs no approval reaches the server exactly once: the
+    server's own count per tool equals the ``mcp_call`` items the responses show, over HTTP
+    (one call, parallel calls, a continuation) and WebSocket."""
+    live = await server_factory(_config())
+    async with sdk_server(transport) as mcp, sdk_client(live) as client:
+        tools = [_mcp(mcp.url, require_approval="never")]
+        one = await client.responses.create(model="sim", input="use echo", tools=tools)
+        both = await client.responses.create(
+            model="sim", input="use add and weather", tools=tools, parallel_tool_calls=True
+        )
+        then = await client.responses.create(
+            model="sim", input="use echo", tools=tools, previous_response_id=both.id
+        )
+        async with client.responses.connect() as conn:
+            await conn.response.create(model="sim", input="use weather", tools=tools, store=False)
+            socket = await _completed(conn)
+        counted = await mcp.calls()
+    shown: dict[str, int] = {}
+    for response in (one, both, then, socket):
+        for item in response.output:
+            if item.type == "mcp_call":
+                assert item.error is None, item
+                shown[item.name] = shown.get(item.name, 0) + 1
+    assert shown == {"echo": 2, "add": 1, "weather": 2}, shown
+    assert counted == shown

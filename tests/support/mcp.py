@@ -14,6 +14,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import aiohttp
+
 from tests.support.server import listening_ports
 from tests.support.wait import wait_for
 
@@ -32,6 +34,16 @@ EVERYTHING = (
 class McpProcess:
     url: str
     process: asyncio.subprocess.Process
+
+    async def calls(self) -> dict[str, int]:
+        """The ``mcp`` SDK server's count of the tool calls it received, per tool name, read
+        from the server itself (``GET /calls``, ``tests/support/mcp_server.py``): "ran once" and
+        "never called" are counted at the far side (MCP-9)."""
+        base = self.url.rsplit("/", 1)[0]
+        async with aiohttp.ClientSession() as http, http.get(f"{base}/calls") as resp:
+            assert resp.status == 200, resp.status
+            counts: dict[str, int] = await resp.json()
+        return counts
 
     async def kill(self) -> None:
         """The server dies (a test of MCP-8): killed, and reaped."""
@@ -78,10 +90,15 @@ async def _process(args: list[str], path: str, env: dict[str, str]) -> AsyncIter
 
 
 @contextlib.asynccontextmanager
-async def sdk_server(transport: str = "streamable-http") -> AsyncIterator[McpProcess]:
-    """The ``mcp`` SDK's server: ``/mcp`` (Streamable HTTP) or ``/sse`` (SSE)."""
+async def sdk_server(
+    transport: str = "streamable-http", *, any_host: bool = False
+) -> AsyncIterator[McpProcess]:
+    """The ``mcp`` SDK's server: ``/mcp`` (Streamable HTTP) or ``/sse`` (SSE); ``any_host``
+    accepts any ``Host`` header (a test reaching it by a name of its own)."""
     path = "/sse" if transport == "sse" else "/mcp"
     args = [sys.executable, "-m", "tests.support.mcp_server", "0", transport]
+    if any_host:
+        args.append("any-host")
     async with _process(args, path, {}) as server:
         yield server
 

@@ -158,16 +158,21 @@ async def test_the_running_node_checks_the_owner_itself(
     other = await node.engine.store.owner_of(OTHER_KEY)
     assert owner != other
     theirs = {TOKEN_HEADER: await _token(node, run_id, other, "run")}
-    for path, extra in ((CANCEL_PATH, {}), (EVENTS_PATH, {"starting_after": -1})):
-        body = {"response_id": run_id, "owner": other, **extra}
-        async with http.post(_root(node) + path, json=body, headers=theirs) as r:
+    extras: list[tuple[str, dict[str, Any]]] = [
+        (CANCEL_PATH, {}),
+        (EVENTS_PATH, {"starting_after": -1}),
+    ]
+    for path, extra in extras:
+        theirs_body = {"response_id": run_id, "owner": other, **extra}
+        async with http.post(_root(node) + path, json=theirs_body, headers=theirs) as r:
             assert r.status == 404, path
             assert (await r.json())["error"]["code"] == "not_found"
     mine = {TOKEN_HEADER: await _token(node, run_id, owner, "run")}
-    for body in (
+    forged: list[dict[str, Any]] = [
         {"response_id": run_id, "owner": other},  # the token is the owner's, not theirs
         {"response_id": run_id, "owner": owner, "any_owner": True},  # "run-any" is another
-    ):
+    ]
+    for body in forged:
         async with http.post(_root(node) + CANCEL_PATH, json=body, headers=mine) as r:
             assert (r.status, await r.json()) == (403, FORBIDDEN), body
     counters = node.engine.counters

@@ -73,7 +73,8 @@ bench-all: $(DEV_STAMP)
 	$(BIN)/rollout bench --scenario codex --json bench-codex.json --png bench-codex.png
 	$(BIN)/rollout bench --stream --memory --json bench-extras.json
 
-# This engine, smg and the LiteLLM proxy before one stub upstream, side by side (BENCH-10).
+# This engine (a responses and a chat route), agentic-api 0.9, smg 1.13 and the LiteLLM proxy
+# before one stub upstream, side by side (BENCH-10); the `peers` extra brings them and the SDK.
 bench-peers: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[peers]'
 	$(BIN)/rollout bench --peers --json bench-peers.json --png bench-peers.png

@@ -91,15 +91,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--peers", action="store_true",
-        help="this engine, smg and the LiteLLM proxy side by side before one instant stub "
-        "upstream, the same tool chain on every transport (BENCH-10; pip install -e '.[peers]')",
+        help="this engine (a responses and a chat route), agentic-api, smg and the LiteLLM proxy "
+        "side by side before one instant stub upstream, the same tool chain on every transport "
+        "(BENCH-10; pip install -e '.[peers]')",
     )  # fmt: skip
     p.add_argument(
-        "--peers-targets", default="engine,smg,litellm", help="with --peers: which servers"
-    )
+        "--peers-targets", default="engine,engine-chat,agentic-api,smg,litellm",
+        help="with --peers: which servers",
+    )  # fmt: skip
     p.add_argument(
         "--peers-upstream", default="responses", choices=("responses", "chat"),
-        help="with --peers: the engine's route to the stub",
+        help="with --peers: the route of the target 'engine' to the stub (engine-chat: chat)",
     )  # fmt: skip
     p.add_argument(
         "--peers-transports", default="ws,http_previous_id,http_stateless",
@@ -112,8 +114,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     p.add_argument(
         "--peers-callgrind", action="store_true",
-        help="with --peers: run the engine and smg under valgrind's callgrind and report "
-        "instructions per turn, a count that does not move with the machine's load (BENCH-12)",
+        help="with --peers: run the engine, agentic-api and smg under valgrind's callgrind and "
+        "report instructions per turn, a count that does not move with the machine's load "
+        "(BENCH-12)",
     )  # fmt: skip
     p.add_argument("--load", action="store_true", help="load test: WS agents + HTTP (LOAD-1)")
     p.add_argument("--load-connections", type=int, default=200)

@@ -7,6 +7,9 @@ the documented layout.
 from __future__ import annotations
 
 import json
+import re
+import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -97,3 +100,30 @@ def test_peers_callgrind_counts_each_chain(tmp_path: Path) -> None:
     assert all(2e5 < count < 2e8 for count in counts)  # a turn, not a start-up or nothing
     assert max(counts) / min(counts) < 1.25
     assert doc["summary"]["engine/ws"]["instructions_vs_engine_ws"] == 1.0
+
+
+BESIDE = Path(sys.executable).parent
+
+
+@pytest.mark.skipif(
+    shutil.which("agentic-server") is None and not (BESIDE / "agentic-server").exists(),
+    reason="agentic-api is not installed (the dev extra brings it)",
+)
+def test_peers_run_agentic_api_on_every_transport(tmp_path: Path) -> None:
+    """BENCH-10: a real peer beside the engine, vllm-project's Rust agentic-server, in front of
+    the same stub: it runs the chain on all three transports (its WebSocket mode, HTTP
+    ``previous_response_id``, stateless; none refused), its version is read, and the CPU of its
+    process is counted each turn."""
+    out = tmp_path / "agentic.json"
+    argv = ["--peers", "--peers-targets", "engine,agentic-api", "--turns", "2", "--repeat", "1"]
+    assert main([*argv, "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["skipped"] == {} and doc["unsupported"] == {}
+    assert [k for k in doc["summary"] if k.startswith("agentic-api/")] == [
+        "agentic-api/ws", "agentic-api/http_previous_id", "agentic-api/http_stateless",
+    ]  # fmt: skip
+    assert re.fullmatch(r"\d+\.\d+\.\d+.*", doc["settings"]["versions"]["agentic-api"])
+    for run in doc["runs"]:
+        assert len(run["server_cpu_ms"]) == 2
+        assert min(run["server_cpu_ms"]) > 0
+    assert "server_cpu_ms_vs_engine_ws" in doc["summary"]["agentic-api/ws"]

@@ -22,7 +22,7 @@ import asyncio
 import shutil
 from pathlib import Path
 
-COUNTED = ("engine", "smg")  # targets whose serving process is the one started
+COUNTED = ("engine", "engine-chat", "agentic-api", "smg")  # the serving process is the one started
 
 
 class CallgrindUnavailable(RuntimeError):

@@ -1,11 +1,12 @@
-"""``rollout bench --peers`` (BENCH-10): this engine, smg and the LiteLLM proxy side by side,
-each in front of the same instant stub upstream (``peer_stub``), driven by the openai SDK
-through the same K-turn tool chain on every transport each one supports.
+"""``rollout bench --peers`` (BENCH-10): this engine (on a ``responses`` and on a ``chat``
+route), vllm-project's agentic-api, smg and the LiteLLM proxy side by side, each in front of
+the same instant stub upstream (``peer_stub``), driven by the openai SDK through the same
+K-turn tool chain on every transport each one supports.
 
 The chain: a user message, then K turns; each turn the model (the stub) calls ``read_file``
 and the client answers with a 1.5 KB tool output and a short user message ("continue": smg
-0.3.2 refuses a ``previous_response_id`` input without a message item, so every target gets
-one). Transports:
+0.3.2 refused a ``previous_response_id`` input without a message item, and the chain is kept
+as it was so that figures compare across runs). Transports:
 
 * ``ws``: ``client.responses.connect()``, ``previous_response_id`` + the new items, store false;
 * ``http_previous_id``: ``client.responses.create(stream=True)``, ``previous_response_id`` +
@@ -17,8 +18,8 @@ never retried. Per (target, transport), over ``--repeat`` chains interleaved in 
 wall per turn (first, last, median), the server's CPU per turn (every task of every process in
 the server's session, from ``/proc/*/task/*/schedstat``: what a multi-process gateway costs is
 counted whole), the stub's CPU per turn, and both ratios to the engine's ``ws`` turn.
-Optional peers (``pip install -e '.[peers]'``): a target whose program is missing is skipped
-and named so.
+Optional peers (``pip install -e '.[peers]'``, or their programs on ``PATH``): a target whose
+program is missing is skipped and named so; each peer's version is read and printed.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import shutil
 import signal
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -45,7 +47,7 @@ from clients.bench.suites import instructions
 from clients.bench.suites.instructions import Callgrind
 
 TRANSPORTS = ("ws", "http_previous_id", "http_stateless")
-TARGETS = ("engine", "smg", "litellm")
+TARGETS = ("engine", "engine-chat", "agentic-api", "smg", "litellm")
 MODEL = "stub"
 MASTER_KEY = "sk-bench-peers-0123456789abcdef"  # LiteLLM refuses to start without one
 TOOLS: list[Any] = [
@@ -104,6 +106,7 @@ class Peer:
     cwd: Path | None = None
     profile: Path | None = None  # py-spy's raw stacks, from ready to stop (BENCH-11)
     counter: Callgrind | None = None  # instructions per chain, counted (BENCH-12)
+    version: str = ""
     proc: asyncio.subprocess.Process | None = None
     spy: asyncio.subprocess.Process | None = None
 
@@ -168,8 +171,10 @@ class Peer:
             await proc.wait()
 
 
-def engine_peer(stub: str, work: Path, upstream: str, profile: Path | None = None) -> Peer:
-    config = work / "engine.toml"
+def engine_peer(
+    stub: str, work: Path, upstream: str, profile: Path | None = None, name: str = "engine"
+) -> Peer:
+    config = work / f"{name}.toml"
     path = "/v1" if upstream in ("chat", "responses") else ""
     config.write_text(
         f'default = "{MODEL}"\n[models.{MODEL}]\nbackend = "{upstream}"\n'
@@ -180,7 +185,26 @@ def engine_peer(stub: str, work: Path, upstream: str, profile: Path | None = Non
         sys.executable, "-m", "cli", "serve", "--config", str(config), "--port", str(port),
         "--api-keys-env", "", "--log-level", "WARNING", "--store", "memory://",
     ]  # fmt: skip
-    return Peer("engine", command, port, "/healthz", profile=profile)
+    return Peer(name, command, port, "/healthz", profile=profile, version=_engine_version())
+
+
+def agentic_peer(stub: str, work: Path) -> Peer | None:
+    """vllm-project's agentic-api: its Rust gateway ``agentic-server`` (the ``agentic-api``
+    wheel), reaching the stub through ``/v1/responses``; it stores in SQLite only (its own
+    default), here a file in the run's directory (tmpfs where there is one)."""
+    program = shutil.which("agentic-server") or _beside_python("agentic-server")
+    if program is None:
+        return None
+    port = free_port()
+    command = [
+        program, "--llm-api-base", stub, "--gateway-host", "127.0.0.1",
+        "--gateway-port", str(port), "--db-url", f"sqlite://{work / 'agentic-api.db'}",
+    ]  # fmt: skip
+    # HOME: it keeps a state directory there; OPENAI_API_KEY: the key it would forward upstream
+    # (never the caller's own); RUST_LOG: warnings only, as every other target logs.
+    env = {"HOME": str(work), "OPENAI_API_KEY": MASTER_KEY, "RUST_LOG": "warn"}
+    version = program_version(program, ("agentic-api",))
+    return Peer("agentic-api", command, port, "/health", env=env, version=version)
 
 
 def smg_peer(stub: str, work: Path) -> Peer | None:
@@ -191,9 +215,13 @@ def smg_peer(stub: str, work: Path) -> Peer | None:
     command = [
         program, "launch", "--backend", "openai", "--history-backend", "memory",
         "--worker-urls", stub, "--host", "127.0.0.1", "--port", str(port),
-        "--log-level", "warn", "--prometheus-port", str(free_port()),
+        "--log-level", "warn", "--prometheus-host", "127.0.0.1",
+        "--prometheus-port", str(free_port()),
     ]  # fmt: skip
-    return Peer("smg", command, port, "/v1/models")
+    # /readiness: 200 once its worker (the stub) is registered; smg 1.13's /v1/models lists no
+    # model for an openai backend.
+    version = program_version(program, ("smg", "sglang-router"))
+    return Peer("smg", command, port, "/readiness", version=version)
 
 
 def litellm_peer(stub: str, work: Path) -> Peer | None:
@@ -215,12 +243,53 @@ def litellm_peer(stub: str, work: Path) -> Peer | None:
         "--num_workers", "1",
     ]  # fmt: skip
     env = {"LITELLM_MASTER_KEY": MASTER_KEY, "LITELLM_LOG": "ERROR"}
-    return Peer("litellm", command, port, "/health/liveliness", env=env, cwd=work)
+    version = program_version(program, ("litellm",))
+    return Peer("litellm", command, port, "/health/liveliness", env=env, cwd=work, version=version)
 
 
 def _beside_python(name: str) -> str | None:
     candidate = Path(sys.executable).parent / name
     return str(candidate) if candidate.exists() else None
+
+
+_VERSION_OF = """import importlib.metadata as m, sys
+for name in sys.argv[1:]:
+    try:
+        print(m.version(name))
+        break
+    except m.PackageNotFoundError:
+        pass
+"""
+
+
+def program_version(program: str, distributions: tuple[str, ...]) -> str:
+    """What version a peer is: a Python script's distribution, asked of the interpreter its
+    ``#!`` line names (no import of the peer itself); a binary's ``--version``."""
+    try:
+        with open(program, "rb") as f:
+            head = f.read(512)
+    except OSError:
+        return "?"
+    if head.startswith(b"#!"):
+        interpreter = head[2:].split(b"\n", 1)[0].decode(errors="replace").split()
+        command = [*interpreter, "-c", _VERSION_OF, *distributions]
+    else:
+        command = [program, "--version"]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return "?"
+    words = (done.stdout.splitlines() or [""])[0].split()
+    return words[-1] if words else "?"
+
+
+def _engine_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("rollout-engine")
+    except PackageNotFoundError:
+        return "?"
 
 
 @contextlib.asynccontextmanager
@@ -372,10 +441,11 @@ async def run_peers(settings: PeerSettings) -> dict[str, Any]:
         },
         "skipped": {}, "unsupported": {}, "runs": [],
     }  # fmt: skip
-    with tempfile.TemporaryDirectory(prefix="bench-peers-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="bench-peers-", dir=_work_root()) as tmp:
         work = Path(tmp)
         async with stub_process(work / "stub.log") as (stub, stub_pid):
             peers = _peers(settings, stub, work, doc["skipped"])
+            doc["settings"]["versions"] = {peer.name: peer.version for peer in peers}
             try:
                 for peer in peers:
                     print(f"starting {peer.name} …", file=sys.stderr, flush=True)
@@ -389,6 +459,12 @@ async def run_peers(settings: PeerSettings) -> dict[str, Any]:
     return doc
 
 
+def _work_root() -> str | None:
+    """tmpfs where there is one: agentic-api's SQLite file stays off the disk, as the other
+    targets keep their state in memory."""
+    return "/dev/shm" if os.path.isdir("/dev/shm") else None
+
+
 def _peers(settings: PeerSettings, stub: str, work: Path, skipped: dict[str, str]) -> list[Peer]:
     peers: list[Peer] = []
     for name in settings.targets:
@@ -397,8 +473,12 @@ def _peers(settings: PeerSettings, stub: str, work: Path, skipped: dict[str, str
             continue
         if name == "engine":
             peer: Peer | None = engine_peer(stub, work, settings.engine_upstream, settings.profile)
+        elif name == "engine-chat":
+            peer = engine_peer(stub, work, "chat", name=name)
         else:
-            peer = smg_peer(stub, work) if name == "smg" else litellm_peer(stub, work)
+            peer = {"agentic-api": agentic_peer, "smg": smg_peer, "litellm": litellm_peer}[name](
+                stub, work
+            )
         if peer is None:
             skipped[name] = "not installed (pip install -e '.[peers]')"
             continue
@@ -468,16 +548,17 @@ def _order(pair: tuple[str, str]) -> tuple[int, int]:
 def render(doc: dict[str, Any]) -> str:
     s = doc["settings"]
     lines = [
-        f"peers: {s['turns']}-turn tool chain, {s['repeat']} repeats, engine upstream "
-        f"{s['engine_upstream']}, load average {s['loadavg_at_start'][0]:.2f} → "
-        f"{s.get('loadavg_at_end', [0.0])[0]:.2f}",
-        f"{'target/transport':26s} {'wall ms/turn (first/last/median)':>34s} "
+        f"peers: {s['turns']}-turn tool chain, {s['repeat']} repeats, engine route "
+        f"{s['engine_upstream']} (engine-chat: chat), load average "
+        f"{s['loadavg_at_start'][0]:.2f} → {s.get('loadavg_at_end', [0.0])[0]:.2f}",
+        "versions: " + ", ".join(f"{n} {v}" for n, v in s.get("versions", {}).items()),
+        f"{'target/transport':30s} {'wall ms/turn (first/last/median)':>34s} "
         f"{'server CPU ms/turn':>19s} {'stub CPU':>9s} {'CPU x':>6s} {'wall x':>6s}",
     ]
     for name, row in doc["summary"].items():
         w, c, st = row["wall_ms"], row["server_cpu_ms"], row["stub_cpu_ms"]
         lines.append(
-            f"{name:26s} {w['first']:10.2f} {w['last']:10.2f} {w['median']:10.2f}   "
+            f"{name:30s} {w['first']:10.2f} {w['last']:10.2f} {w['median']:10.2f}   "
             f"{c['median']:19.2f} {st['median']:9.2f} "
             f"{row.get('server_cpu_ms_vs_engine_ws', float('nan')):6.2f} "
             f"{row.get('wall_ms_vs_engine_ws', float('nan')):6.2f}"
@@ -487,9 +568,9 @@ def render(doc: dict[str, Any]) -> str:
         lines.append("instructions per turn (callgrind, BENCH-12; wall and CPU above are not)")
         for name, row in counted:
             ratio = row.get("instructions_vs_engine_ws", float("nan"))
-            lines.append(f"{name:26s} {row['instructions_per_turn'] / 1e6:10.3f} M   {ratio:6.2f}")
+            lines.append(f"{name:30s} {row['instructions_per_turn'] / 1e6:10.3f} M   {ratio:6.2f}")
     for name, why in {**doc["unsupported"], **doc["skipped"]}.items():
-        lines.append(f"{name:26s} not run: {why}")
+        lines.append(f"{name:30s} not run: {why}")
     return "\n".join(lines)
 
 

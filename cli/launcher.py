@@ -89,6 +89,9 @@ class ClusterSpec:
     drain_delay_s: float = 1.5
     serve_args: Sequence[str] = ()
     env: Mapping[str, str] | None = None  # the children's environment (None: the launcher's)
+    # Node index -> the source tree it runs instead of this one (its working directory and
+    # PYTHONPATH): another release's checkout, for a mixed-version cluster (LIVE-10's test).
+    trees: Mapping[int, Path] = field(default_factory=dict)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -99,11 +102,11 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 async def _spawn(
-    argv: Sequence[str], log: Path, env: Mapping[str, str] | None = None
+    argv: Sequence[str], log: Path, env: Mapping[str, str] | None = None, cwd: Path | None = None
 ) -> asyncio.subprocess.Process:
     with log.open("ab") as out:
         return await asyncio.create_subprocess_exec(
-            *argv, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out, env=env,
+            *argv, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out, env=env, cwd=cwd,
             preexec_fn=follow_parent,  # no child outlives the launcher
         )  # fmt: skip
 
@@ -171,11 +174,17 @@ class Node:
     log: Path
     proc: asyncio.subprocess.Process | None = None
     env: Mapping[str, str] | None = None
+    tree: Path | None = None  # another source tree to run (ClusterSpec.trees); None: this one
 
     async def start(self, within_s: float = START_TIMEOUT_S) -> None:
+        """Start (again) on its port; with ``tree``, that tree's ``rollout serve`` (``-m cli``
+        from its directory, it first on PYTHONPATH), so a restart may change the release."""
         offset = self.log.stat().st_size if self.log.exists() else 0
         argv = [*self.argv, "--port", str(self.port), "--announce-port"]
-        self.proc = await _spawn(argv, self.log, self.env)
+        env = self.env
+        if self.tree is not None:
+            env = {**(env if env is not None else os.environ), "PYTHONPATH": str(self.tree)}
+        self.proc = await _spawn(argv, self.log, env, self.tree)
         self.port = await announced_port(self.log, offset, self.proc, within_s)
         await wait_http(f"http://127.0.0.1:{self.port}/healthz", self.proc, within_s=within_s)
 
@@ -228,7 +237,8 @@ class Cluster:
             "--node-id", node_id(index),
             "--log-level", "WARNING", *self._key_args, *self.spec.serve_args,
         ]  # fmt: skip
-        return Node(index, 0, argv, self.spec.workdir / f"node{index}.log", env=self.spec.env)
+        log = self.spec.workdir / f"node{index}.log"
+        return Node(index, 0, argv, log, env=self.spec.env, tree=self.spec.trees.get(index))
 
     async def start_redis(self) -> None:
         """A loopback ``redis://`` that answers nothing yet gets its own redis-server."""

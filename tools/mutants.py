@@ -93,6 +93,7 @@ def check(mutation: Mutation, root: Path) -> str | None:
 def run_tests(scratch: Path, tests: tuple[str, ...], timeout: float) -> int:
     """The cited tests in the scratch copy: pytest's exit status (-1: over ``timeout``)."""
     env = {**os.environ, "PYTHONPATH": str(scratch), "PYTHONDONTWRITEBYTECODE": "1"}
+    env["ROLLOUT_SOURCE_REPO"] = str(ROOT)  # the copy has no .git: the previous release's tree
     command = [
         sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-rfE",
         *tests,

@@ -34,6 +34,17 @@ log = logging.getLogger("rollout.handover")
 
 HANDOVER_PATH = "/cluster/v1/handover"
 TOKEN_HEADER = "x-rollout-node-token"
+# The node-to-node protocol's version (LIVE-10): every request and every answer of a node route
+# says which it speaks in VERSION_HEADER; none said is version 1 (the release before versions,
+# commit 59cd6b8). A release that changes a node route's request or answer moves NODE_PROTOCOL
+# up by one and keeps the previous version's formats: N accepts N-1, so a rolling upgrade never
+# meets a peer it cannot read.
+VERSION_HEADER = "x-rollout-node-protocol"
+NODE_PROTOCOL = 2
+NODE_PROTOCOL_ACCEPTED = range(NODE_PROTOCOL - 1, NODE_PROTOCOL + 1)
+# Version 2's hand-over answer: MessagePack (the items as the records' JSON bytes, the token
+# trajectory's ids and logprobs in binary); version 1's is JSON.
+MSGPACK = "application/vnd.msgpack"
 # Registrations in flight at once (PARK-20): a burst of closing sockets past this many skips
 # the rest (counted), which costs those rollouts only their hand-over, never correctness.
 MAX_PENDING = 256
@@ -50,10 +61,11 @@ RUN_PREFIX = "run:"
 RUN_LEASE_S = 15.0
 FINISHED_RUN_S = 120.0
 
-# POST ``body`` with ``headers`` to a URL: (status, body). Raises OSError or TimeoutError when the
-# node cannot be reached. The server gives it (engine/server/routes/cluster.py: only the transport
-# layer speaks HTTP); until then nothing is handed over.
-Poster = Callable[[str, bytes, dict[str, str]], Awaitable[tuple[int, bytes]]]
+# POST ``body`` with ``headers`` to a URL: (status, the answer's VERSION_HEADER or None, body).
+# Raises OSError or TimeoutError when the node cannot be reached. The server gives it
+# (engine/server/routes/cluster.py: only the transport layer speaks HTTP); until then nothing
+# is handed over.
+Poster = Callable[[str, bytes, dict[str, str]], Awaitable[tuple[int, str | None, bytes]]]
 
 
 class HandoverRequest(msgspec.Struct, forbid_unknown_fields=True):
@@ -64,10 +76,19 @@ class HandoverRequest(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class HandoverAnswer(msgspec.Struct):
-    """What the parking node answers (PARK-21): the context's items as records hold them, and
-    its model-token trajectory as one snapshot segment, if it has one (LIVE-4)."""
+    """What the parking node answers (PARK-21) in version 1, JSON: the context's items as
+    records hold them, and its model-token trajectory as one snapshot segment, if it has one
+    (LIVE-4)."""
 
     items: msgspec.Raw
+    tokens: TokenSegment | None = None
+
+
+class PackedAnswer(msgspec.Struct, array_like=True):
+    """The same in version 2, MessagePack (LIVE-10): the items' JSON bytes as one binary
+    field, the trajectory's numbers in binary (about half the bytes of version 1's JSON)."""
+
+    items: bytes
     tokens: TokenSegment | None = None
 
 
@@ -79,6 +100,47 @@ class Handed(msgspec.Struct):
 
 
 _ANSWER = msgspec.json.Decoder(HandoverAnswer)
+_PACKED = msgspec.msgpack.Decoder(PackedAnswer)
+
+
+def spoken(header: str | None) -> int | None:
+    """The version a peer's request or answer is in (LIVE-10): its ``VERSION_HEADER``; 1
+    without one (a node of the release before versions); None when it is not a number."""
+    if header is None:
+        return 1
+    return int(header) if header.isdigit() and len(header) < 6 else None
+
+
+def answering(header: str | None) -> int | None:
+    """The version to answer a request in (LIVE-10): the asker's, or this node's own when the
+    asker's is newer (the asker reads N-1); None, refused, when it is older than this node
+    still answers (or no version at all)."""
+    asked = spoken(header)
+    if asked is None or asked < NODE_PROTOCOL_ACCEPTED.start:
+        return None
+    return min(asked, NODE_PROTOCOL)
+
+
+def readable(header: str | None) -> int | None:
+    """The version of a peer's answer when this node reads it (LIVE-10), else None."""
+    version = spoken(header)
+    return version if version in NODE_PROTOCOL_ACCEPTED else None
+
+
+def encode_answer(items: bytes, tokens: TokenSegment | None, version: int) -> tuple[bytes, str]:
+    """The hand-over's answer in ``version``'s format: (body, content type)."""
+    if version == 1:  # byte for byte what the release before versions sends
+        return msgspec.json.encode(HandoverAnswer(msgspec.Raw(items), tokens)), "application/json"
+    return msgspec.msgpack.encode(PackedAnswer(items, tokens)), MSGPACK
+
+
+def decode_answer(body: bytes, version: int) -> Handed:
+    """A hand-over's answer in ``version``'s format; raises ``msgspec.MsgspecError``."""
+    if version == 1:
+        answer = _ANSWER.decode(body)
+        return Handed(decode_items(bytes(answer.items)), answer.tokens)
+    packed = _PACKED.decode(body)
+    return Handed(decode_items(packed.items), packed.tokens)
 
 
 def token_message(response_id: str, owner: str | None, purpose: str = "handover") -> str:
@@ -188,22 +250,32 @@ class Handover:
             log.warning("store: parked rollout's address unreadable: %s", exc)
             return None
         body = msgspec.json.encode(HandoverRequest(response_id, owner))
-        headers = {TOKEN_HEADER: token, "Content-Type": "application/json"}
+        headers = {
+            TOKEN_HEADER: token,
+            VERSION_HEADER: str(NODE_PROTOCOL),
+            "Content-Type": "application/json",
+        }
         assert self.post is not None
         try:
-            status, answer = await self.post(where + HANDOVER_PATH, body, headers)
+            status, version, answer = await self.post(where + HANDOVER_PATH, body, headers)
+            read = readable(version)
+            if read is None:  # a peer too old or too new, or its refusal of us (LIVE-10)
+                self._counters["park.handover_unsupported"] += 1
+                log.warning(
+                    "hand-over of %s: %s speaks node protocol %s", response_id, where, version
+                )
+                return None
             if status != 200:
                 self._counters["park.handover_missed"] += 1
                 return None
-            handed = _ANSWER.decode(answer)
-            items = decode_items(bytes(handed.items))
+            handed = decode_answer(answer, read)
         except (OSError, TimeoutError, msgspec.MsgspecError) as exc:
             self._counters["park.handover_failed"] += 1
             name = type(exc).__name__
             log.warning("hand-over of %s from %s failed: %s", response_id, where, name)
             return None
         self._counters["park.handover_received"] += 1
-        return Handed(items, handed.tokens)
+        return handed
 
     async def close(self) -> None:
         if self._pending:

@@ -17,7 +17,9 @@ from tests.store._procs import RedisServer
 ADDRESS = "http://127.0.0.1:9"  # this node's address as its peers would reach it
 
 
-async def _unreachable(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
+async def _unreachable(
+    url: str, body: bytes, headers: dict[str, str]
+) -> tuple[int, str | None, bytes]:
     raise OSError("no hand-over here: only registrations are exercised")
 
 

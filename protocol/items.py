@@ -57,6 +57,12 @@ class Message(msgspec.Struct, tag="message", tag_field="type", omit_defaults=Tru
     id: str | None = None
     status: ItemStatus | None = None
     phase: Literal["commentary", "final_answer"] | None = None
+    # Training fields (TOK-60): on the last item of a sampling step, the step's whole prompt,
+    # its sampled ids and their logprobs (NeMo Gym's names); sent back, they continue the
+    # trajectory exactly (TOK-62).
+    prompt_token_ids: list[int] | None = None
+    generation_token_ids: list[int] | None = None
+    generation_log_probs: list[float | None] | None = None
 
 
 class FunctionCall(
@@ -68,6 +74,12 @@ class FunctionCall(
     id: str | None = None
     status: ItemStatus | None = None
     namespace: str | None = None
+    # Training fields (TOK-60): on the last item of a sampling step, the step's whole prompt,
+    # its sampled ids and their logprobs (NeMo Gym's names); sent back, they continue the
+    # trajectory exactly (TOK-62).
+    prompt_token_ids: list[int] | None = None
+    generation_token_ids: list[int] | None = None
+    generation_log_probs: list[float | None] | None = None
 
 
 class FunctionCallOutput(
@@ -90,6 +102,12 @@ class CustomToolCall(
     id: str | None = None
     status: ItemStatus | None = None
     namespace: str | None = None
+    # Training fields (TOK-60): on the last item of a sampling step, the step's whole prompt,
+    # its sampled ids and their logprobs (NeMo Gym's names); sent back, they continue the
+    # trajectory exactly (TOK-62).
+    prompt_token_ids: list[int] | None = None
+    generation_token_ids: list[int] | None = None
+    generation_log_probs: list[float | None] | None = None
 
 
 class CustomToolCallOutput(
@@ -143,6 +161,12 @@ class Reasoning(
     content: list[ReasoningText] | None = None
     encrypted_content: str | None = None
     status: ItemStatus | None = None
+    # Training fields (TOK-60): on the last item of a sampling step, the step's whole prompt,
+    # its sampled ids and their logprobs (NeMo Gym's names); sent back, they continue the
+    # trajectory exactly (TOK-62).
+    prompt_token_ids: list[int] | None = None
+    generation_token_ids: list[int] | None = None
+    generation_log_probs: list[float | None] | None = None
 
 
 class OpaqueItem:
@@ -253,6 +277,28 @@ InputItem = TypedItem | OpaqueItem
 ToolCall = FunctionCall | CustomToolCall
 ToolOutput = FunctionCallOutput | CustomToolCallOutput
 OutputItem = Message | FunctionCall | CustomToolCall | Compaction | Reasoning | McpItem
+# The items a sampling step's training fields ride on (TOK-60): what the model itself writes.
+TrainableItem = Message | FunctionCall | CustomToolCall | Reasoning
+TRAINING_FIELDS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
+
+
+def carries_tokens(item: InputItem) -> bool:
+    """The item carries any training field (TOK-62)."""
+    return isinstance(item, TrainableItem) and (
+        item.prompt_token_ids is not None
+        or item.generation_token_ids is not None
+        or item.generation_log_probs is not None
+    )
+
+
+def without_tokens(item: InputItem) -> InputItem:
+    """The item without its training fields (what the context keeps and the store lists)."""
+    if not carries_tokens(item):
+        return item
+    assert isinstance(item, TrainableItem)
+    return msgspec.structs.replace(
+        item, prompt_token_ids=None, generation_token_ids=None, generation_log_probs=None
+    )
 
 
 def part_text(part: ContentPart) -> str | None:

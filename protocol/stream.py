@@ -665,3 +665,9 @@ class ResponseStream(_NumberedEvents):
 
 def _misuse(what: str) -> Exception:
     return IllegalTransition(what)
+
+
+def keep_open_item(stream: ResponseStream) -> None:
+    """A cancel keeps the item it cut open, ``incomplete`` (ORD-8), when it carries a step's
+    training fields (TOK-60); otherwise a cancelled response drops it."""
+    stream._abandon_open_item()

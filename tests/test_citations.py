@@ -56,6 +56,9 @@ EXTERNAL = {
     "_base_client.py": "openai-python",
     "_state.py": "h11",
     "tool_parsers/": "vllm (vllm/entrypoints/openai/tool_parsers)",
+    "nemo_gym/": "NeMo Gym (NVIDIA-NeMo/Gym)",
+    "responses_api_models/": "NeMo Gym (NVIDIA-NeMo/Gym)",
+    "responses_api_agents/": "NeMo Gym (NVIDIA-NeMo/Gym)",
     "src/calc/": "the coding scenario's generated workspace (clients/coding_files.py)",
 }
 # Files the engine, its benchmark or its users write or read at run time (not in the repo).

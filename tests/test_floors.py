@@ -516,6 +516,7 @@ SAME_CONCEPT = {
     "compaction": "compaction: the window (conversation/) and running it on a model (models/)",
     "render": "rendering to tokens: cl100k (conversation/) and the model's template (tokens/)",
     "trajectory": "the model-token trajectory: in the context and in the store",
+    "carried": "token ids carried back on items: taken off (conversation/), continued (tokens/)",
     "http": "HTTP: the server transport and the client",
     "base": "an extension point's base class: Backend (models/), TokenServer (tokens/servers/)",
     "conversations": "the Conversations API: its wire shapes, its store records, its routes",

@@ -26,7 +26,7 @@ from engine.conversation.requests import check_supported, conversation_id
 from engine.conversation.sealed import INCLUDE as SEAL_INCLUDE
 from engine.conversation.trajectory import Trajectory
 from engine.core import Engine
-from engine.models.base import Backend
+from engine.models.base import TRAINING_INCLUDE, Backend
 from engine.retained.ratelimits import Quota
 from engine.rollout.coroutine import Rollout
 from engine.rollout.turn import Mode, Settings, Sink, Turn
@@ -81,6 +81,7 @@ def settings_from(params: CreateParams, model: str, *, compact_now: bool = False
         top_p=params.top_p,
         compact_threshold=compaction_threshold(params.context_management),
         include_tokens="rollout.token_ids" in (params.include or ()),
+        training_fields=TRAINING_INCLUDE in (params.include or ()),
         seal_reasoning=SEAL_INCLUDE in (params.include or ()),
     )
 
@@ -265,6 +266,8 @@ def _admit(session: Connection, lane: Lane, params: CreateParams) -> Admission:
     start = time.perf_counter()
     backend = session.resolve(model)
     turn.log.add_time("route", time.perf_counter() - start)
+    settings = settings_from(params, model, compact_now=compact_now)
+    settings.training_fields |= backend.training_fields  # the route's setting (TOK-61)
     return Admission(
         params=params,
         items=items,
@@ -272,7 +275,7 @@ def _admit(session: Connection, lane: Lane, params: CreateParams) -> Admission:
         backend=backend,
         mode=Mode(params.rollout_mode or session.default_mode.value),
         turn=turn,
-        settings=settings_from(params, model, compact_now=compact_now),
+        settings=settings,
     )
 
 

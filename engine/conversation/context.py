@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from engine.conversation.carried import CarriedRun
 from engine.conversation.footprint import CONTEXT_OVERHEAD, LIST_SLOT, WIRE_ENTRY_OVERHEAD
 from engine.conversation.safety import Finding
 from engine.conversation.sealed import SealedRun
@@ -68,6 +69,9 @@ class Context:
     # Sealed runs opened from a stateless input, by the index of their first item, until the
     # ``tokens`` backend replays them into a trajectory (SEAL-4); empty for other backends.
     sealed: dict[int, SealedRun] = field(default_factory=dict)
+    # Runs a stateless input carried back on its items (their training fields, TOK-62), by
+    # the index of their first item, until the ``tokens`` backend continues from them.
+    carried: dict[int, CarriedRun] | None = None  # None: no dict held by every context
     # What the backend that sends the items upstream keeps of their encoding, so a step resends
     # the history without re-encoding it (UP-RESP-6, UP-CHAT-5); None until a step made one.
     wire: Wire | None = None
@@ -95,6 +99,8 @@ class Context:
             size += self.model_tokens.retained_bytes
         for run in self.sealed.values():
             size += 8 * len(run.ids) + 128  # a list slot each; small ints are cached
+        for carried in (self.carried or {}).values():
+            size += 8 * (len(carried.prompt) + len(carried.ids)) + 32 * len(carried.ids) + 128
         return size
 
     def fork(self) -> Context:

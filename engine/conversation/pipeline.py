@@ -20,6 +20,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from engine.conversation.carried import CarriedRun, take_carried
 from engine.conversation.context import Context
 from engine.conversation.footprint import DICT_ENTRY, LIST_SLOT, SET_ENTRY, deep_size
 from engine.conversation.render import estimate_header, estimate_item, render_header, render_item
@@ -219,8 +220,12 @@ class Pipeline:
         given, items = items, resolve_references(ctx, items, param)
         validate(ctx, items, supports, param)
         runs: dict[int, SealedRun] = {}
+        carried: dict[int, CarriedRun] | None = None
         if param == "input" and path in (FULL, INCREMENTAL):  # what the client sent (SEAL-4)
             items = self._open_sealed(len(ctx.items), given, items, param, runs)
+            carried = {} if self._estimate else None
+        if path != OUTPUT:  # training fields never enter the context (TOK-62)
+            items = take_carried(items, len(ctx.items), param, carried)
         t = self._count("validate", path, len(items), t)
         # The model's own output is not scanned: the scan guards what enters from outside.
         # Nor is a compacted window: its items were scanned when they entered.
@@ -232,6 +237,8 @@ class Pipeline:
         self._count("render", path, len(items), t)
         total = self._commit(ctx, items, rendered, findings)
         ctx.sealed.update(runs)
+        if carried:
+            ctx.carried = {**ctx.carried, **carried} if ctx.carried else carried
         self.stats.tokens[path] += total
         return total
 

@@ -17,6 +17,7 @@ costs a copy of the history's bytes but no per-id encoding.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 
 import msgspec
 
@@ -28,6 +29,16 @@ _ENCODE = msgspec.json.Encoder().encode
 
 def header_digest(text: str) -> str:
     return hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class StepFields:
+    """One sampling step's training fields (TOK-60): its whole prompt, its sampled ids and
+    their logprobs, as the item that ends the step carries them."""
+
+    prompt: list[int]
+    ids: list[int]
+    logprobs: list[float | None]
 
 
 class Trajectory:
@@ -125,6 +136,18 @@ class Trajectory:
             finishes if len(finishes) == runs else ["stop"] * (runs - len(finishes)) + finishes
         )
         return [(pairs[2 * n], pairs[2 * n + 1], reasons[n]) for n in range(runs)]
+
+    def last_step(self) -> StepFields | None:
+        """The last prompt, the ids sampled for it and their logprobs (TOK-60), read off the
+        trajectory whatever the ending (stop, tool, length, cut short); None when no id was
+        sampled for the last prompt (a step that failed before its first)."""
+        pairs = self.sampled
+        if not pairs or pairs[-2] != self.prompt:
+            return None
+        begin, end = pairs[-2], pairs[-1]
+        view = self.ids.view()
+        logprobs = self.logprobs[len(self.logprobs) - (end - begin) :]
+        return StepFields(view[:begin].tolist(), view[begin:end].tolist(), logprobs)
 
     def _extend(self, ids: list[int]) -> None:
         if not ids:

@@ -119,6 +119,10 @@ class Compacted:
     output_tokens: int
 
 
+# A create's ``include`` value asking for each step's training fields on its last item (TOK-61).
+TRAINING_INCLUDE = "output[*].token_ids"
+
+
 class Backend(ABC):
     """What every model backend provides: ``stream``; and its optional capabilities, each
     declared here with the default of a backend that lacks it."""
@@ -133,6 +137,8 @@ class Backend(ABC):
     reports_usage: bool = False
     # The route's checkpoint tag, stored with each trajectory segment (EXPORT-4).
     weights: str = ""
+    # The route's ``training_fields``: every create gets them as if it asked (TOK-61).
+    training_fields: bool = False
     # Its own counters (requests, dropped items, renders …), listed by the stats route; None:
     # it keeps none.
     stats: Counter[str] | None = None
@@ -147,6 +153,11 @@ class Backend(ABC):
     async def compact(self, request: CompactRequest) -> Compacted | None:
         """Its own compaction (COMPACT-5); None: the engine's digest (COMPACT-1)."""
         return None
+
+    def continue_carried(self, ctx: Context, tools: Toolset) -> None:
+        """Continue from the token ids the input carried back on its items (TOK-62), or
+        refuse them (TOK-63); a backend that renders no tokens of its own drops them."""
+        ctx.carried = None
 
     def count_into(self, counters: Counter[str]) -> None:
         """Join the events it counts to the engine's counters, which ``/metrics`` serves

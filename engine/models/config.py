@@ -26,6 +26,7 @@ key (``models.qwen.base_url: field required``). Example::
     sglang_stream = "auto"                  # auto | cumulative | incremental (TOK-32)
     llamacpp_stream = false                 # api = "llamacpp": stream (lossy, TOK-44)
     weights = "qwen3-8b-step-1200"          # optional tag stored with trajectories (EXPORT-4)
+    training_fields = true                  # each step's ids on its last item (TOK-61)
 
     [models.gpt-oss]
     backend = "tokens"
@@ -163,6 +164,7 @@ class TokensRoute(_UpstreamRoute):
     sglang_stream: Literal["auto", "cumulative", "incremental"] = "auto"  # TOK-32
     llamacpp_stream: bool = False  # TOK-44: llama.cpp's stream drops ids; one answer instead
     weights: str = ""  # a tag naming the served checkpoint, stored with trajectories (EXPORT-4)
+    training_fields: bool = False  # every create gets TOK-60's item fields (TOK-61)
 
     @pydantic.model_validator(mode="after")
     def _template_fits(self) -> TokensRoute:
@@ -332,6 +334,7 @@ def _backend(route: AnyRoute, pool: HttpPool) -> Backend:
             llamacpp_stream=route.llamacpp_stream,
             params=dict(route.params),
             weights=route.weights,
+            training_fields=route.training_fields,
         )
         tokenizer = None  # a template with its own encoding (harmony) needs none
         if route.tokenizer is not None:

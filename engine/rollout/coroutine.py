@@ -118,6 +118,8 @@ class Rollout:
         missing = _unanswered(self.ctx, items)
         if missing:
             raise _missing_output(missing[0].call_id)
+        if self.ctx.carried:  # ids the input carried back on its items (TOK-62, TOK-63)
+            self.backend.continue_carried(self.ctx, self.settings.tools)
         self.accounting.ready()
 
     def _apply(

@@ -26,6 +26,7 @@ from engine.rollout.accounting import Accounting
 from engine.rollout.hosted import as_input
 from engine.rollout.state import RolloutState, RolloutStep
 from engine.rollout.steering import Steering
+from engine.rollout.training import settle
 from engine.rollout.turn import ClientGone, Mode, Settings, Turn, TurnNotStored, now
 from engine.store import ResponseRecord, StoreError, chain_record, listing_form
 from engine.store.failures import terminal_write_error
@@ -98,6 +99,7 @@ class Endings:
         else:
             message = failure or "The model failed to generate a response."
             event = stream.failed("server_error", message, usage, at)
+        settle(turn, event)  # a cut item's training fields (TOK-60)
         turn.status = status
         if rollout.mode is Mode.STANDARD:
             self._owed = turn  # from here on it is billed, even if the client leaves (POST-5)
@@ -243,6 +245,7 @@ class Endings:
         turn, engine = rollout.turn, rollout.engine
         billed_open = cancelled and turn.stream.state not in TERMINAL_STATES
         if billed_open:
+            settle(turn, keep_open=True)  # a cancelled step's training fields (TOK-60)
             response = turn.stream.response
             response.status = turn.status = "cancelled"
             response.completed_at = now()

@@ -38,6 +38,7 @@ from engine.rollout.deadline import Deadline
 from engine.rollout.hosted import HostedTools, call_form, join
 from engine.rollout.sealing import StepSeal
 from engine.rollout.steering import Steering
+from engine.rollout.training import HeldDone, step_ended
 from engine.rollout.turn import Settings, Turn
 from protocol.items import InputItem, OutputItem
 from protocol.response import Response, RolloutTokens, SampleTokens
@@ -98,7 +99,25 @@ async def compact_context(
 
 
 async def sample(rollout: Rollout, turn: Turn, step: Step, model_timeout: float) -> None:
-    """Run one step to its end; ``step`` says how it ended (calls, reason)."""
+    """Run one step to its end; ``step`` says how it ended (calls, reason). With training
+    fields asked (TOK-60, TOK-61) its last item carries them, however it ends."""
+    if not (rollout.settings.training_fields and rollout.backend.renders_own_tokens):
+        await _sample(rollout, turn, step, model_timeout)
+        return
+    held = HeldDone(turn.sink)
+    turn.sink = held
+    try:
+        await _sample(rollout, turn, step, model_timeout)
+    finally:
+        if turn.sink is held:
+            turn.sink = held.inner
+        trajectory = rollout.ctx.model_tokens
+        fields = trajectory.last_step() if trajectory is not None else None
+        step_ended(turn, step.first_new, fields, held)
+    await held.flush()
+
+
+async def _sample(rollout: Rollout, turn: Turn, step: Step, model_timeout: float) -> None:
     step.opened = turn.stream.state is not ResponseState.NEW
     if turn.trace is not None:  # the upstream request carries it (OTEL-4)
         TRACEPARENT.set(turn.trace.traceparent)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from engine.conversation.pipeline import TurnLog
+from engine.conversation.trajectory import StepFields
 from engine.models.base import FinishReason
 from engine.observe.accounting import UsageTally
 from engine.observe.tracing import TurnTrace
@@ -68,6 +69,8 @@ class Settings:
     compact_threshold: int | None = None  # context_management (COMPACT-3)
     compact_now: bool = False  # the input ended with a compaction_trigger (COMPACT-7)
     include_tokens: bool = False  # ``include: ["rollout.token_ids"]`` (TOK-9)
+    # ``include: ["output[*].token_ids"]`` or the route's ``training_fields`` (TOK-60)
+    training_fields: bool = False
     seal_reasoning: bool = False  # ``include: ["reasoning.encrypted_content"]`` (SEAL-1)
 
 
@@ -95,6 +98,8 @@ class Turn:
     # Its terminal frame is in the sink (the send may still wait for the socket): from here on
     # a steer may be refused as already completed, after that frame (STEER-7).
     terminal_out: bool = False
+    # A step's training fields still owed to an item cut open (length, cancel; TOK-60).
+    training: tuple[int, StepFields] | None = None  # (the step's first output index, …)
     _out: asyncio.Future[None] | None = None  # made only for a steer that waits for it
 
     def settle(self, status: str | None = None) -> None:

@@ -14,13 +14,17 @@ from protocol.items import (
     InputText,
     Message,
     OutputText,
+    without_tokens,
 )
 from protocol.stream import new_id
 
 
 def listing_form(item: InputItem) -> InputItem:
     """How a stored input item is listed (STORE-3): with an id, a status and, for messages, a
-    list of content parts, as ``GET /v1/responses/{id}/input_items`` clients expect."""
+    list of content parts, as ``GET /v1/responses/{id}/input_items`` clients expect; without
+    the training fields a client carried back (TOK-62: the model call's ids, stored once with
+    the response that produced them)."""
+    item = without_tokens(item)
     if isinstance(item, Message):
         content = item.content
         if isinstance(content, str):

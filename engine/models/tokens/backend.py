@@ -31,6 +31,7 @@ from engine.models.base import (
     TextDelta,
 )
 from engine.models.compaction import Compacted, CompactRequest, summarise_with_model
+from engine.models.tokens.carried import continued
 from engine.models.tokens.options import TokensOptions
 from engine.models.tokens.reasoning import reasoning_parser
 from engine.models.tokens.render import RENDERERS, SampledAnswer
@@ -71,6 +72,7 @@ class TokensBackend(Backend):
         self.options = options
         self.supports = supports
         self.weights = options.weights  # stored with each trajectory segment (EXPORT-4)
+        self.training_fields = options.training_fields  # TOK-61
         self.server = SERVERS[options.api](options)  # TOK-2
         self.renderer = RENDERERS[options.template].build(tokenizer, options.rerender)
         self.stats: Counter[str] = self.renderer.stats  # renders, drift, requests …
@@ -83,6 +85,8 @@ class TokensBackend(Backend):
     def stream(self, request: SampleRequest) -> AsyncGenerator[Delta, None]:
         """Renders once; a retried attempt resends the same ids."""
         ctx = request.context
+        if ctx.carried:  # a continuation that had its trajectory already (TOK-62)
+            ctx.carried = None
         rendered = (
             replayed(self.renderer, ctx, request.tools, request.model) if ctx.sealed else None
         )
@@ -109,6 +113,12 @@ class TokensBackend(Backend):
             return relay(self.pool, self.endpoint, self.server.path, payload, answer)
 
         return _kept(answers, retry_before_first(attempt, self.endpoint))
+
+    def continue_carried(self, ctx: Context, tools: Toolset) -> None:
+        """TOK-62, TOK-63: the trajectory rebuilt from the carried runs, checked."""
+        trajectory = continued(self.renderer, self.reasoning, ctx, tools)
+        if trajectory is not None:
+            ctx.model_tokens = trajectory
 
     def count_into(self, counters: Counter[str]) -> None:
         """Malformed calls and upstream count mismatches join the engine's counters, which

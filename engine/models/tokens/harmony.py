@@ -226,10 +226,28 @@ class HarmonyRenderer(Renderer[list[ToolDescription]]):
         self._ends, self._message_id = _markers(encoding)
         self._frames: dict[tuple[Any, ...], list[int]] = {}
         self._tails: dict[str, list[int]] = {}  # the closes owed (HARMONY-2): a few short texts
+        self._vocab: int | None = None
 
     @classmethod
     def build(cls, tokenizer: ModelTokenizer | None, rerender: bool) -> HarmonyRenderer:
         return cls(harmony_encoding(), rerender)
+
+    @property
+    def vocab_size(self) -> int:
+        """The ids harmony decodes (o200k_harmony's, reserved specials included), found once
+        by bisection: the encoding does not say."""
+        if self._vocab is None:
+            low, high = 1, 1 << 22
+            while low < high:
+                middle = (low + high) // 2
+                try:
+                    self.encoding.decode([middle])
+                except (HarmonyError, OverflowError):
+                    high = middle
+                else:
+                    low = middle + 1
+            self._vocab = low
+        return self._vocab
 
     def encode(self, text: str) -> list[int]:
         return self.encoding.encode(text, allowed_special="all")

@@ -56,6 +56,11 @@ class JinjaRenderer(Renderer[list[dict[str, Any]]]):
             log.warning("the chat template is not append-only: exact tokens are kept (TOK-4)")
         return cls(tokenizer, rerender)
 
+    @property
+    def vocab_size(self) -> int:
+        size: int = self.tokenizer.tokenizer.get_vocab_size(with_added_tokens=True)
+        return size
+
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text)
 

@@ -19,3 +19,4 @@ class TokensOptions:
     llamacpp_stream: bool = False  # llama.cpp answers whole unless told to stream (TOK-44)
     params: dict[str, Any] = field(default_factory=dict)
     weights: str = ""  # the route's checkpoint tag, stored with each segment (EXPORT-4)
+    training_fields: bool = False  # every create gets TOK-60's fields (TOK-61)

@@ -109,6 +109,11 @@ class Renderer(ABC, Generic[Header]):
         self._header_cache = (tools, instructions, header, digest)
         return header, digest
 
+    @property
+    @abstractmethod
+    def vocab_size(self) -> int:
+        """Ids below it are the model's; a carried id at or above it is refused (TOK-63)."""
+
     @abstractmethod
     def encode(self, text: str) -> list[int]:
         """The format's text -> ids, its special tokens read as such."""

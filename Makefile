@@ -56,7 +56,24 @@ types: $(DEV_STAMP)
 # services. PYTEST_WORKERS=0 runs in this process.
 PYTEST_WORKERS ?= auto
 PYTEST_ARGS ?=
-unit: $(DEV_STAMP)
+# NeMo Gym 0.7.0 in a venv of its own for tests/upstream/training/test_nemo_gym.py (TOK-65): it
+# declares Python >= 3.13.14, and installs and runs on any 3.13 (python3.13 on PATH, else
+# pyenv's) with --ignore-requires-python, from PyPI, once (the stamp names the version).
+NEMO_GYM ?= 0.7.0
+NEMO_PYTHON ?= $(shell for p in $$(command -v python3.13) $(HOME)/.pyenv/versions/3.13*/bin/python3.13; do "$$p" -c '' 2>/dev/null && { echo "$$p"; break; }; done)
+NEMO_VENV ?= .tools/nemo-gym-venv
+NEMO_STAMP := $(NEMO_VENV)/.installed-$(NEMO_GYM)
+$(NEMO_STAMP):
+	@[ -n "$(NEMO_PYTHON)" ] || { echo "nemo-gym: no Python 3.13 found (NEMO_PYTHON=...)"; exit 1; }
+	rm -rf $(NEMO_VENV)
+	$(NEMO_PYTHON) -m venv $(NEMO_VENV)
+	$(NEMO_VENV)/bin/python -m pip install --quiet --ignore-requires-python nemo-gym==$(NEMO_GYM)
+	touch $@
+
+.PHONY: nemo-gym
+nemo-gym: $(NEMO_STAMP)
+
+unit: $(DEV_STAMP) $(NEMO_STAMP)
 	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile \
 	  --ignore=tests/upstream/tokens/test_real_llama_cpp.py $(PYTEST_ARGS)
 

@@ -251,6 +251,61 @@ def test_the_part_check_finds_an_upward_import() -> None:
     ]
 
 
+# engine/server's floors, lowest first (ARCH-1): the transport (the WebSocket driver, the SSE
+# sink, identity, limits, idempotency, the node-to-node client and verifier) imports no route;
+# routes (one module per resource) use the transport; the app assembles routes and middlewares;
+# the process (flags, workers, serve) starts the app.
+SERVER_FLOORS = (
+    "engine.server.transport",
+    "engine.server.routes",
+    "engine.server.app",
+    "engine.server.process",
+)
+
+
+def server_floor(module: str) -> str | None:
+    """The floor of a module of ``engine.server``: its subpackage, or itself at the top."""
+    parts = module.split(".")
+    if parts[:2] != ["engine", "server"] or len(parts) < 3:
+        return None
+    return ".".join(parts[:3])
+
+
+def server_violations(graph: dict[str, set[str]]) -> list[str]:
+    rank = {floor: i for i, floor in enumerate(SERVER_FLOORS)}
+    found = []
+    for module, imported in graph.items():
+        own = server_floor(module)
+        if own is None:
+            continue
+        if own not in rank:
+            found.append(f"{module} is on no declared floor of engine/server (SERVER_FLOORS)")
+            continue
+        for name in imported:
+            other = server_floor(name)
+            if other is not None and rank.get(other, -1) > rank[own]:
+                found.append(f"{module} imports {name}: {own} sits below {other}")
+    return sorted(found)
+
+
+def test_the_server_is_layered_by_role() -> None:
+    """ARCH-1 inside engine/server: process -> app -> routes -> transport, never back up."""
+    assert server_violations(import_graph()) == []
+
+
+def test_the_server_floor_check_finds_a_transport_importing_a_route() -> None:
+    graph = {
+        "engine.server.transport.http": {"engine.server.routes.v1_responses"},
+        "engine.server.routes.v1_responses": {"engine.server.transport.http"},
+        "engine.server.oddity": set(),
+    }
+    assert server_violations(graph) == [
+        "engine.server.oddity is on no declared floor of engine/server (SERVER_FLOORS)",
+        "engine.server.transport.http imports engine.server.routes.v1_responses: "
+        "engine.server.transport sits below engine.server.routes",
+    ]
+
+
 def test_engine_top_level_stays_small() -> None:
     top = [p for p in (ROOT / "engine").glob("*.py") if p.name != "__init__.py"]
     assert len(top) <= MAX_ENGINE_TOP_MODULES, sorted(p.name for p in top)

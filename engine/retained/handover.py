@@ -13,7 +13,7 @@ items, ``store: false`` included: the items travel node to node, never through t
 (STORE-1).
 
 This module is the asking side and the registrations; the answering side is the route in
-``engine/server/routes/cluster.py``.
+``engine/server/routes/cluster.py`` (the one client and verifier: ``engine/server/transport/node.py``).
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ FINISHED_RUN_S = 120.0
 
 # POST ``body`` with ``headers`` to a URL: (status, the answer's VERSION_HEADER or None, body).
 # Raises OSError or TimeoutError when the node cannot be reached. The server gives it
-# (engine/server/routes/cluster.py: only the transport layer speaks HTTP); until then nothing
+# (engine/server/transport/node.py: only the server speaks HTTP); until then nothing
 # is handed over.
 Poster = Callable[[str, bytes, dict[str, str]], Awaitable[tuple[int, str | None, bytes]]]
 

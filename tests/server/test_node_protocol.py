@@ -31,7 +31,7 @@ from engine.retained.handover import (
     spoken,
     token_message,
 )
-from engine.server.routes.cluster_runs import CANCEL_PATH
+from engine.server.transport.node import CANCEL_PATH
 from engine.server.transport.server_config import ServerConfig
 from engine.store.record_codec import decode_items, encode_items
 from tests.support.server import LiveServer, start_server

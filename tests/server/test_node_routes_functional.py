@@ -20,7 +20,7 @@ from openai import AsyncOpenAI
 
 from engine.core import EngineConfig
 from engine.retained.handover import HANDOVER_PATH, TOKEN_HEADER, token_message
-from engine.server.routes.cluster_runs import CANCEL_PATH, EVENTS_PATH, IDEM_FOLLOW_PATH
+from engine.server.transport.node import CANCEL_PATH, EVENTS_PATH, IDEM_FOLLOW_PATH
 from engine.server.transport.server_config import ServerConfig
 from tests.support.server import LiveServer, start_server
 from tests.support.tools import WEATHER

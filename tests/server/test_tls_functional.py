@@ -11,8 +11,8 @@ import pytest
 from openai import AsyncOpenAI, DefaultAsyncHttpxClient
 
 from engine.core import Engine, EngineConfig
+from engine.server.app import create_app
 from engine.server.process.serve import tls_context
-from engine.server.transport.app import create_app
 from tests.support.server import serve_app
 from tests.support.tls import self_signed
 

@@ -14,7 +14,7 @@ from aiohttp import web
 
 from engine.core import Engine, EngineConfig
 from engine.models.router import Router
-from engine.server.transport.app import create_app
+from engine.server.app import create_app
 from engine.server.transport.bodies import RUNNER_OPTIONS
 from engine.store import ResponseStore
 

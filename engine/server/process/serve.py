@@ -55,7 +55,7 @@ def tls_context(cert: Path | None, key: Path | None) -> ssl.SSLContext | None:
 
 
 def serve(args: argparse.Namespace) -> int:
-    from engine.server.transport.app import create_app
+    from engine.server.app import create_app
 
     options = serve_options(args)
     logging.basicConfig(

@@ -1,7 +1,7 @@
-"""HTTP glue for background responses (SPEC: BG-1..BG-9): start, poll, stream-resume, cancel.
-
-The runs themselves live in ``engine/connection/background.py``; this module only maps requests
-onto them.
+"""HTTP glue for background responses (SPEC: BG-1..BG-9): start a run, look a response up as of
+now (a live run's snapshot, else its settled record), stream a run's event log. The routes that
+use them are ``engine/server/routes/v1_responses.py``'s; the runs themselves live in
+``engine/connection/background.py``.
 """
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from __future__ import annotations
 from aiohttp import web
 
 from engine.connection.background import BackgroundRuns, EventLog, EventsExpired
-from engine.server.routes.cluster_runs import ELSEWHERE, RunRequest
 from engine.server.transport import identity, ratelimits
 from engine.server.transport.idempotency import Tap
 from engine.server.transport.keys import BACKGROUND, DRAINING, ENGINE
@@ -56,7 +55,7 @@ async def create(
     if tap is not None:
         tap.started = True  # admitted: the run is under way (IDEM-3)
     if params.stream:
-        return await _stream(request, run.log, -1)
+        return await stream(request, run.log, -1)
     return _json(run.at_admission)
 
 
@@ -78,59 +77,7 @@ async def lookup(request: web.Request, gone: bool = False) -> tuple[BackgroundRu
     return runs, response_id, (await runs.settle(record, gone)).response
 
 
-async def retrieve(request: web.Request) -> web.StreamResponse:
-    """``GET /v1/responses/{id}``: JSON, or with ``stream=true`` the event stream replayed
-    after ``starting_after`` and then followed (HTTP-6, BG-4, BG-5)."""
-    runs, response_id, response = await lookup(request)
-    if not _flag(request.query.get("stream")):
-        return _json(response)
-    starting_after = _starting_after(request.query.get("starting_after"))
-    log = runs.event_log(response_id)
-    if log is None and response.background:  # its run's node relays it (LIVE-2)
-        owner = await identity.owner(request)
-        asked = RunRequest(response_id, owner, starting_after=starting_after)
-        relayed = await request.app[ELSEWHERE].follow(request, asked)
-        if relayed is not None:
-            return relayed
-    if log is None:
-        raise InvalidRequest(
-            "invalid_value",
-            "Only a running or recently finished background response can be streamed; "
-            "retrieve it without stream=true.",
-            "stream",
-        )
-    log.check_start(starting_after)
-    return await _stream(request, log, starting_after)
-
-
-async def cancel(request: web.Request) -> web.Response:
-    """``POST /v1/responses/{id}/cancel`` (BG-6)."""
-    runs, response_id, response = await lookup(request)
-    if not response.background:
-        raise InvalidRequest(
-            "response_not_cancellable", "Only background responses can be cancelled.", None
-        )
-    run = runs.find(response_id)
-    if run is not None:
-        await run.cancel()
-        return _json(run.snapshot())
-    if response.status in ("queued", "in_progress"):  # running on another node? (LIVE-2)
-        asked = RunRequest(response_id, await identity.owner(request))
-        cancelled = await request.app[ELSEWHERE].cancel(request, asked)
-        if cancelled is not None:
-            return cancelled
-        if request.app[ENGINE].handover.enabled:  # nobody runs it: settled failed (LIVE-3)
-            return _json((await lookup(request, gone=True))[2])
-    if response.status in ("queued", "in_progress"):
-        raise InvalidRequest(
-            "response_not_cancellable",
-            "This background response runs in another server process.",
-            None,
-        )
-    return _json(response)  # already finished: cancelling again changes nothing
-
-
-async def _stream(request: web.Request, log: EventLog, starting_after: int) -> web.StreamResponse:
+async def stream(request: web.Request, log: EventLog, starting_after: int) -> web.StreamResponse:
     stream = web.StreamResponse(headers=SSE_HEADERS)
     await stream.prepare(request)
     try:
@@ -143,11 +90,11 @@ async def _stream(request: web.Request, log: EventLog, starting_after: int) -> w
     return stream
 
 
-def _flag(raw: str | None) -> bool:
+def flag(raw: str | None) -> bool:
     return raw is not None and raw.lower() in ("true", "1")
 
 
-def _starting_after(raw: str | None) -> int:
+def starting_after(raw: str | None) -> int:
     if raw is None:
         return -1
     try:

@@ -1,67 +1,36 @@
-"""The node-to-node route: hand a parked rollout over to the node its client reconnected to
-(SPEC: PARK-21, PARK-22). The asking side is ``engine/retained/handover.py``.
-
-Not a client route: no API key opens it (the balancer configs refuse ``/cluster/`` from
-outside, CLUSTER-12). What opens it is a token only a process sharing this node's store can
-make (PARK-22), bound to the one rollout and owner it names; the lot's own owner check then
-holds exactly as for a reconnect of that owner (OWN-2).
+"""The node routes, the answering side (SPEC: PARK-21, LIVE-2, LIVE-8): hand a parked rollout
+over to the node its client reconnected to, cancel or stream a background run of this node for
+another node's client, and let another node's repeat follow the first request of its
+Idempotency-Key here. Each is opened by the node token (``engine/server/transport/node.py``'s
+``verify``), never by an API key.
 """
 
 from __future__ import annotations
 
-import hmac
-
-import aiohttp
 import msgspec
 from aiohttp import web
 
-from engine.retained.handover import (
-    HANDOVER_PATH,
-    HANDOVER_TIMEOUT_S,
-    NODE_PROTOCOL,
-    NODE_PROTOCOL_ACCEPTED,
-    TOKEN_HEADER,
-    VERSION_HEADER,
-    HandoverRequest,
-    answering,
-    encode_answer,
-    token_message,
-)
+from engine.connection.background import EventsExpired
+from engine.retained.handover import HandoverRequest, encode_answer, token_message
 from engine.rollout.coroutine import Rollout
+from engine.server.transport import idempotency
 from engine.server.transport.bodies import read_body
-from engine.server.transport.keys import ENGINE
-from engine.store import StoreError
-from engine.store.failures import wire_error
+from engine.server.transport.keys import BACKGROUND, ENGINE
+from engine.server.transport.node import (
+    CANCEL_PATH,
+    EVENTS_PATH,
+    HANDOVER_PATH,
+    IDEM_FOLLOW_PATH,
+    SSE_HEADERS,
+    node_version,
+    verified,
+    verify,
+)
 from engine.store.record_codec import encode_items
+from protocol.codec import encode
 from protocol.errors import HttpStatusError, InvalidRequest
 
-_DECODER = msgspec.json.Decoder(HandoverRequest)
-# The node protocol version a node route's request is answered in (LIVE-10).
-NODE_VERSION = web.RequestKey("node_version", int)
-
-
-def node_version(request: web.Request) -> int:
-    """The version to answer this node route's request in (LIVE-10): the asker's, or this
-    node's own for a newer asker; an asker older than this node still answers is refused,
-    409 ``node_protocol_unsupported``, before its token is read or anything is done."""
-    version = answering(request.headers.get(VERSION_HEADER))
-    if version is None:
-        request.app[ENGINE].counters["node.protocol_refused"] += 1
-        first, last = NODE_PROTOCOL_ACCEPTED[0], NODE_PROTOCOL_ACCEPTED[-1]
-        raise HttpStatusError(
-            409,
-            "node_protocol_unsupported",
-            f"This node speaks node protocol versions {first} to {last}.",
-        )
-    request[NODE_VERSION] = version
-    return version
-
-
-async def say_version(request: web.Request, response: web.StreamResponse) -> None:
-    """Every answer of a node route says its version (LIVE-10): the one it was answered in;
-    a refusal, this node's own."""
-    if request.path.startswith("/cluster/"):
-        response.headers[VERSION_HEADER] = str(request.get(NODE_VERSION, NODE_PROTOCOL))
+_HANDOVER = msgspec.json.Decoder(HandoverRequest)
 
 
 async def handover(request: web.Request) -> web.Response:
@@ -72,18 +41,10 @@ async def handover(request: web.Request) -> web.Response:
     engine = request.app[ENGINE]
     version = node_version(request)
     try:
-        asked = _DECODER.decode(await read_body(request))
+        asked = _HANDOVER.decode(await read_body(request))
     except msgspec.MsgspecError:
         raise InvalidRequest("invalid_request", "Not a hand-over request.", None) from None
-    try:
-        expected = await engine.store.cluster.node_token(
-            token_message(asked.response_id, asked.owner)
-        )
-    except StoreError as exc:
-        raise wire_error(exc) from None
-    if not hmac.compare_digest(expected, request.headers.get(TOKEN_HEADER, "")):
-        engine.counters["park.handover_refused"] += 1
-        raise HttpStatusError(403, "forbidden", "Not a node of this cluster.")
+    await verify(request, token_message(asked.response_id, asked.owner), "park.handover_refused")
     entry = engine.parking.claim(asked.response_id, asked.owner)
     if entry is None:
         raise HttpStatusError(404, "not_found", "Nothing parked under that id.")
@@ -99,34 +60,57 @@ async def handover(request: web.Request) -> web.Response:
     return web.Response(body=body, content_type=kind)
 
 
-class NodeClient:
-    """The asking side's HTTP client (PARK-21): one session, made on first use, closed with
-    the app; a node that cannot be reached is an ``OSError`` to the caller."""
+def _not_here(response_id: str) -> HttpStatusError:
+    return HttpStatusError(404, "not_found", f"No background run '{response_id}' here.")
 
-    def __init__(self) -> None:
-        self._http: aiohttp.ClientSession | None = None
 
-    async def post(
-        self, url: str, body: bytes, headers: dict[str, str]
-    ) -> tuple[int, str | None, bytes]:
-        if self._http is None:
-            timeout = aiohttp.ClientTimeout(total=HANDOVER_TIMEOUT_S)
-            self._http = aiohttp.ClientSession(timeout=timeout)
-        try:
-            async with self._http.post(url, data=body, headers=headers) as resp:
-                return resp.status, resp.headers.get(VERSION_HEADER), await resp.read()
-        except aiohttp.ClientError as exc:
-            raise ConnectionError(type(exc).__name__) from None
+async def answer_cancel(request: web.Request) -> web.Response:
+    """Cancel a run of this node for its owner (BG-6): 200 with the cancelled Response; 404
+    when this node runs nothing under that id for that owner (finished, or never here)."""
+    asked = await verified(request)
+    run = request.app[BACKGROUND].find(asked.response_id)
+    if asked.kind != "run" or run is None or not (asked.any_owner or run.owner == asked.owner):
+        raise _not_here(asked.response_id)
+    await run.cancel()
+    request.app[ENGINE].counters["runs.remote_cancelled"] += 1
+    return web.Response(body=encode(run.snapshot()), content_type="application/json")
 
-    async def close(self, _app: web.Application | None = None) -> None:
-        if self._http is not None:
-            await self._http.close()
-            self._http = None
+
+async def answer_events(request: web.Request) -> web.StreamResponse:
+    """A run's events after ``starting_after`` as SSE, then followed (BG-4, BG-5), for the
+    node whose client follows it; 404 when no log of that run and owner is kept here."""
+    asked = await verified(request)
+    log_ = request.app[BACKGROUND].event_log(asked.response_id)
+    if asked.kind != "run" or log_ is None or log_.owner != asked.owner:
+        raise _not_here(asked.response_id)
+    log_.check_start(asked.starting_after)
+    request.app[ENGINE].counters["runs.remote_followed"] += 1
+    stream = web.StreamResponse(headers=SSE_HEADERS)
+    await stream.prepare(request)
+    try:
+        async for data in log_.follow(asked.starting_after):
+            await stream.write(data)
+    except (ConnectionError, EventsExpired):
+        return stream
+    await stream.write_eof()
+    return stream
+
+
+async def answer_follow(request: web.Request) -> web.StreamResponse:
+    """``POST /cluster/v1/idempotent/follow`` (LIVE-8): another node's repeat of a request this
+    node runs follows it here: its stream live, or its answer once answered; 404 when it is
+    not running here (answered meanwhile: the repeat reads the settled entry)."""
+    asked = await verified(request)
+    answer = (
+        await idempotency.follow_here(request, asked.response_id) if asked.kind == "idem" else None
+    )
+    if answer is None:
+        raise HttpStatusError(404, "not_found", "Not running here.")
+    return answer
 
 
 def install(app: web.Application) -> None:
     app.router.add_post(HANDOVER_PATH, handover)
-    app.on_response_prepare.append(say_version)
-    client = NodeClient()
-    app[ENGINE].handover.post = client.post
-    app.on_cleanup.append(client.close)
+    app.router.add_post(CANCEL_PATH, answer_cancel)
+    app.router.add_post(EVENTS_PATH, answer_events)
+    app.router.add_post(IDEM_FOLLOW_PATH, answer_follow)

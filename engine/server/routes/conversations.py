@@ -16,7 +16,7 @@ from aiohttp import web
 from engine.conversation.requests import check_metadata
 from engine.server.transport import identity
 from engine.server.transport.bodies import read_body
-from engine.server.transport.http import _limit, json_response  # one page-size rule (HTTP-*)
+from engine.server.transport.http import json_response, page
 from engine.server.transport.keys import ENGINE
 from engine.store import StoreError
 from engine.store.conversations import (
@@ -174,20 +174,11 @@ async def add_items(request: web.Request) -> web.Response:
 
 async def list_items(request: web.Request) -> web.Response:
     """``GET /v1/conversations/{id}/items`` (CONV-3): ``after``, ``limit`` (1..100, 20),
-    ``order`` (``asc`` or ``desc``, the default); ``include`` is accepted (CONV-10)."""
-    order = request.query.get("order", "desc")
-    if order not in ("asc", "desc"):
-        raise InvalidRequest("invalid_value", "order must be 'asc' or 'desc'.", "order")
-    limit = _limit(request.query.get("limit", "20"))
+    ``order`` (``asc`` or ``desc``, the default); ``include`` is accepted (CONV-10). Ids are
+    strings, as the SDK's ``ConversationItemList`` requires: "" on an empty page."""
     head = await _head(request)
     items = await _guarded(_conversations(request).items(head))
-    if order == "desc":
-        items.reverse()
-    after = request.query.get("after")
-    if after is not None:
-        ids = [getattr(item, "id", None) for item in items]
-        items = items[ids.index(after) + 1 :] if after in ids else []
-    return json_response(_page(items[:limit], has_more=len(items) > limit))
+    return json_response(page(items, request.query, ""))
 
 
 async def retrieve_item(request: web.Request) -> web.Response:

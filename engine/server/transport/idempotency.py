@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 import msgspec
 from aiohttp import web
 
-from engine.server.routes.cluster_runs import ELSEWHERE, IDEM_FOLLOW_PATH, RunRequest, verified
 from engine.server.transport import identity
 from engine.server.transport.keys import ENGINE, SERVER
+from engine.server.transport.node import IDEM_FOLLOW_PATH, NODES, RunRequest
 from engine.server.transport.server_config import ServerConfig
 from engine.store import StoreError
 from engine.store.failures import wire_error
@@ -230,9 +230,7 @@ async def _repeat(
         first = request.app[PENDING].get(scope)
         if first is None and entry.node:  # running on another node: follow it there (LIVE-8)
             asked = RunRequest(scope, kind="idem")
-            relayed = await request.app[ELSEWHERE].relay(
-                request, entry.node, IDEM_FOLLOW_PATH, asked
-            )
+            relayed = await request.app[NODES].relay(request, entry.node, IDEM_FOLLOW_PATH, asked)
             if relayed is not None:
                 return relayed
         if first is None:  # running on another node (or its node died before it answered)
@@ -267,21 +265,20 @@ async def _follow(request: web.Request, tap: Tap) -> web.StreamResponse:
     return stream
 
 
-async def answer_follow(request: web.Request) -> web.StreamResponse:
-    """``POST /cluster/v1/idempotent/follow`` (LIVE-8): another node's repeat of a request this
-    node runs follows it here: its stream live, or its answer once answered; 404 when it is
-    not running here (answered meanwhile: the repeat reads the settled entry)."""
-    asked = await verified(request)
-    first = request.app[PENDING].get(asked.response_id)
-    if asked.kind != "idem" or first is None:
-        raise HttpStatusError(404, "not_found", "Not running here.")
+async def follow_here(request: web.Request, scope: str) -> web.StreamResponse | None:
+    """Another node's repeat of a request this node runs follows it here (LIVE-8): its stream
+    live, or its answer once answered; None when it is not running here (answered meanwhile:
+    the repeat reads the settled entry)."""
+    first = request.app[PENDING].get(scope)
+    if first is None:
+        return None
     answered, tap = first
     if tap.frames:
         return await _follow(request, tap)
     try:
         entry = await asyncio.shield(answered)
     except _Released:
-        raise HttpStatusError(404, "not_found", "Not running here.") from None
+        return None
     return await _replay(request, entry)
 
 

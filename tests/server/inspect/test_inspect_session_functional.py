@@ -14,9 +14,9 @@ import aiohttp
 import pytest
 
 from engine.core import Engine, EngineConfig
+from engine.server.app import create_app
 from engine.server.process.serve import tls_context
 from engine.server.routes.inspector import COOKIE, SIGN_INS
-from engine.server.transport.app import create_app
 from engine.server.transport.server_config import ServerConfig
 from tests.support.server import LiveServer, serve_app
 from tests.support.tls import self_signed

@@ -14,7 +14,7 @@ import aiohttp
 from aiohttp import web
 
 from engine.core import Engine, EngineConfig
-from engine.server.transport.app import create_app
+from engine.server.app import create_app
 from engine.store import open_store
 from tests.support.server import LiveServer
 from tests.support.tools import WEATHER

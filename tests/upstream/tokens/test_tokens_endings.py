@@ -15,7 +15,7 @@ import pytest
 from openai import AsyncOpenAI
 
 from engine.core import Engine, EngineConfig
-from engine.server.transport.app import create_app
+from engine.server.app import create_app
 from engine.store import open_store
 from tests.store._procs import RedisServer
 from tests.support.server import LiveServer, serve_app

@@ -19,7 +19,7 @@ from cli.main import main
 from clients.exceptions import ApiError
 from clients.export import JsonlWriter, ParquetWriter, export
 from engine.core import Engine, EngineConfig
-from engine.server.transport.app import create_app
+from engine.server.app import create_app
 from engine.server.transport.server_config import ServerConfig
 from engine.store import open_store
 from tests.support.server import LiveServer, serve_app

@@ -13,7 +13,7 @@ from aiohttp import web
 
 from engine.core import Engine, EngineConfig
 from engine.models.sim.simulator import SimulatedModel
-from engine.server.transport.app import create_app
+from engine.server.app import create_app
 from engine.server.transport.server_config import ServerConfig
 from engine.store import open_store
 from tests.support.server import LiveServer

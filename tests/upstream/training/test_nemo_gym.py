@@ -36,7 +36,7 @@ def example_rows() -> Path:
 
 @pytest.mark.timeout(300)
 async def test_nemo_gym_rollouts_are_token_exact(
-    engine_for: StartEngine, token_peer: TokenPeer, tokenizer_dir: Path
+    engine_for: StartEngine, token_peer: TokenPeer, tokenizer_dir: Path, tmp_path: Path
 ) -> None:
     """TOK-65 (TOK-60, TOK-61, TOK-62): N of N rollouts complete with reward 1.0; each model
     call's ``prompt_token_ids`` is exactly the prompt the peer received, its
@@ -54,6 +54,7 @@ async def test_nemo_gym_rollouts_are_token_exact(
         str(rows),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
+        cwd=tmp_path,  # NeMo Gym's hydra writes outputs/<date>/<time>/ where it runs
     )
     out, err = await proc.communicate()
     assert proc.returncode == 0, err.decode()[-4000:]

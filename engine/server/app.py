@@ -1,4 +1,6 @@
-"""The aiohttp application factory (SPEC: HTTP-1, WS-1)."""
+"""The aiohttp application: its middlewares (the error envelope, API keys), its lifecycle
+(start, drain, stop) and its routes, each resource's registered by its own module (SPEC:
+HTTP-1, WS-1, ERR-2, AUTH-2, LIM-13)."""
 
 from __future__ import annotations
 
@@ -13,10 +15,9 @@ from engine.connection.background import BackgroundRuns
 from engine.connection.session import Session
 from engine.core import Engine, EngineConfig
 from engine.inspector.read_model import Inspector
-from engine.retained.handover import HANDOVER_PATH
-from engine.server.routes import background, cluster, cluster_runs, conversations, inspector
-from engine.server.routes.export import export_tokens
+from engine.server.routes import cluster, conversations, inspector, ops, v1_responses
 from engine.server.transport import codex_headers, http, idempotency, ratelimits, turn_state
+from engine.server.transport import node as nodes
 from engine.server.transport.identity import PRESENTED
 from engine.server.transport.keys import (
     BACKGROUND,
@@ -30,14 +31,12 @@ from engine.server.transport.keys import (
     UNREADY,
 )
 from engine.server.transport.server_config import ServerConfig
-from engine.server.transport.ws import WsSink, serve_socket
+from engine.server.transport.ws import WsSink
 from protocol.errors import (
     HttpStatusError,
-    InvalidRequest,
     ProtocolError,
     ServerError,
     Unauthorized,
-    Unavailable,
 )
 
 log = logging.getLogger("rollout.server")
@@ -122,41 +121,13 @@ def _key_hint(path: str) -> str:
 _OPEN_PATHS = frozenset(
     {
         "/healthz",
-        HANDOVER_PATH,
-        *cluster_runs.NODE_PATHS,
+        *nodes.NODE_PATHS,
         inspector.LOGIN_PATH,
         inspector.LOGOUT_PATH,
     }
 )
 # What shows every tenant's figures: only an operator key reads it on a keyed server (AUTH-11).
 OPERATOR_PATHS = frozenset({"/metrics", "/debug/stats", "/v1/bench/timings"})
-
-
-async def responses_get(request: web.Request) -> web.StreamResponse:
-    """``GET /v1/responses`` is the WebSocket endpoint (WS-1)."""
-    if request.headers.get("Upgrade", "").lower() != "websocket":
-        raise InvalidRequest(
-            "websocket_upgrade_required",
-            "GET /v1/responses opens a WebSocket; use POST /v1/responses for HTTP.",
-            None,
-        )
-    config = request.app[SERVER]
-    if not config.websocket_enabled:
-        request.app[ENGINE].counters["ws.disabled_refusals"] += 1  # clients fall back (WS-13)
-        raise HttpStatusError(
-            426,
-            "websocket_disabled",
-            "WebSocket mode is disabled here; use HTTP POST /v1/responses.",
-        )
-    if request.app[DRAINING][0]:
-        raise Unavailable("server_shutting_down", "The server is shutting down.", None)
-    if len(request.app[SESSIONS]) >= config.max_connections:
-        raise Unavailable(
-            "too_many_connections",
-            f"This server accepts at most {config.max_connections} WebSocket connections.",
-            None,
-        )
-    return await serve_socket(request, request.app[ENGINE], config)
 
 
 async def _start(app: web.Application) -> None:
@@ -225,29 +196,14 @@ def create_app(
     app[UNREADY] = [False]
     app[BACKGROUND] = BackgroundRuns(app[ENGINE])
     app[idempotency.PENDING] = {}
-    app.router.add_post(cluster_runs.IDEM_FOLLOW_PATH, idempotency.answer_follow)  # LIVE-8
-    app.router.add_get("/v1/responses", responses_get)
-    app.router.add_post("/v1/responses", http.create_response)
-    app.router.add_post("/v1/responses/compact", http.compact_response)
-    app.router.add_post("/v1/responses/input_tokens", http.input_tokens)
-    app.router.add_get("/v1/responses/tokens/export", export_tokens)  # before {response_id}
-    app.router.add_get("/v1/responses/{response_id}", background.retrieve)
-    app.router.add_delete("/v1/responses/{response_id}", http.delete_response)
-    app.router.add_post("/v1/responses/{response_id}/cancel", background.cancel)
-    app.router.add_get("/v1/responses/{response_id}/input_items", http.list_input_items)
-    app.router.add_get("/v1/responses/{response_id}/tokens", http.response_tokens)
-    app.router.add_get("/v1/models", http.list_models)
-    app.router.add_get("/healthz", http.healthz)
-    app.router.add_get("/debug/stats", http.stats)
-    app.router.add_get("/metrics", http.metrics)
+    v1_responses.register(app)  # /v1/responses… (HTTP-1..HTTP-9, WS-1)
+    ops.register(app)  # /healthz, /v1/models, /metrics, /debug/stats (DRAIN-1, OBS-1)
     conversations.register(app)  # /v1/conversations… (CONV-1..CONV-4)
     sessions, requests, runs = app[SESSIONS], app[REQUESTS], app[BACKGROUND]
     app[INSPECTOR] = Inspector(app[ENGINE], [lambda: sessions, lambda: requests, runs.sessions])
     inspector.install(app)
-    cluster.install(app)  # node-to-node hand-over of parked rollouts (PARK-21)
-    cluster_runs.install(app)  # background runs reached from any node (LIVE-2)
-    if app[ENGINE].bench_clock is not None:  # rollout serve --bench-timings (OBS-5)
-        app.router.add_get("/v1/bench/timings", http.bench_timings)
+    nodes.install(app)  # the client peers are asked with, the version answers say (LIVE-10)
+    cluster.install(app)  # hand-over (PARK-21), runs (LIVE-2), repeats (LIVE-8) from any node
     turn_state.install(app, app[ENGINE], config.node_id or turn_state.default_node_id())
     app.on_response_prepare.append(ratelimits.add_headers)  # x-ratelimit-* on all (RATE-3)
     codex_headers.install(app)  # CODEX-21

@@ -1,10 +1,12 @@
-"""Background runs reached from any node (SPEC: LIVE-1..LIVE-3).
+"""Node to node, one room (SPEC: PARK-21, PARK-22, LIVE-2, LIVE-8, LIVE-10): the routes' paths,
+the version every request and answer says, the one verifier of the node token and the one client
+a node asks its peers with. The routes that answer are ``engine/server/routes/cluster.py``'s; the
+hand-over's asking side and the run leases are ``engine/retained/handover.py``'s.
 
-A background run lives on the node that started it; the balancer sends its cancel, its DELETE
-and its stream-follow to any node. The node that holds the run's lease (LIVE-1, its address in
-the shared store) is asked directly, node to node, like the hand-over (PARK-21, PARK-22): never
-through the balancer, which refuses ``/cluster/`` (CLUSTER-12). This module is both sides: the
-routes the running node answers and the calls the asking node makes.
+Not client routes: no API key opens them (the balancer configs refuse ``/cluster/`` from
+outside, CLUSTER-12). What opens one is a token only a process sharing this node's store can
+make (PARK-22), bound to the one rollout, run or repeat and owner it names; the answering node's
+own owner check then holds exactly as for that owner's request (OWN-2).
 
 Why node to node and not the store: a follower reads the run's log where it is written, so an
 event costs no store write and reaches every follower at the running node's latency; a cancel
@@ -21,21 +23,23 @@ import aiohttp
 import msgspec
 from aiohttp import web
 
-from engine.connection.background import EventsExpired
+from engine.retained.handover import (
+    HANDOVER_PATH as HANDOVER_PATH,
+)
 from engine.retained.handover import (
     HANDOVER_TIMEOUT_S,
     NODE_PROTOCOL,
+    NODE_PROTOCOL_ACCEPTED,
     TOKEN_HEADER,
     VERSION_HEADER,
+    answering,
     readable,
     token_message,
 )
-from engine.server.routes.cluster import node_version
 from engine.server.transport.bodies import read_body
-from engine.server.transport.keys import BACKGROUND, ENGINE
+from engine.server.transport.keys import ENGINE
 from engine.store import StoreError
 from engine.store.failures import wire_error
-from protocol.codec import encode
 from protocol.errors import HttpStatusError, InvalidRequest, Unavailable
 
 log = logging.getLogger("rollout.cluster")
@@ -43,17 +47,17 @@ log = logging.getLogger("rollout.cluster")
 CANCEL_PATH = "/cluster/v1/runs/cancel"
 EVENTS_PATH = "/cluster/v1/runs/events"
 IDEM_FOLLOW_PATH = "/cluster/v1/idempotent/follow"  # a repeat follows the first (LIVE-8)
-NODE_PATHS = (
-    CANCEL_PATH,
-    EVENTS_PATH,
-    IDEM_FOLLOW_PATH,
-)  # opened by the node token, not an API key
-JSON = "application/json"
+# Every node route: opened by the node token, not an API key.
+NODE_PATHS = (HANDOVER_PATH, CANCEL_PATH, EVENTS_PATH, IDEM_FOLLOW_PATH)
 RELAYED_HEADERS = ("idempotent-replayed", "x-should-retry")
+# One hand-over request, connect included (PARK-21).
+HANDOVER_TIMEOUT = aiohttp.ClientTimeout(total=HANDOVER_TIMEOUT_S)
 # A cancel waits for the run's cancelled record to be stored there (BG-6): bounded, a hung
 # node is ``node_unavailable`` (LIVE-2).
 CANCEL_TIMEOUT = aiohttp.ClientTimeout(total=2 * HANDOVER_TIMEOUT_S)
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+# The node protocol version a node route's request is answered in (LIVE-10).
+NODE_VERSION = web.RequestKey("node_version", int)
 
 
 class RunRequest(msgspec.Struct, forbid_unknown_fields=True):
@@ -74,67 +78,65 @@ def _purpose(asked: RunRequest) -> str:
     return f"{asked.kind}-any" if asked.any_owner else asked.kind
 
 
-async def verified(request: web.Request) -> RunRequest:
-    """The request's body, from a node of this cluster (PARK-22's token, LIVE-2) speaking a
-    node protocol version this node answers (LIVE-10: every version so far answers these
-    routes alike)."""
+def node_version(request: web.Request) -> int:
+    """The version to answer this node route's request in (LIVE-10): the asker's, or this
+    node's own for a newer asker; an asker older than this node still answers is refused,
+    409 ``node_protocol_unsupported``, before its token is read or anything is done."""
+    version = answering(request.headers.get(VERSION_HEADER))
+    if version is None:
+        request.app[ENGINE].counters["node.protocol_refused"] += 1
+        first, last = NODE_PROTOCOL_ACCEPTED[0], NODE_PROTOCOL_ACCEPTED[-1]
+        raise HttpStatusError(
+            409,
+            "node_protocol_unsupported",
+            f"This node speaks node protocol versions {first} to {last}.",
+        )
+    request[NODE_VERSION] = version
+    return version
+
+
+async def say_version(request: web.Request, response: web.StreamResponse) -> None:
+    """Every answer of a node route says its version (LIVE-10): the one it was answered in;
+    a refusal, this node's own."""
+    if request.path.startswith("/cluster/"):
+        response.headers[VERSION_HEADER] = str(request.get(NODE_VERSION, NODE_PROTOCOL))
+
+
+async def verify(request: web.Request, message: str, refused: str) -> None:
+    """The one check of the node token (PARK-22): ``message`` is what the asking node signed
+    (``token_message``), ``refused`` the counter a refusal counts; 403 ``forbidden`` for a
+    token this store's processes did not make for it, before anything is done."""
     engine = request.app[ENGINE]
+    try:
+        expected = await engine.store.cluster.node_token(message)
+    except StoreError as exc:
+        raise wire_error(exc) from None
+    if not hmac.compare_digest(expected, request.headers.get(TOKEN_HEADER, "")):
+        engine.counters[refused] += 1
+        raise HttpStatusError(403, "forbidden", "Not a node of this cluster.")
+
+
+async def verified(request: web.Request) -> RunRequest:
+    """A run or repeat route's request, from a node of this cluster (PARK-22's token, LIVE-2)
+    speaking a node protocol version this node answers (LIVE-10: every version so far answers
+    these routes alike)."""
     node_version(request)
     try:
         asked = _DECODER.decode(await read_body(request))
     except msgspec.MsgspecError:
         raise InvalidRequest("invalid_request", "Not a run request.", None) from None
     message = token_message(asked.response_id, asked.owner, _purpose(asked))
-    try:
-        expected = await engine.store.cluster.node_token(message)
-    except StoreError as exc:
-        raise wire_error(exc) from None
-    if not hmac.compare_digest(expected, request.headers.get(TOKEN_HEADER, "")):
-        engine.counters["runs.remote_refused"] += 1
-        raise HttpStatusError(403, "forbidden", "Not a node of this cluster.")
+    await verify(request, message, "runs.remote_refused")
     return asked
 
 
-def _not_here(response_id: str) -> HttpStatusError:
-    return HttpStatusError(404, "not_found", f"No background run '{response_id}' here.")
-
-
-async def answer_cancel(request: web.Request) -> web.Response:
-    """Cancel a run of this node for its owner (BG-6): 200 with the cancelled Response; 404
-    when this node runs nothing under that id for that owner (finished, or never here)."""
-    asked = await verified(request)
-    run = request.app[BACKGROUND].find(asked.response_id)
-    if asked.kind != "run" or run is None or not (asked.any_owner or run.owner == asked.owner):
-        raise _not_here(asked.response_id)
-    await run.cancel()
-    request.app[ENGINE].counters["runs.remote_cancelled"] += 1
-    return web.Response(body=encode(run.snapshot()), content_type="application/json")
-
-
-async def answer_events(request: web.Request) -> web.StreamResponse:
-    """A run's events after ``starting_after`` as SSE, then followed (BG-4, BG-5), for the
-    node whose client follows it; 404 when no log of that run and owner is kept here."""
-    asked = await verified(request)
-    log_ = request.app[BACKGROUND].event_log(asked.response_id)
-    if asked.kind != "run" or log_ is None or log_.owner != asked.owner:
-        raise _not_here(asked.response_id)
-    log_.check_start(asked.starting_after)
-    request.app[ENGINE].counters["runs.remote_followed"] += 1
-    stream = web.StreamResponse(headers=SSE_HEADERS)
-    await stream.prepare(request)
-    try:
-        async for data in log_.follow(asked.starting_after):
-            await stream.write(data)
-    except (ConnectionError, EventsExpired):
-        return stream
-    await stream.write_eof()
-    return stream
-
-
 # ---------------------------------------------------------------------------- the asking side
-class Elsewhere:
-    """Where a run of another node is reached from this one: None from every call when no
-    other node holds its lease (the caller answers as before)."""
+class NodeClient:
+    """The one client a node asks its peers with (PARK-21, LIVE-2, LIVE-8): one aiohttp session,
+    made on first use and closed with the app. ``post`` is the hand-over's (``Handover.post``:
+    bounded as a whole, a node that cannot be reached an ``OSError`` to the caller); ``cancel``,
+    ``follow`` and ``relay`` reach a background run or a repeat's first request on the node
+    that holds it (None when no other node does: the caller answers as before)."""
 
     def __init__(self) -> None:
         self._http: aiohttp.ClientSession | None = None
@@ -145,6 +147,17 @@ class Elsewhere:
             timeout = aiohttp.ClientTimeout(total=None, connect=HANDOVER_TIMEOUT_S, sock_read=None)
             self._http = aiohttp.ClientSession(timeout=timeout)
         return self._http
+
+    async def post(
+        self, url: str, body: bytes, headers: dict[str, str]
+    ) -> tuple[int, str | None, bytes]:
+        """POST to a peer, bounded as a whole (PARK-21): (status, its version header, body)."""
+        try:
+            post = self._session().post(url, data=body, headers=headers, timeout=HANDOVER_TIMEOUT)
+            async with post as resp:
+                return resp.status, resp.headers.get(VERSION_HEADER), await resp.read()
+        except aiohttp.ClientError as exc:
+            raise ConnectionError(type(exc).__name__) from None
 
     async def close(self, _app: web.Application | None = None) -> None:
         if self._http is not None:
@@ -263,11 +276,12 @@ def _unreachable() -> Unavailable:
     )
 
 
-ELSEWHERE = web.AppKey("elsewhere", Elsewhere)
+NODES = web.AppKey("nodes", NodeClient)
 
 
 def install(app: web.Application) -> None:
-    app.router.add_post(CANCEL_PATH, answer_cancel)
-    app.router.add_post(EVENTS_PATH, answer_events)
-    app[ELSEWHERE] = elsewhere = Elsewhere()
-    app.on_cleanup.append(elsewhere.close)
+    """The client (the hand-over's poster too) and the version on every node route's answer."""
+    app[NODES] = client = NodeClient()
+    app[ENGINE].handover.post = client.post
+    app.on_response_prepare.append(say_version)
+    app.on_cleanup.append(client.close)

@@ -13,7 +13,8 @@ items, ``store: false`` included: the items travel node to node, never through t
 (STORE-1).
 
 This module is the asking side and the registrations; the answering side is the route in
-``engine/server/routes/cluster.py`` (the one client and verifier: ``engine/server/transport/node.py``).
+``engine/server/routes/cluster.py`` (the one client and verifier:
+``engine/server/transport/node.py``).
 """
 
 from __future__ import annotations

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from engine.core import Engine, EngineConfig
+from engine.server.app import create_app
 from engine.server.transport import http as http_routes
 from engine.server.transport import ws as ws_driver
-from engine.server.app import create_app
 from protocol.codec import encode
 from tests.conformance.codex import (
     KEY_ENV,

@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from engine.server.transport import http as http_routes
+from engine.server.routes import v1_responses as http_routes
 from engine.server.transport import ws as ws_driver
 from engine.server.transport.keys import SESSIONS
 from tests.support.oracle import RECORDED

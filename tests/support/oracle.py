@@ -14,6 +14,7 @@ import msgspec
 import pydantic
 from aiohttp import web
 
+from engine.server.routes import ops, v1_responses
 from engine.server.transport import http as http_routes
 from engine.server.transport import ws as ws_driver
 from protocol.codec import encode, http_error_body
@@ -55,8 +56,10 @@ def _install_recorder() -> None:
 
     ws_driver.WsSink.send = ws_send  # type: ignore[method-assign]
     http_routes.HttpSink.send = http_send  # type: ignore[method-assign]
-    http_routes.json_response = json_response
-    http_routes.error_response = error_response
+    # where the answers are made: the transport's helpers and the routes that import them
+    for module in (http_routes, v1_responses, ops):
+        module.json_response = json_response
+        module.error_response = error_response
     ws_driver.WsSink._recorded = True
 
 

@@ -16,7 +16,7 @@ from aiohttp import web
 from engine.conversation.requests import check_metadata
 from engine.server.transport import identity
 from engine.server.transport.bodies import read_body
-from engine.server.transport.http import json_response, page
+from engine.server.transport.http import PageQuery, json_response, page
 from engine.server.transport.keys import ENGINE
 from engine.store import StoreError
 from engine.store.conversations import (
@@ -176,9 +176,10 @@ async def list_items(request: web.Request) -> web.Response:
     """``GET /v1/conversations/{id}/items`` (CONV-3): ``after``, ``limit`` (1..100, 20),
     ``order`` (``asc`` or ``desc``, the default); ``include`` is accepted (CONV-10). Ids are
     strings, as the SDK's ``ConversationItemList`` requires: "" on an empty page."""
+    asked = PageQuery.of(request.query)  # a bad query is 400 before the lookup (CONV-3)
     head = await _head(request)
     items = await _guarded(_conversations(request).items(head))
-    return json_response(page(items, request.query, ""))
+    return json_response(page(items, asked, ""))
 
 
 async def retrieve_item(request: web.Request) -> web.Response:

@@ -25,6 +25,7 @@ from engine.server.transport import bodies, codex_headers, idempotency, identity
 from engine.server.transport.http import (
     JSON,
     HttpSink,
+    PageQuery,
     error_response,
     json_response,
     page,
@@ -258,7 +259,7 @@ async def response_tokens(request: web.Request) -> web.Response:
 async def list_input_items(request: web.Request) -> web.Response:
     """``GET /v1/responses/{id}/input_items`` (HTTP-6): one page of the stored input items."""
     record = await _record(request)
-    return json_response(page(record.input_items, request.query, None))
+    return json_response(page(record.input_items, PageQuery.of(request.query), None))
 
 
 def register(app: web.Application) -> None:

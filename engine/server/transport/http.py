@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import msgspec
@@ -183,22 +184,34 @@ def page_limit(raw: str) -> int:
     return value
 
 
-def page(items: Sequence[T], query: Mapping[str, str], empty_id: str | None) -> dict[str, Any]:
-    """One page of ``items`` (oldest first) as ``query`` asks: ``order`` (``asc`` or ``desc``,
-    the default), ``after`` (an item id: the page starts past it; unknown, an empty page) and
-    ``limit`` (1..100, default 20), with ``has_more`` when items remain past the page (HTTP-6,
-    CONV-3). ``empty_id`` is ``first_id`` and ``last_id`` of an empty page."""
-    order = query.get("order", "desc")
-    if order not in ("asc", "desc"):
-        raise InvalidRequest("invalid_value", "order must be 'asc' or 'desc'.", "order")
-    limit = page_limit(query.get("limit", "20"))
+@dataclass(frozen=True)
+class PageQuery:
+    """A listing's query, checked: ``order`` (``asc`` or ``desc``, the default), ``after`` (an
+    item id: the page starts past it; unknown, an empty page), ``limit`` (1..100, default 20)."""
+
+    order: str
+    after: str | None
+    limit: int
+
+    @classmethod
+    def of(cls, query: Mapping[str, str]) -> PageQuery:
+        order = query.get("order", "desc")
+        if order not in ("asc", "desc"):
+            raise InvalidRequest("invalid_value", "order must be 'asc' or 'desc'.", "order")
+        return cls(order, query.get("after"), page_limit(query.get("limit", "20")))
+
+
+def page(items: Sequence[T], asked: PageQuery, empty_id: str | None) -> dict[str, Any]:
+    """One page of ``items`` (oldest first) as ``asked``, with ``has_more`` when items remain
+    past the page (HTTP-6, CONV-3). ``empty_id`` is ``first_id`` and ``last_id`` of an empty
+    page."""
     listed = list(items)
-    if order == "desc":
+    if asked.order == "desc":
         listed.reverse()
-    after = query.get("after")
-    if after is not None:
+    if asked.after is not None:
         ids = [getattr(item, "id", None) for item in listed]
-        listed = listed[ids.index(after) + 1 :] if after in ids else []
+        listed = listed[ids.index(asked.after) + 1 :] if asked.after in ids else []
+    limit = asked.limit
     shown = listed[:limit]
     ids = [getattr(item, "id", None) for item in shown]
     return {

@@ -356,3 +356,17 @@ async def test_queued_duplicate_output_create_behind_a_double_append(server: Liv
         ("response_not_waiting", None, lane),
     }, shapes
     assert len(created) == 1 and completed == [rid, created[0]], (created, completed)
+
+
+async def test_a_bad_listing_query_is_refused_before_its_lookup(server: LiveServer) -> None:
+    """CONV-3, HTTP-6. Found by the live conversation machine (ci profile, seed 3514272902)
+    when the listings came to share one page rule: ``order=up`` on an unknown conversation was
+    answered 404 ``conversation_not_found`` instead of 400 ``invalid_value`` (``order``); the
+    query is checked first, as before."""
+    url = f"{server.base_url}/conversations/conv_{'0' * 32}/items"
+    async with aiohttp.ClientSession() as http:
+        for query, param in (({"order": "up"}, "order"), ({"limit": "0"}, "limit")):
+            async with http.get(url, params=query) as response:
+                body = await response.json()
+                assert response.status == 400, body
+                assert (body["error"]["code"], body["error"]["param"]) == ("invalid_value", param)

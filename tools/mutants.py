@@ -146,6 +146,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="mutants-") as tmp:
         scratch = Path(tmp) / "tree"
         shutil.copytree(ROOT, scratch, ignore=SKIP, symlinks=True)
+        if (ROOT / ".tools").is_dir():  # the pinned Codex, MCP servers, NeMo Gym: read only
+            (scratch / ".tools").symlink_to(ROOT / ".tools")
         for i, m in enumerate(mutations, 1):
             print(f"[{i}/{len(mutations)}] {m.name} ({m.rule}): {m.file}", flush=True)
             problem = check(m, scratch)

@@ -20,6 +20,7 @@ from engine.observe.tracing import Tracing
 from engine.retained.budget import MemoryBudget
 from engine.retained.handover import Handover
 from engine.retained.hydration import HydrationCache
+from engine.retained.leases import RunLeases
 from engine.retained.parking import ParkingBounds, ParkingLot
 from engine.settings import duration, setting, url
 from engine.store import (
@@ -230,6 +231,7 @@ class Engine:
         self.hydrated = HydrationCache(budget.hydration, self.counters)
         # PARK-20..PARK-22: where parked rollouts are, for a node that is asked to continue one
         self.handover = Handover(self.store, self.counters, self.config.park_seconds)
+        self.leases = RunLeases(self.handover)  # LIVE-1: where each background run lives
         self.parking = ParkingLot(
             self.config.park_seconds, self.counters, budget.parking, self.handover
         )

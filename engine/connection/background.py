@@ -27,7 +27,7 @@ import msgspec
 from engine.connection.session import Session
 from engine.conversation.footprint import LIST_SLOT
 from engine.core import Engine
-from engine.retained.handover import RUN_LEASE_S
+from engine.retained.leases import RUN_LEASE_S
 from engine.retained.ratelimits import Quota
 from engine.store import ResponseRecord, StoreError, chain_record, listing_form
 from engine.store.failures import wire_error
@@ -254,7 +254,7 @@ class BackgroundRun:
         try:
             # The lease first: a reader on any node that finds the record unfinished also
             # finds who runs it, or knows nobody does (LIVE-1).
-            await self.engine.handover.lease(record.response.id)
+            await self.engine.leases.hold(record.response.id)
             await self.engine.store.put(record)
         except StoreError as exc:
             self.turn = None
@@ -361,7 +361,7 @@ class BackgroundRuns:
             log.error("background run failed", exc_info=task.exception())
         if run.turn is not None and self.live.pop(run.response.id, None) is not None:
             self._keep_log(run)
-            self.engine.handover.finished(run.response.id)
+            self.engine.leases.finished(run.response.id)
 
     async def _renew(self) -> None:
         """Renew every live run's lease each third of it, while any lives (LIVE-1). A renewal
@@ -370,7 +370,7 @@ class BackgroundRuns:
             await asyncio.sleep(RUN_LEASE_S / 3)
             for response_id in list(self.live):
                 try:
-                    await self.engine.handover.lease(response_id)
+                    await self.engine.leases.hold(response_id)
                 except StoreError as exc:
                     log.warning("background %s: lease not renewed: %s", response_id, exc)
                     break
@@ -466,7 +466,7 @@ class BackgroundRuns:
         if not self.engine.handover.enabled:
             return False
         try:
-            return await self.engine.handover.running_at(response.id) is None
+            return await self.engine.leases.running_at(response.id) is None
         except StoreError:
             return False
 

@@ -55,12 +55,6 @@ HANDOVER_TIMEOUT_S = 5.0  # one node-to-node request, connect included (PARK-21)
 HANDOVER_WAIT_S = 2.0
 HANDOVER_POLL_S = 0.05
 
-# A live background run's lease (LIVE-1): ``rollout:parked:run:<id>`` = its node's address,
-# written before the create answers and renewed every third of it while the run lives; once
-# it ends, kept a while so its event log stays followable from every node (BG-5).
-RUN_PREFIX = "run:"
-RUN_LEASE_S = 15.0
-FINISHED_RUN_S = 120.0
 
 # POST ``body`` with ``headers`` to a URL: (status, the answer's VERSION_HEADER or None, body).
 # Raises OSError or TimeoutError when the node cannot be reached. The server gives it
@@ -172,14 +166,17 @@ class Handover:
         """The lot parked a rollout behind ``response_id``: say where (PARK-20)."""
         if self.enabled:
             assert self.address is not None
-            self._later(self.store.cluster.register_parked(response_id, self.address, self.seconds))
+            register = self.store.cluster.register_parked
+            self.write_later(register(response_id, self.address, self.seconds))
 
     def unparked(self, response_id: str) -> None:
         """It left the lot (claimed, expired, retired): drop the address, sparing a hop."""
         if self.enabled:
-            self._later(self.store.cluster.unregister_parked(response_id))
+            self.write_later(self.store.cluster.unregister_parked(response_id))
 
-    def _later(self, write: object) -> None:
+    def write_later(self, write: object) -> None:
+        """Run a store write in the background, bounded (MAX_PENDING) and owned; a failure is
+        counted and logged, never raised (a registration costs only its hand-over)."""
         assert asyncio.iscoroutine(write)
         if len(self._pending) >= MAX_PENDING:
             write.close()
@@ -196,29 +193,6 @@ class Handover:
         except StoreError as exc:
             self._counters["park.register_failed"] += 1
             log.warning("store: parked rollout's address not kept: %s", exc)
-
-    async def lease(self, response_id: str, seconds: float = RUN_LEASE_S) -> None:
-        """Hold (or renew) a background run's lease for ``seconds`` (LIVE-1). Raises
-        ``StoreError``: a run whose lease cannot be written does not start."""
-        if self.enabled:
-            assert self.address is not None
-            await self.store.cluster.register_parked(
-                RUN_PREFIX + response_id, self.address, seconds
-            )
-
-    def finished(self, response_id: str) -> None:
-        """The run ended here: its log stays followable from other nodes a while (LIVE-2)."""
-        if self.enabled:
-            assert self.address is not None
-            key = RUN_PREFIX + response_id
-            self._later(self.store.cluster.register_parked(key, self.address, FINISHED_RUN_S))
-
-    async def running_at(self, response_id: str) -> str | None:
-        """The node holding a background run's lease, None when nobody does (or nothing is
-        shared); raises ``StoreError``."""
-        if not self.enabled:
-            return None
-        return await self.store.cluster.parked_at(RUN_PREFIX + response_id)
 
     async def _where(self, response_id: str) -> str | None:
         """The node parking ``response_id``'s rollout. A reconnect may arrive before the old

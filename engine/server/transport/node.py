@@ -1,7 +1,8 @@
 """Node to node, one room (SPEC: PARK-21, PARK-22, LIVE-2, LIVE-8, LIVE-10): the routes' paths,
 the version every request and answer says, the one verifier of the node token and the one client
 a node asks its peers with. The routes that answer are ``engine/server/routes/cluster.py``'s; the
-hand-over's asking side and the run leases are ``engine/retained/handover.py``'s.
+hand-over's asking side is ``engine/retained/handover.py``'s, the run leases
+``engine/retained/leases.py``'s.
 
 Not client routes: no API key opens them (the balancer configs refuse ``/cluster/`` from
 outside, CLUSTER-12). What opens one is a token only a process sharing this node's store can
@@ -165,12 +166,12 @@ class NodeClient:
             self._http = None
 
     async def _where(self, request: web.Request, response_id: str) -> str | None:
-        handover = request.app[ENGINE].handover
+        engine = request.app[ENGINE]
         try:
-            where = await handover.running_at(response_id)
+            where = await engine.leases.running_at(response_id)
         except StoreError as exc:
             raise wire_error(exc) from None
-        return None if where is None or where == handover.address else where
+        return None if where is None or where == engine.handover.address else where
 
     async def _body(self, request: web.Request, asked: RunRequest) -> tuple[bytes, dict[str, str]]:
         message = token_message(asked.response_id, asked.owner, _purpose(asked))

@@ -306,6 +306,33 @@ def test_the_server_floor_check_finds_a_transport_importing_a_route() -> None:
     ]
 
 
+def hydrate_callers(root: Path) -> list[str]:
+    """Modules of engine outside the store that call a ``.hydrate(...)``: the loader only."""
+    found = []
+    for path in sorted((root / "engine").rglob("*.py")):
+        if "store" in path.relative_to(root / "engine").parts[:1]:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            is_call = isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            if is_call and node.func.attr == "hydrate":
+                found.append(str(path.relative_to(root)))
+                break
+    return found
+
+
+def test_only_the_loader_hydrates_from_the_store() -> None:
+    """OWN-4: every stored conversation is read through ``engine/connection/loader.py``, the one
+    loader whose owner argument has no default; no other module calls ``store.hydrate``."""
+    assert hydrate_callers(ROOT) == ["engine/connection/loader.py"]
+
+
+def test_the_hydrate_check_finds_a_second_caller(tmp_path: Path) -> None:
+    for name, body in (("connection/loader.py", "s.hydrate(1)"), ("server/x.py", "s.hydrate(2)")):
+        (tmp_path / "engine" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "engine" / name).write_text(body)
+    assert hydrate_callers(tmp_path) == ["engine/connection/loader.py", "engine/server/x.py"]
+
+
 def test_engine_top_level_stays_small() -> None:
     top = [p for p in (ROOT / "engine").glob("*.py") if p.name != "__init__.py"]
     assert len(top) <= MAX_ENGINE_TOP_MODULES, sorted(p.name for p in top)

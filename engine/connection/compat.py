@@ -1,8 +1,8 @@
 """The compatibility layer: standard ``response.create`` flows onto rollout coroutines.
 
-Pick the path, then run it. A create starts in one of six ways (SPEC: COMPAT-1..COMPAT-6,
-PARK-3, HYD-1), named once, cheapest first, in ``connection/loader.py``'s ``PATHS`` table: fast,
-cache, parked, hydrated, store, stateless. The loader (OWN-4) picks the path and its source,
+Pick the path, then run it. The ways a create starts (SPEC: COMPAT-1..COMPAT-6, PARK-3, HYD-1,
+PARK-21, CONV-5) are named once, cheapest first, in ``connection/loader.py``'s ``PATHS`` table
+(one row per ``LoadPath``). The loader (OWN-4) picks the path and its source,
 owner-checked; ``_RUNS`` here maps each path to the function that starts or resumes the rollout,
 and ``_after_turn`` updates the lane cache through the lane's methods (CACHE-1..CACHE-3).
 """
@@ -18,7 +18,7 @@ from typing import Protocol
 import msgspec
 
 from engine.connection.lane import CacheEntry, Lane
-from engine.connection.loader import Create, Found, Path, load_conversation, load_joined
+from engine.connection.loader import Create, Found, LoadPath, load_conversation, load_joined
 from engine.conversation.compaction import compaction_threshold, take_trigger
 from engine.conversation.context import Context
 from engine.conversation.pipeline import FULL, INCREMENTAL, ItemTexts
@@ -299,7 +299,7 @@ async def _start_or_resume(session: Connection, lane: Lane, job: Admission) -> S
             engine, conversation, owner=session.owner, backend=job.backend, create=create
         )
         _join(job, conversation, found)
-    if found.path is Path.STORE and job.prev is not None:
+    if found.path is LoadPath.STORE and job.prev is not None:
         await engine.announce_continued(job.prev)  # a copy parked on another node retires (PARK-9)
     return _RUNS[found.path](session, lane, job, found)
 
@@ -312,7 +312,7 @@ def _join(job: Admission, conversation: str, found: Found) -> None:
     turn = job.turn
     turn.conversation = Joined(found.opened.lock.conversations, found.opened, turn.input_items)
     turn.stream.response.conversation = ConversationRef(conversation)
-    if found.path is not Path.CONVERSATION:
+    if found.path is not LoadPath.CONVERSATION:
         job.head = found.opened.head.response_id
     if found.pending:
         job.items = [*found.pending, *job.items]
@@ -418,15 +418,15 @@ def _run_conversation(session: Connection, lane: Lane, job: Admission, found: Fo
     return _new_rollout(session, job, None, FULL), True
 
 
-_RUNS: dict[Path, Callable[[Connection, Lane, Admission, Found], Started]] = {
-    Path.FAST: _run_fast,
-    Path.CACHE: _run_cache,
-    Path.PARKED: _run_parked,
-    Path.HYDRATED: _run_hydrated,
-    Path.STORE: _run_store,
-    Path.HANDED: _run_handed,
-    Path.CONVERSATION: _run_conversation,
-    Path.STATELESS: _run_stateless,
+_RUNS: dict[LoadPath, Callable[[Connection, Lane, Admission, Found], Started]] = {
+    LoadPath.FAST: _run_fast,
+    LoadPath.CACHE: _run_cache,
+    LoadPath.PARKED: _run_parked,
+    LoadPath.HYDRATED: _run_hydrated,
+    LoadPath.STORE: _run_store,
+    LoadPath.HANDED: _run_handed,
+    LoadPath.CONVERSATION: _run_conversation,
+    LoadPath.STATELESS: _run_stateless,
 }
 
 

@@ -1,13 +1,15 @@
 """The one conversation loader (SPEC: OWN-4, COMPAT-2..COMPAT-5, PARK-3, HYD-1).
 
 Every request that names a ``previous_response_id`` (a create on either transport, ``/compact``,
-``/input_tokens``) gets its conversation from ``load_conversation`` and nowhere else: it is the
-only caller of ``store.hydrate`` (``tests/test_floors.py`` checks that), and its ``owner``
+``/input_tokens``) gets its conversation from ``load_conversation`` (``load_stored`` for the
+routes that read a stored response whole, such as ``/tokens``) and nowhere else: this module is
+the only caller of ``store.hydrate`` (``tests/test_floors.py`` checks that), and the ``owner``
 argument has no default, so no path can forget the owner check (OWN-2). Another key's
 response is answered exactly as an unknown id.
 
-The seven places a create's conversation can come from are one table, ``PATHS``, cheapest
-first. ``load_conversation`` picks the path; the caller runs it (``connection/compat.py``).
+The places a create's conversation can come from are one table, ``PATHS`` (one row per
+``LoadPath``), cheapest first. ``load_conversation`` picks the path; the caller runs it
+(``connection/compat.py``).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from protocol.errors import (
 from protocol.items import InputItem
 
 
-class Path(enum.Enum):
+class LoadPath(enum.Enum):
     """Where a create's conversation comes from (COMPAT-*)."""
 
     FAST = "fast"
@@ -55,26 +57,30 @@ class Path(enum.Enum):
 
 
 @dataclass(frozen=True)
-class PathInfo:
+class LoadPathInfo:
     rule: str  # the SPEC rule that defines it
     serves: str  # what a continuation on it is served from
 
 
-PATHS: dict[Path, PathInfo] = {
-    Path.FAST: PathInfo(
+PATHS: dict[LoadPath, LoadPathInfo] = {
+    LoadPath.FAST: LoadPathInfo(
         "COMPAT-2", "the rollout suspended at the create's lane's latest response: resumed"
     ),
-    Path.CACHE: PathInfo(
+    LoadPath.CACHE: LoadPathInfo(
         "COMPAT-3", "a lane's cached latest context, forked (from another lane: CACHE-4)"
     ),
-    Path.PARKED: PathInfo("PARK-3", "a rollout parked by a closed socket of the same owner"),
-    Path.HYDRATED: PathInfo("HYD-1", "a recent stored response's context in this process"),
-    Path.STORE: PathInfo("COMPAT-4", "the store: hydrated, full pre-inference"),
-    Path.HANDED: PathInfo("PARK-21", "a rollout parked on another node: its items, handed over"),
-    Path.CONVERSATION: PathInfo(
+    LoadPath.PARKED: LoadPathInfo(
+        "PARK-3", "a rollout parked by a closed socket of the same owner"
+    ),
+    LoadPath.HYDRATED: LoadPathInfo("HYD-1", "a recent stored response's context in this process"),
+    LoadPath.STORE: LoadPathInfo("COMPAT-4", "the store: hydrated, full pre-inference"),
+    LoadPath.HANDED: LoadPathInfo(
+        "PARK-21", "a rollout parked on another node: its items, handed over"
+    ),
+    LoadPath.CONVERSATION: LoadPathInfo(
         "CONV-6", "a conversation no stored response stands for: its items, full pre-inference"
     ),
-    Path.STATELESS: PathInfo("COMPAT-5", "nothing: full pre-inference over the input"),
+    LoadPath.STATELESS: LoadPathInfo("COMPAT-5", "nothing: full pre-inference over the input"),
 }
 
 
@@ -82,7 +88,7 @@ PATHS: dict[Path, PathInfo] = {
 class Found:
     """A picked path and what it runs from. Exactly the fields of its path are set."""
 
-    path: Path
+    path: LoadPath
     lane: Lane | None = None  # FAST, CACHE: the lane holding ``entry``
     entry: CacheEntry | None = None  # FAST, CACHE
     live: Rollout | None = None  # FAST, PARKED: the suspended rollout a continuation resumes
@@ -127,7 +133,7 @@ async def load_conversation(
     for another owner's (OWN-2), ``previous_response_in_progress`` for a running background
     response (BG-7), and the store's wire errors (STORE-8, STORE-9)."""
     if response_id is None:
-        return Found(Path.STATELESS)
+        return Found(LoadPath.STATELESS)
     if create is not None:
         found = await _from_memory(engine, response_id, owner, backend, create)
         if found is not None:
@@ -143,7 +149,7 @@ async def load_conversation(
     if stored is None and create is not None:  # parked on another node? (PARK-21)
         handed = await engine.handover.fetch(response_id, owner)  # checks the owner there
         if handed is not None:
-            return Found(Path.HANDED, handed=handed)
+            return Found(LoadPath.HANDED, handed=handed)
     if stored is None:  # unknown, or another key's (OWN-2): the same answer
         raise previous_response_not_found(response_id)
     if stored.record.response.status in ("queued", "in_progress"):  # background (BG-7)
@@ -152,7 +158,7 @@ async def load_conversation(
             f"Previous response with id '{response_id}' has not finished yet.",
             "previous_response_id",
         )
-    return Found(Path.STORE, stored=stored)
+    return Found(LoadPath.STORE, stored=stored)
 
 
 async def load_joined(
@@ -165,7 +171,7 @@ async def load_joined(
 ) -> Found:
     """A create naming a conversation (CONV-5..CONV-7): its lock, then the path of the stored
     response that stands for its first items (any path above, through ``load_conversation``),
-    with the items after those as ``pending``; with no such response, ``Path.CONVERSATION``
+    with the items after those as ``pending``; with no such response, ``LoadPath.CONVERSATION``
     and all of them. The caller releases ``opened.lock`` once the response has ended."""
     conversations = Conversations(engine.store)
     try:
@@ -215,7 +221,7 @@ async def _joined(
     except StoreError as exc:
         raise wire_error(exc, "conversation") from None
     if found is None:
-        return Found(Path.CONVERSATION, pending=pending, opened=opened)
+        return Found(LoadPath.CONVERSATION, pending=pending, opened=opened)
     return dataclasses.replace(found, pending=pending, opened=opened)
 
 
@@ -241,7 +247,7 @@ async def _from_memory(
     if on_lane is not None:
         lane, entry = on_lane
         live = create.resumable(entry, backend) if lane is create.lane else None
-        return Found(Path.FAST if live is not None else Path.CACHE, lane, entry, live)
+        return Found(LoadPath.FAST if live is not None else LoadPath.CACHE, lane, entry, live)
     parked = engine.parking.claim(response_id, owner)
     if parked is not None:
         assert isinstance(parked.rollout, Rollout)  # the only kind a session parks
@@ -250,10 +256,10 @@ async def _from_memory(
             engine.parking.release(parked)  # deleted meanwhile: it winds down, still owned
             raise previous_response_not_found(response_id)
         entry = CacheEntry(parked.response_id, rollout.ctx, rollout.backend, rollout)
-        return Found(Path.PARKED, live=create.resumable(entry, backend), parked=parked)
+        return Found(LoadPath.PARKED, live=create.resumable(entry, backend), parked=parked)
     cached = engine.hydrated.get(response_id, owner, backend.supports)
     if cached is not None and await still_stored(engine, response_id):
-        return Found(Path.HYDRATED, cached=cached)
+        return Found(LoadPath.HYDRATED, cached=cached)
     return None
 
 

@@ -54,7 +54,7 @@ class ConversationFull(ConversationError):
     """It holds ``MAX_ITEMS`` items or the store's record bound in bytes (CONV-9)."""
 
 
-class Head(msgspec.Struct, kw_only=True):
+class ConversationHead(msgspec.Struct, kw_only=True):
     """The conversation record: what a route returns, and where its items are."""
 
     id: str
@@ -75,7 +75,7 @@ class Head(msgspec.Struct, kw_only=True):
 
 
 _ENCODE = msgspec.json.Encoder().encode
-_DECODE = msgspec.json.Decoder(Head).decode
+_DECODE = msgspec.json.Decoder(ConversationHead).decode
 
 
 def valid_id(conversation_id: str) -> bool:
@@ -112,7 +112,7 @@ class Lock:
 class Opened:
     """A conversation read for a write under its lock: its head and owner."""
 
-    head: Head
+    head: ConversationHead
     owner: str | None
     lock: Lock
     pending: list[InputItem] = field(default_factory=list)  # items after ``covered`` (CONV-6)
@@ -126,7 +126,7 @@ class Conversations:
         self.lock_s = lock_s  # how long a lock it takes holds (CONV-7); tests shorten it
 
     # ------------------------------------------------------------------ reads
-    async def head(self, conversation_id: str, owner: OwnerFilter) -> Head | None:
+    async def head(self, conversation_id: str, owner: OwnerFilter) -> ConversationHead | None:
         """The head, or None: unknown, expired, deleted, or not ``owner``'s (from the head
         line, before any decode, OWN-5)."""
         if not valid_id(conversation_id):
@@ -134,7 +134,7 @@ class Conversations:
         blob = await self.store._guard(self.store._read_one(conversation_id))
         return self._decode_head(conversation_id, blob, owner)
 
-    async def items(self, head: Head, after: int = 0) -> list[InputItem]:
+    async def items(self, head: ConversationHead, after: int = 0) -> list[InputItem]:
         """Its items from the ``after``-th on, oldest first: one batched read of the segments
         that hold them."""
         skip, keys = after, list[str]()
@@ -154,8 +154,8 @@ class Conversations:
     # ------------------------------------------------------------------ writes
     async def create(
         self, owner: str | None, metadata: dict[str, str], items: Sequence[InputItem]
-    ) -> Head:
-        head = Head(id=new_id("conv"), created_at=int(time.time()), metadata=metadata)
+    ) -> ConversationHead:
+        head = ConversationHead(id=new_id("conv"), created_at=int(time.time()), metadata=metadata)
         kept = [with_id(item) for item in items]
         if kept:
             await self._add_segment(head, owner, kept)  # a new head replaces nothing
@@ -206,7 +206,7 @@ class Conversations:
         if head.count + adding > MAX_ITEMS or head.nbytes >= self.store.max_record_bytes:
             raise ConversationFull
 
-    async def update(self, opened: Opened, metadata: dict[str, str]) -> Head:
+    async def update(self, opened: Opened, metadata: dict[str, str]) -> ConversationHead:
         opened.head.metadata = metadata
         await self._write_head(opened.head, opened.owner)
         return opened.head
@@ -238,7 +238,7 @@ class Conversations:
 
     # ------------------------------------------------------------------ internals
     async def _add_segment(
-        self, head: Head, owner: str | None, items: list[InputItem]
+        self, head: ConversationHead, owner: str | None, items: list[InputItem]
     ) -> list[str]:
         """Write ``items`` as a new segment and name it in ``head`` (not yet written). Past
         ``MAX_SEGMENTS`` the segment holds all the items instead, while that stays well within
@@ -264,7 +264,7 @@ class Conversations:
     def _merge_below(self) -> int:
         return self.store.max_record_bytes // 2
 
-    async def _write_head(self, head: Head, owner: str | None) -> None:
+    async def _write_head(self, head: ConversationHead, owner: str | None) -> None:
         """The head, with its segments' expiry extended when one could lapse first (STORE-7)."""
         expires_at = self._expiry()
         now = time.time()
@@ -287,7 +287,9 @@ class Conversations:
         ttl = self.store.ttl_s
         return time.time() + ttl * (1 + SLACK_FRACTION) if ttl > 0 else None
 
-    def _decode_head(self, key: str, blob: bytes | None, owner: OwnerFilter) -> Head | None:
+    def _decode_head(
+        self, key: str, blob: bytes | None, owner: OwnerFilter
+    ) -> ConversationHead | None:
         if blob is None or blob[: len(MAGIC)] != MAGIC:
             return None  # not a conversation blob (nothing this module wrote)
         found = peek(blob)

@@ -31,7 +31,7 @@ ANY_OWNER = AnyOwner.ANY
 OwnerFilter = str | None | AnyOwner  # who asks: a digest, None on an open server, or anyone
 
 
-class Head(NamedTuple):
+class HeadLine(NamedTuple):
     owner: str | None
     deleted: bool
     body_at: int  # where the JSON body starts in the blob
@@ -51,7 +51,7 @@ def head_line(owner: str | None, deleted: bool) -> bytes:
     return b"%b%b %b\n" % (MAGIC, b"D" if deleted else b"L", (owner or NOBODY).encode())
 
 
-def peek(blob: bytes | memoryview) -> Head | None:
+def peek(blob: bytes | memoryview) -> HeadLine | None:
     """The head of a stored blob (or of its first ``MAX_HEAD`` bytes); None when it has none
     that can be read: the record is corrupt and its owner unknown."""
     if blob[:1] == b"{":
@@ -65,18 +65,18 @@ def peek(blob: bytes | memoryview) -> Head | None:
     if flag not in (b"L", b"D") or not owner:
         return None
     name = owner.decode("ascii", "replace")
-    return Head(None if name == NOBODY else name, flag == b"D", end + 1)
+    return HeadLine(None if name == NOBODY else name, flag == b"D", end + 1)
 
 
-def _legacy(blob: bytes | memoryview) -> Head | None:
+def _legacy(blob: bytes | memoryview) -> HeadLine | None:
     try:
         fields = _LEGACY.decode(blob)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
-    return Head(fields.owner, fields.deleted, 0)
+    return HeadLine(fields.owner, fields.deleted, 0)
 
 
-def readable_by(head: Head | None, owner: OwnerFilter) -> bool:
+def readable_by(head: HeadLine | None, owner: OwnerFilter) -> bool:
     """May ``owner`` see this record at all (OWN-2)? A record whose owner cannot be read is
     nobody's on a server with keys; an open server shares everything, corrupt records too."""
     if owner is ANY_OWNER:

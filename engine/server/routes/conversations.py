@@ -22,9 +22,9 @@ from engine.store import StoreError
 from engine.store.conversations import (
     MAX_ITEMS_PER_REQUEST,
     ConversationFull,
+    ConversationHead,
     ConversationLocked,
     Conversations,
-    Head,
     Opened,
 )
 from engine.store.failures import wire_error
@@ -69,7 +69,7 @@ def full_error() -> InvalidRequest:
     )
 
 
-def conversation_object(head: Head) -> Conversation:
+def conversation_object(head: ConversationHead) -> Conversation:
     return Conversation(id=head.id, created_at=head.created_at, metadata=head.metadata)
 
 
@@ -92,10 +92,11 @@ async def _guarded(call: Awaitable[Any]) -> Any:
         raise wire_error(exc) from None
 
 
-async def _head(request: web.Request) -> Head:
+async def _head(request: web.Request) -> ConversationHead:
     conversation_id = request.match_info["conversation_id"]
     owner = await identity.owner(request)
-    head: Head | None = await _guarded(_conversations(request).head(conversation_id, owner))
+    found = _conversations(request).head(conversation_id, owner)
+    head: ConversationHead | None = await _guarded(found)
     if head is None:
         raise conversation_not_found(conversation_id)
     return head
@@ -139,7 +140,7 @@ async def update_conversation(request: web.Request) -> web.Response:
     params: UpdateConversation = decode(UpdateConversation, await read_body(request))
     metadata = _metadata(params.metadata)
 
-    async def write(conversations: Conversations, opened: Opened) -> Head:
+    async def write(conversations: Conversations, opened: Opened) -> ConversationHead:
         return await conversations.update(opened, metadata)
 
     return json_response(conversation_object(await _locked(request, write)))
@@ -195,7 +196,7 @@ async def delete_item(request: web.Request) -> web.Response:
     """``DELETE …/items/{item_id}``: answers the conversation (as OpenAI's does, CONV-3)."""
     item_id = request.match_info["item_id"]
 
-    async def write(conversations: Conversations, opened: Opened) -> Head:
+    async def write(conversations: Conversations, opened: Opened) -> ConversationHead:
         if not await conversations.delete_item(opened, item_id):
             raise _item_not_found(item_id)
         return opened.head

@@ -41,7 +41,7 @@ class Parkable(Protocol):
     def retire(self) -> None: ...
 
 
-class Registry(Protocol):
+class ParkedAddresses(Protocol):
     """Who is told where rollouts are parked (``engine.retained.handover.Handover``, PARK-20)."""
 
     def parked(self, response_id: str) -> None: ...
@@ -94,7 +94,7 @@ class ParkingLot:
         seconds: float,
         counters: Counter[str],
         bounds: ParkingBounds | None = None,
-        registry: Registry | None = None,
+        registry: ParkedAddresses | None = None,
     ) -> None:
         self.seconds = seconds
         self.bounds = bounds if bounds is not None else ParkingBounds()

@@ -48,7 +48,7 @@ class ModelClock:
 
 
 @dataclass
-class Step:
+class SamplingStep:
     """One sampling step as it runs: what it read, what it produced, how it ended."""
 
     prompt: int  # prompt tokens it read
@@ -112,7 +112,7 @@ class Accounting:
             tally.count_prompt(prompt, cached)
         return prompt, cached
 
-    def begin_step(self, turn: Turn, prompt: int) -> Step:
+    def begin_step(self, turn: Turn, prompt: int) -> SamplingStep:
         output_before = turn.tally.output_tokens
         prompt, cached = self.count_prompt(turn, prompt)
         turn.tally.samples += 1
@@ -120,9 +120,9 @@ class Accounting:
         clock = ModelClock(turn.log)
         if self._clock is not None and self._ready_at:
             turn.log.add_time("dispatch", clock.started - self._ready_at)
-        return Step(prompt, cached, clock, len(turn.stream.output), output_before)
+        return SamplingStep(prompt, cached, clock, len(turn.stream.output), output_before)
 
-    def count_finish(self, turn: Turn, step: Step, finish: Finish) -> None:
+    def count_finish(self, turn: Turn, step: SamplingStep, finish: Finish) -> None:
         for tally in (turn.tally, self.totals):
             tally.count_finish(finish, step.prompt, step.cached)
 
@@ -132,7 +132,7 @@ class Accounting:
             tally.input_tokens += input_tokens
             tally.output_tokens += output_tokens
 
-    def end_step(self, turn: Turn, step: Step) -> None:
+    def end_step(self, turn: Turn, step: SamplingStep) -> None:
         """The step's calls join the counts and it becomes one record of the bounded turn log
         (INSP-5)."""
         turn.tally.tool_calls += len(step.calls)

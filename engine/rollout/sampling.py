@@ -33,7 +33,7 @@ from engine.models.base import (
 )
 from engine.models.compaction import CompactRequest, compact
 from engine.models.tracecontext import TRACEPARENT
-from engine.rollout.accounting import Accounting, Step
+from engine.rollout.accounting import Accounting, SamplingStep
 from engine.rollout.deadline import Deadline
 from engine.rollout.hosted import HostedTools, call_form, join
 from engine.rollout.sealing import StepSeal
@@ -98,7 +98,7 @@ async def compact_context(
         await turn.sink.send(event)
 
 
-async def sample(rollout: Rollout, turn: Turn, step: Step, model_timeout: float) -> None:
+async def sample(rollout: Rollout, turn: Turn, step: SamplingStep, model_timeout: float) -> None:
     """Run one step to its end; ``step`` says how it ended (calls, reason). With training
     fields asked (TOK-60, TOK-61) its last item carries them, however it ends."""
     if not (rollout.settings.training_fields and rollout.backend.renders_own_tokens):
@@ -117,7 +117,7 @@ async def sample(rollout: Rollout, turn: Turn, step: Step, model_timeout: float)
     await held.flush()
 
 
-async def _sample(rollout: Rollout, turn: Turn, step: Step, model_timeout: float) -> None:
+async def _sample(rollout: Rollout, turn: Turn, step: SamplingStep, model_timeout: float) -> None:
     step.opened = turn.stream.state is not ResponseState.NEW
     if turn.trace is not None:  # the upstream request carries it (OTEL-4)
         TRACEPARENT.set(turn.trace.traceparent)
@@ -182,7 +182,7 @@ def _report_tokens(
     )
 
 
-def _step_seal(rollout: Rollout, step: Step) -> StepSeal | None:
+def _step_seal(rollout: Rollout, step: SamplingStep) -> StepSeal | None:
     """``include: ["reasoning.encrypted_content"]``: this step's sealing (SEAL-1, SEAL-3)."""
     if not rollout.settings.seal_reasoning:
         return None
@@ -192,7 +192,7 @@ def _step_seal(rollout: Rollout, step: Step) -> StepSeal | None:
 
 
 async def _emit(
-    rollout: Rollout, turn: Turn, step: Step, delta: Delta, seal: StepSeal | None = None
+    rollout: Rollout, turn: Turn, step: SamplingStep, delta: Delta, seal: StepSeal | None = None
 ) -> None:
     stream, send = turn.stream, turn.sink.send
     if isinstance(delta, TextDelta):

@@ -18,7 +18,7 @@ from openai import AsyncOpenAI
 from engine.core import EngineConfig
 from engine.models.base import TextDelta
 from engine.models.router import Router
-from engine.models.sim.scripted import ScriptedModel, Step
+from engine.models.sim.scripted import ScriptedModel, ScriptStep
 from engine.models.upstreams.endpoint import UpstreamError
 from engine.server.transport.server_config import ServerConfig
 from engine.store import chain_record
@@ -39,7 +39,7 @@ async def scripted(
     clients: list[AsyncOpenAI] = []
 
     async def make(
-        turns: list[list[Step]], server: ServerConfig | None = None
+        turns: list[list[ScriptStep]], server: ServerConfig | None = None
     ) -> tuple[LiveServer, AsyncOpenAI]:
         router = Router(routes={}, default=ScriptedModel(turns))
         live = await server_factory(EngineConfig(tokens_per_second=0), router, server=server)
@@ -82,7 +82,7 @@ async def test_stream_resumes_after_a_lost_connection_without_losing_an_event(
     """BG-4, BG-5: replay from any sequence number, then follow; a reader that drops its SSE
     connection resumes with ``starting_after`` and sees every event exactly once."""
     gate1, gate2 = asyncio.Event(), asyncio.Event()
-    turn: list[Step] = [TextDelta("Hello"), gate1, TextDelta(" world"), gate2, TextDelta("!")]
+    turn: list[ScriptStep] = [TextDelta("Hello"), gate1, TextDelta(" world"), gate2, TextDelta("!")]
     _, client = await scripted([turn])
     created = await client.responses.create(model="m", input="hi", background=True)
     assert created.status == "queued"

@@ -22,7 +22,7 @@ from pydantic import TypeAdapter
 from engine.core import EngineConfig
 from engine.models.base import TextDelta
 from engine.models.router import Router
-from engine.models.sim.scripted import ScriptedModel, Step
+from engine.models.sim.scripted import ScriptedModel, ScriptStep
 from tests.conformance.sdk_ws import create, final, recv, until_done
 from tests.support.agents_sdk import weather_agent
 from tests.support.fixtures import sdk_client
@@ -314,7 +314,7 @@ async def test_steered_response_hands_the_conversation_to_its_successor(
     it ends, its successor holds the conversation until it ends too and appends its own (the
     steering input and its answer), and then the conversation is free."""
     gate = asyncio.Event()
-    turns: list[list[Step]] = [
+    turns: list[list[ScriptStep]] = [
         [TextDelta("Once"), gate, TextDelta(" upon a time")],
         [TextDelta("Short answer.")],
         [TextDelta("Next.")],
@@ -348,7 +348,7 @@ async def test_item_and_metadata_writes_are_refused_while_a_create_holds_it(
     nothing: once the create has ended the conversation holds its first item, the create's
     input and answer, and its first metadata."""
     gate = asyncio.Event()
-    turns: list[list[Step]] = [[TextDelta("Held"), gate, TextDelta(" answer.")]]
+    turns: list[list[ScriptStep]] = [[TextDelta("Held"), gate, TextDelta(" answer.")]]
     live = await server_factory(None, Router(routes={}, default=ScriptedModel(turns)))
     async with sdk_client(live) as client:
         conv = await client.conversations.create(items=[_user("first")], metadata={"v": "1"})

@@ -24,7 +24,7 @@ from openai.types.responses import (
 from engine.core import EngineConfig
 from engine.models.base import CallEnd, CallStart, TextDelta
 from engine.models.router import Router
-from engine.models.sim.scripted import ScriptedModel, Step
+from engine.models.sim.scripted import ScriptedModel, ScriptStep
 from protocol.items import Message, text_of
 from tests.conformance.sdk_ws import call_output, create, final, recv, until_done
 from tests.support.server import LiveServer
@@ -42,7 +42,7 @@ async def connect(
     stack: list[Any] = []
 
     async def make(
-        turns: list[list[Step]] | None = None, tps: float = 0
+        turns: list[list[ScriptStep]] | None = None, tps: float = 0
     ) -> tuple[AsyncResponsesConnection, LiveServer, ScriptedModel | None]:
         model = ScriptedModel(turns) if turns is not None else None
         router = Router(routes={}, default=model) if model is not None else None
@@ -81,7 +81,7 @@ async def test_steer_during_streaming_ends_steered_and_a_successor_answers(
     (``previous_response_id`` = the steered one, same settings) starts with the steering input
     and the model restarts on the new context."""
     gate = asyncio.Event()
-    turns: list[list[Step]] = [
+    turns: list[list[ScriptStep]] = [
         [TextDelta("Once"), gate, TextDelta(" upon a time")],
         [TextDelta("Short answer.")],
     ]
@@ -130,7 +130,7 @@ async def test_steer_twice_in_a_row_keeps_submission_order(connect: Callable[...
     """STEER-2: each submission is accepted with its own id; both join one successor's input,
     in submission order."""
     gate = asyncio.Event()
-    turns: list[list[Step]] = [[TextDelta("a"), gate, TextDelta("b")], [TextDelta("done")]]
+    turns: list[list[ScriptStep]] = [[TextDelta("a"), gate, TextDelta("b")], [TextDelta("done")]]
     conn, live, model = await connect(turns)
     await conn.response.create(model="m", input="start", store=True)
     head = await until(conn, "response.output_text.delta")
@@ -164,7 +164,7 @@ async def test_steer_racing_the_terminal_gets_an_automatic_successor(
     """STEER-3: input accepted just before the step ends on its own is not lost: the response
     completes normally and a successor follows with the input."""
     gate = asyncio.Event()
-    turns: list[list[Step]] = [[TextDelta("whole answer"), gate], [TextDelta("and more")]]
+    turns: list[list[ScriptStep]] = [[TextDelta("whole answer"), gate], [TextDelta("and more")]]
     conn, _, model = await connect(turns)
     await conn.response.create(model="m", input="q")
     head = await until(conn, "response.output_text.delta")
@@ -297,7 +297,7 @@ async def test_append_mode_steering(connect: Callable[..., Any]) -> None:
     """STEER-3, STEER-5 in append mode: pending while suspended; the input joins the context
     after the appended tool outputs and the same response samples again."""
     gate = asyncio.Event()
-    turns: list[list[Step]] = [
+    turns: list[list[ScriptStep]] = [
         [CallStart("call_1", "get_weather"), CallEnd()],
         [TextDelta("after outputs")],
     ]

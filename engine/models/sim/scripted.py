@@ -14,14 +14,14 @@ from collections.abc import AsyncGenerator, Sequence
 from engine.models.base import Backend, Delta, Finish, SampleRequest
 
 # A float pauses that many seconds (to test cancellation); an Event holds the stream until set.
-Step = Delta | BaseException | float | asyncio.Event
+ScriptStep = Delta | BaseException | float | asyncio.Event
 
 
 class ScriptedModel(Backend):
     name = "scripted"
     supports = frozenset({"text", "image", "file"})
 
-    def __init__(self, turns: Sequence[Sequence[Step]]) -> None:
+    def __init__(self, turns: Sequence[Sequence[ScriptStep]]) -> None:
         self.turns = [list(t) for t in turns]
         self.requests: list[SampleRequest] = []
 

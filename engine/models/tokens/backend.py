@@ -37,7 +37,7 @@ from engine.models.tokens.reasoning import reasoning_parser
 from engine.models.tokens.render import RENDERERS, SampledAnswer
 from engine.models.tokens.sealed import replayed
 from engine.models.tokens.servers import SERVERS
-from engine.models.tokens.servers.base import Sampling, Step, TokenCountMismatch
+from engine.models.tokens.servers.base import ChunkStep, Sampling, TokenCountMismatch
 from engine.models.tokens.tokenizer import ModelTokenizer
 from engine.models.tokens.tool_parsers import ToolSchemas
 from engine.models.upstreams.chat import _with_namespace
@@ -177,7 +177,7 @@ class _TokenAnswer:
         self.ids: list[int] = []
         self.logprobs: list[float | None] = []
         self.finish: str | None = None
-        self.usage = Step()
+        self.usage = ChunkStep()
         self.items = 0  # output items the rollout builds from our deltas
         self._open: type[Delta] | None = None  # the kind of text item our deltas keep open
         self.ended = False
@@ -194,7 +194,7 @@ class _TokenAnswer:
         self.logprobs.extend(step.logprobs)
         return self._counted(self._parsing.feed(step.ids))
 
-    def _note(self, step: Step) -> None:
+    def _note(self, step: ChunkStep) -> None:
         if step.finish is not None:
             self.finish = step.finish
         usage = self.usage

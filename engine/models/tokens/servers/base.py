@@ -1,5 +1,5 @@
 """What every token-in/token-out server shares (SPEC: TOK-2): the sampling knobs, what one
-chunk adds (``Step``), the count check (TOK-33), and ``TokenServer``, whose subclasses (one
+chunk adds (``ChunkStep``), the count check (TOK-33), and ``TokenServer``, whose subclasses (one
 module each: ``vllm.py``, ``sglang.py``, ``llamacpp.py``, registered in ``servers/__init__.py``)
 own their path, body fields, chunk reader and options. Each was written from the server's own
 source, named in its module.
@@ -60,7 +60,7 @@ def knobs(sampling: Sampling, max_key: str) -> dict[str, Any]:
 
 
 @dataclass
-class Step:
+class ChunkStep:
     """What one chunk added: new sampled ids, their logprobs, and the end when it came."""
 
     ids: list[int] = field(default_factory=list)
@@ -89,7 +89,7 @@ class TokenCountMismatch(UpstreamError):
 
 
 class ChunkReader(ABC):
-    """Decodes one answer's chunks into ``Step`` s; a server's subclass reads its own shape."""
+    """Decodes one answer's chunks into ``ChunkStep`` s; a server's subclass reads its own shape."""
 
     def __init__(self, api: str) -> None:
         self.api = api
@@ -101,13 +101,13 @@ class ChunkReader(ABC):
         if reported is not None and reported != self.received:
             raise TokenCountMismatch(self.api, self.received, reported)
 
-    def read(self, data: str) -> Step:
+    def read(self, data: str) -> ChunkStep:
         if data.strip() == "[DONE]":
-            return Step(ended=True)
+            return ChunkStep(ended=True)
         return self.chunk(data)
 
     @abstractmethod
-    def chunk(self, data: str) -> Step:
+    def chunk(self, data: str) -> ChunkStep:
         """One chunk's JSON text -> what it added."""
 
     @staticmethod

@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from engine.models.tokens.servers.base import ChunkReader, Sampling, Step, TokenServer, knobs
+from engine.models.tokens.servers.base import ChunkReader, ChunkStep, Sampling, TokenServer, knobs
 from engine.models.upstreams.endpoint import decode_json
 
 
@@ -51,7 +51,7 @@ def _aligned(ids: list[int], probs: list[_Prob]) -> list[float | None]:
 
 
 class LlamacppReader(ChunkReader):
-    def chunk(self, data: str) -> Step:
+    def chunk(self, data: str) -> ChunkStep:
         chunk = decode_json(data, _Chunk)
         self.failed(chunk.error)
         ids = list(chunk.tokens)
@@ -60,7 +60,7 @@ class LlamacppReader(ChunkReader):
         # the ids of a token whose text is an incomplete UTF-8 sequence) fails now (TOK-33).
         if not chunk.stop:
             self.check(chunk.tokens_predicted)
-        step = Step(ids=ids, logprobs=_aligned(ids, chunk.completion_probabilities))
+        step = ChunkStep(ids=ids, logprobs=_aligned(ids, chunk.completion_probabilities))
         if chunk.stop:
             step.ended = True
             step.finish = "length" if chunk.stop_type == "limit" else "stop"

@@ -14,8 +14,8 @@ import msgspec
 
 from engine.models.tokens.servers.base import (
     ChunkReader,
+    ChunkStep,
     Sampling,
-    Step,
     TokenCountMismatch,
     TokenServer,
     knobs,
@@ -62,7 +62,7 @@ class SglangReader(ChunkReader):
             raise TokenCountMismatch(self.api, self.received + size, total)
         return self.shape
 
-    def chunk(self, data: str) -> Step:
+    def chunk(self, data: str) -> ChunkStep:
         chunk = decode_json(data, _Chunk)
         self.failed(chunk.error)
         meta = chunk.meta_info
@@ -75,7 +75,7 @@ class SglangReader(ChunkReader):
             ids = chunk.output_ids
         self.received += len(ids)
         lps = [row[0] if row else None for row in logprobs[: len(ids)]]
-        step = Step(ids=list(ids), logprobs=lps + [None] * (len(ids) - len(lps)))
+        step = ChunkStep(ids=list(ids), logprobs=lps + [None] * (len(ids) - len(lps)))
         if meta.finish_reason is not None:
             kind = meta.finish_reason.get("type")
             if kind == "abort":

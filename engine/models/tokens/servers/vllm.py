@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from engine.models.tokens.servers.base import ChunkReader, Sampling, Step, TokenServer, knobs
+from engine.models.tokens.servers.base import ChunkReader, ChunkStep, Sampling, TokenServer, knobs
 from engine.models.upstreams.endpoint import decode_json
 
 
@@ -46,10 +46,10 @@ class _Chunk(msgspec.Struct):
 
 
 class VllmReader(ChunkReader):
-    def chunk(self, data: str) -> Step:
+    def chunk(self, data: str) -> ChunkStep:
         chunk = decode_json(data, _Chunk)
         self.failed(chunk.error)
-        step = Step()
+        step = ChunkStep()
         for choice in chunk.choices:
             ids = choice.token_ids or []
             self.received += len(ids)

@@ -6,7 +6,7 @@ idempotency keys, exclusive claims (the conversation lock), parked rollouts' add
 counters, delete and continued notices, and the node-to-node token. One implementation per
 backend: this class serves the single-process stores (memory; SQLite overrides ``_claim``),
 ``RedisCluster`` and ``PostgresCluster`` live with their backends. The port reaches its backend
-only through ``Backend``: the store's availability guard, its blob primitives
+only through ``RecordBlobs``: the store's availability guard, its blob primitives
 (``_read_one``, ``_write``, ``_remove``) and its owner salt.
 """
 
@@ -32,7 +32,7 @@ ContinuedListener = Callable[[str], None]  # a response continued from the store
 T = TypeVar("T")
 
 
-class Backend(Protocol):
+class RecordBlobs(Protocol):
     """What the port uses of its record store (``ResponseStore``): the availability guard,
     the blob primitives and the owner salt. Internal to ``engine.store``."""
 
@@ -55,7 +55,7 @@ class ClusterState:
     shares_parking = False  # keeps parked rollouts' addresses (PARK-20)
     shares_limits = False  # counts rate limits for every process on the store (RATE-7, LIVE-6)
 
-    def __init__(self, store: Backend) -> None:
+    def __init__(self, store: RecordBlobs) -> None:
         self.store = store
         # Rate-limit counters (RATE-7): this process's; a shared store replaces them with its own.
         self.limits: Counters = LocalCounters()

@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from engine.store.cluster_state import Backend, ClusterState
+from engine.store.cluster_state import ClusterState, RecordBlobs
 from engine.store.framing import MAX_HEAD
 from engine.store.records import (
     DEFAULT_MAX_RECORD_BYTES,
@@ -148,7 +148,7 @@ class PostgresCluster(ClusterState):
     """Postgres's cluster state: idempotency keys and locks claimed in one statement (IDEM-3);
     the rest as on a single-process store."""
 
-    def __init__(self, store: Backend) -> None:
+    def __init__(self, store: RecordBlobs) -> None:
         super().__init__(store)
         assert isinstance(store, PostgresStore)
         self.postgres = store

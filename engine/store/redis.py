@@ -27,7 +27,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
-from engine.store.cluster_state import Backend, ClusterState
+from engine.store.cluster_state import ClusterState, RecordBlobs
 from engine.store.framing import MAX_HEAD
 from engine.store.ratelimits import RedisCounters
 from engine.store.records import (
@@ -62,7 +62,7 @@ class RedisCluster(ClusterState):
     shares_parking = True
     shares_limits = True
 
-    def __init__(self, store: Backend) -> None:
+    def __init__(self, store: RecordBlobs) -> None:
         super().__init__(store)
         assert isinstance(store, RedisStore)
         self.redis = store

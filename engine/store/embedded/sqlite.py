@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from engine.store.cluster_state import Backend, ClusterState
+from engine.store.cluster_state import ClusterState, RecordBlobs
 from engine.store.embedded.checkpoint import BACKSTOP_PAGES, WAL_LIMIT_BYTES, Checkpointer
 from engine.store.embedded.checkpoint import EVERY_S as CHECKPOINT_EVERY_S
 from engine.store.embedded.inline import InlineConnection
@@ -62,7 +62,7 @@ class SqliteCluster(ClusterState):
     """SQLite's cluster state: claims atomic across the processes sharing the file (IDEM-3);
     the rest as on a single-process store."""
 
-    def __init__(self, store: Backend) -> None:
+    def __init__(self, store: RecordBlobs) -> None:
         super().__init__(store)
         assert isinstance(store, SqliteStore)
         self.sqlite = store

@@ -6,7 +6,7 @@ present, as the openai SDK's event models require.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -348,6 +348,15 @@ ServerEvent = (
 
 TERMINAL_TYPES = frozenset({"response.completed", "response.failed", "response.incomplete"})
 
+
+class Sink(Protocol):
+    """Whatever carries server events to one client: a WebSocket, an SSE stream, a timing or
+    recording wrapper of either, or nothing (a parked rollout's). One concept, used by the
+    rollout and the benchmark's clock alike."""
+
+    async def send(self, event: ServerEvent) -> None: ...
+
+
 __all__ = [
     "CLIENT_EVENT_TYPES",
     "TERMINAL_TYPES",
@@ -355,4 +364,5 @@ __all__ = [
     "FunctionCall",
     "Message",
     "ServerEvent",
+    "Sink",
 ]

@@ -29,10 +29,11 @@ from engine.core import Engine
 from engine.models.base import TRAINING_INCLUDE, Backend
 from engine.retained.ratelimits import Quota
 from engine.rollout.coroutine import Rollout
-from engine.rollout.turn import Mode, Settings, Sink, Turn
+from engine.rollout.turn import Mode, Settings, Turn
 from engine.store import ResponseStore
 from engine.store.conversations import Joined
 from protocol.errors import store_unavailable
+from protocol.events import Sink
 from protocol.items import InputItem, item_texts
 from protocol.response import ConversationRef, CreateParams, Reasoning, Response
 from protocol.stream import ResponseStream, new_id

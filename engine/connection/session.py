@@ -29,7 +29,7 @@ from engine.models.base import Backend
 from engine.retained.ratelimits import Quota
 from engine.rollout.coroutine import Rollout
 from engine.rollout.steering import Steer, echo, steer_items, unattached
-from engine.rollout.turn import ClientGone, Mode, Sink, Turn
+from engine.rollout.turn import ClientGone, Mode, Turn
 from protocol.codec import error_event
 from protocol.errors import (
     InvalidRequest,
@@ -45,6 +45,7 @@ from protocol.events import (
     ResponseInject,
     ResponseProcessed,
     ResponseSteer,
+    Sink,
     SteerRef,
 )
 from protocol.items import InputItem

@@ -29,13 +29,9 @@ import time
 from collections import deque
 from typing import Any, Protocol, runtime_checkable
 
-from protocol.events import ServerEvent
+from protocol.events import ServerEvent, Sink
 
 PRE_STAGES = ("decode", "queue", "route", "header", "validate", "scan", "render")
-
-
-class Sink(Protocol):
-    async def send(self, event: ServerEvent) -> None: ...
 
 
 @runtime_checkable

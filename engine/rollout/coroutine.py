@@ -38,13 +38,13 @@ from engine.rollout.turn import (
     Mode,
     SampleEnd,
     Settings,
-    Sink,
     Turn,
     TurnNotStored,
     share_echoes,
 )
 from engine.store import ChainPoint
 from protocol.errors import InvalidRequest
+from protocol.events import Sink
 from protocol.items import InputItem, ToolCall, ToolOutput
 from protocol.states import TERMINAL_STATES, ResponseState
 from protocol.stream import new_id

@@ -18,8 +18,9 @@ from __future__ import annotations
 import msgspec
 
 from engine.conversation.trajectory import StepFields
-from engine.rollout.turn import Sink, Turn
+from engine.rollout.turn import Turn
 from protocol import events as ev
+from protocol.events import Sink
 from protocol.items import OutputItem, TrainableItem
 from protocol.stream import keep_open_item
 

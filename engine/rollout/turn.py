@@ -8,7 +8,7 @@ import asyncio
 import enum
 import time
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal
 
 from engine.conversation.pipeline import TurnLog
 from engine.conversation.trajectory import StepFields
@@ -17,6 +17,7 @@ from engine.observe.accounting import UsageTally
 from engine.observe.tracing import TurnTrace
 from engine.store.conversations import Joined
 from protocol import events as ev
+from protocol.events import Sink
 from protocol.items import InputItem
 from protocol.stream import ResponseStream
 from protocol.tools import ToolChoice, Toolset
@@ -29,10 +30,6 @@ class ClientGone(Exception):
 class TurnNotStored(Exception):
     """A ``store: true`` response could not be stored: its terminal frame was replaced by an
     ``error`` (STORE-6, STORE-8) and the rollout ends."""
-
-
-class Sink(Protocol):
-    async def send(self, event: ev.ServerEvent) -> None: ...
 
 
 class _Detached:

@@ -150,29 +150,36 @@ def main() -> int:
             (scratch / ".tools").symlink_to(ROOT / ".tools")
         for i, m in enumerate(mutations, 1):
             print(f"[{i}/{len(mutations)}] {m.name} ({m.rule}): {m.file}", flush=True)
-            problem = check(m, scratch)
-            if problem is not None:
-                print(f"    cannot apply: {problem}")
-                results.append((m, "NOT APPLIED"))
-                continue
-            if m.missing():
-                print(f"    not run: set {', '.join(m.missing())} to the file it names")
-                results.append((m, "NOT RUN"))
-                continue
-            if args.baseline and run_tests(scratch, m.tests, args.timeout) != 0:
-                print("    the cited tests fail unmutated: no verdict")
-                results.append((m, "BASELINE FAILS"))
-                continue
-            target = scratch / m.file
-            original = target.read_text()
-            target.write_text(original.replace(m.old, m.new, 1))
-            started = time.monotonic()
-            try:
-                status = run_tests(scratch, m.tests, args.timeout)
-            finally:
-                target.write_text(original)
-            results.append((m, verdict(status)))
-            print(f"    {verdict(status)} ({time.monotonic() - started:.0f} s)", flush=True)
+            results.append((m, run_one(m, scratch, args.baseline, args.timeout)))
+    return report(results)
+
+
+def run_one(m: Mutation, scratch: Path, baseline: bool, timeout: float) -> str:
+    """Apply ``m`` to the scratch copy, run its cited tests, put the file back: the verdict."""
+    problem = check(m, scratch)
+    if problem is not None:
+        print(f"    cannot apply: {problem}")
+        return "NOT APPLIED"
+    if m.missing():
+        print(f"    not run: set {', '.join(m.missing())} to the file it names")
+        return "NOT RUN"
+    if baseline and run_tests(scratch, m.tests, timeout) != 0:
+        print("    the cited tests fail unmutated: no verdict")
+        return "BASELINE FAILS"
+    target = scratch / m.file
+    original = target.read_text()
+    target.write_text(original.replace(m.old, m.new, 1))
+    started = time.monotonic()
+    try:
+        status = run_tests(scratch, m.tests, timeout)
+    finally:
+        target.write_text(original)
+    print(f"    {verdict(status)} ({time.monotonic() - started:.0f} s)", flush=True)
+    return verdict(status)
+
+
+def report(results: list[tuple[Mutation, str]]) -> int:
+    """The table of verdicts and the last line; 1 if any mutation was not killed."""
     print("\nmutation                                 rule         verdict")
     for m, outcome in results:
         print(f"{m.name:40} {m.rule:12} {outcome}")

@@ -220,21 +220,34 @@ def engine_part(module: str) -> str | None:
     return ".".join(parts[:2]) if parts[0] == "engine" and len(parts) > 1 else None
 
 
-def part_violations(graph: dict[str, set[str]]) -> list[str]:
-    rank = {part: i for i, part in enumerate(ENGINE_PARTS)}
+def floor_violations(
+    graph: dict[str, set[str]],
+    floors: tuple[str, ...],
+    floor_of: Callable[[str], str | None],
+    undeclared: str,
+) -> list[str]:
+    """Each import of a module on a higher floor than its importer's (``floors`` lowest
+    first; ``floor_of`` None: not on this house's floors), and each module on no floor."""
+    rank = {floor: i for i, floor in enumerate(floors)}
     found = []
     for module, imported in graph.items():
-        own = engine_part(module)
+        own = floor_of(module)
         if own is None:
             continue
         if own not in rank:
-            found.append(f"{module} is in no declared part of engine (ENGINE_PARTS)")
+            found.append(f"{module} {undeclared}")
             continue
         for name in imported:
-            other = engine_part(name)
-            if other is not None and other != own and rank.get(other, -1) > rank[own]:
+            other = floor_of(name)
+            if other is not None and rank.get(other, -1) > rank[own]:
                 found.append(f"{module} imports {name}: {own} sits below {other}")
     return sorted(found)
+
+
+def part_violations(graph: dict[str, set[str]]) -> list[str]:
+    return floor_violations(
+        graph, ENGINE_PARTS, engine_part, "is in no declared part of engine (ENGINE_PARTS)"
+    )
 
 
 def test_engine_parts_import_only_downwards() -> None:
@@ -272,20 +285,12 @@ def server_floor(module: str) -> str | None:
 
 
 def server_violations(graph: dict[str, set[str]]) -> list[str]:
-    rank = {floor: i for i, floor in enumerate(SERVER_FLOORS)}
-    found = []
-    for module, imported in graph.items():
-        own = server_floor(module)
-        if own is None:
-            continue
-        if own not in rank:
-            found.append(f"{module} is on no declared floor of engine/server (SERVER_FLOORS)")
-            continue
-        for name in imported:
-            other = server_floor(name)
-            if other is not None and rank.get(other, -1) > rank[own]:
-                found.append(f"{module} imports {name}: {own} sits below {other}")
-    return sorted(found)
+    return floor_violations(
+        graph,
+        SERVER_FLOORS,
+        server_floor,
+        "is on no declared floor of engine/server (SERVER_FLOORS)",
+    )
 
 
 def test_the_server_is_layered_by_role() -> None:

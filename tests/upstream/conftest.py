@@ -18,6 +18,7 @@ from engine.models.config import build_router, parse_config
 from engine.models.router import Router
 from tests.support.server import LiveServer, start_server
 from tests.upstream.peer import SECRET, ChatPeer, ResponsesPeer
+from tests.upstream.reasoning_peer import QWEN3_TEMPLATE, HarmonyPeer
 from tests.upstream.token_peer import TokenPeer, make_tokenizer
 
 KEY_ENV = "ROLLOUT_TEST_UPSTREAM_KEY"
@@ -110,6 +111,33 @@ def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 async def token_peer(tokenizer_dir: Path) -> AsyncIterator[TokenPeer]:
     peer = TokenPeer(tokenizer_dir)
+    await peer.start()
+    try:
+        yield peer
+    finally:
+        await peer.stop()
+
+
+# A model whose template thinks (Qwen3's) and a harmony model on the same vocabulary (TOK-1,
+# HARMONY-1, SEAL-*, TOK-60): the tokenizer trained once per module, a peer per test.
+@pytest.fixture(scope="module")
+def qwen3_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tokenizer(tmp_path_factory.mktemp("qwen3"), QWEN3_TEMPLATE)
+
+
+@pytest.fixture
+async def think_peer(qwen3_dir: Path) -> AsyncIterator[TokenPeer]:
+    peer = TokenPeer(qwen3_dir)
+    await peer.start()
+    try:
+        yield peer
+    finally:
+        await peer.stop()
+
+
+@pytest.fixture
+async def harmony_peer(qwen3_dir: Path) -> AsyncIterator[HarmonyPeer]:
+    peer = HarmonyPeer(qwen3_dir)
     await peer.start()
     try:
         yield peer

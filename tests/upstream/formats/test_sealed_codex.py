@@ -15,12 +15,11 @@ from typing import Any
 
 import pytest
 
-from clients.bench.services.tiny_model import make_tokenizer
 from engine.core import EngineConfig
 from engine.models.config import build_router, parse_config
 from tests.conformance.codex import CATALOG_ENTRY, MARKER, CodexTask, assert_no_error, run_codex
 from tests.support.server import LiveServer, start_server
-from tests.upstream.reasoning_peer import QWEN3_TEMPLATE, HarmonyPeer
+from tests.upstream.reasoning_peer import HarmonyPeer
 from tests.upstream.token_peer import TokenPeer, assert_exact
 
 CALL = json.dumps({"name": "exec_command", "arguments": {"cmd": "ls"}})
@@ -37,11 +36,6 @@ SCRIPTS = {
         "<|start|>assistant<|channel|>final<|message|>Done: I listed the files.<|return|>",
     ],
 }
-
-
-@pytest.fixture(scope="module")
-def qwen3_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_tokenizer(tmp_path_factory.mktemp("qwen3"), QWEN3_TEMPLATE)
 
 
 @pytest.fixture(params=["think", "harmony"])

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -18,14 +17,13 @@ import openai
 import pytest
 from openai import AsyncOpenAI
 
-from clients.bench.services.tiny_model import make_tokenizer
 from engine.conversation.sealed import KeyRing, SealedReasoning
 from engine.core import EngineConfig
 from engine.server.transport.server_config import ServerConfig
 from tests.support.server import LiveServer, start_server
 from tests.support.tools import WEATHER
 from tests.upstream.conftest import StartEngine
-from tests.upstream.reasoning_peer import QWEN3_TEMPLATE, HarmonyPeer, harmony_router
+from tests.upstream.reasoning_peer import HarmonyPeer, harmony_router
 from tests.upstream.token_peer import TokenPeer, assert_exact, backend_of, tokens_router
 
 CALL = json.dumps({"name": "get_weather", "arguments": {"city": "Paris"}})
@@ -44,31 +42,6 @@ HARMONY_SCRIPT = [
     "<|start|>assistant<|channel|>final<|message|>You are welcome.<|return|>",
 ]
 INCLUDE = ["reasoning.encrypted_content"]
-
-
-@pytest.fixture(scope="module")
-def qwen3_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_tokenizer(tmp_path_factory.mktemp("qwen3"), QWEN3_TEMPLATE)
-
-
-@pytest.fixture
-async def think_peer(qwen3_dir: Path) -> AsyncIterator[TokenPeer]:
-    peer = TokenPeer(qwen3_dir)
-    await peer.start()
-    try:
-        yield peer
-    finally:
-        await peer.stop()
-
-
-@pytest.fixture
-async def harmony_peer(qwen3_dir: Path) -> AsyncIterator[HarmonyPeer]:
-    peer = HarmonyPeer(qwen3_dir)
-    await peer.start()
-    try:
-        yield peer
-    finally:
-        await peer.stop()
 
 
 def key_file(path: Path, *keys: bytes) -> Path:

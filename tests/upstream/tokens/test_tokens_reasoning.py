@@ -9,7 +9,6 @@ given back as input are rendered, and ``exact``/``rerender`` differ as documente
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -17,14 +16,12 @@ import aiohttp
 import pytest
 from openai import AsyncOpenAI
 
-from clients.bench.services.tiny_model import make_tokenizer
 from engine.models.config import ConfigError, parse_config
 from tests.support.server import LiveServer
 from tests.support.tools import WEATHER
 from tests.upstream.conftest import StartEngine
 from tests.upstream.reasoning_peer import (
     HARMONY_SCRIPT,
-    QWEN3_TEMPLATE,
     HarmonyPeer,
     harmony_router,
 )
@@ -35,31 +32,6 @@ THINK_SCRIPT = [
     f"<think>\nThe user wants the weather.\n</think>\n\n<tool_call>\n{CALL}\n</tool_call>",
     "<think>\nThe tool said sunny.\n</think>\n\nIt is sunny in Paris.",
 ]
-
-
-@pytest.fixture(scope="module")
-def qwen3_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_tokenizer(tmp_path_factory.mktemp("qwen3"), QWEN3_TEMPLATE)
-
-
-@pytest.fixture
-async def think_peer(qwen3_dir: Path) -> AsyncIterator[TokenPeer]:
-    peer = TokenPeer(qwen3_dir)
-    await peer.start()
-    try:
-        yield peer
-    finally:
-        await peer.stop()
-
-
-@pytest.fixture
-async def harmony_peer(qwen3_dir: Path) -> AsyncIterator[HarmonyPeer]:
-    peer = HarmonyPeer(qwen3_dir)
-    await peer.start()
-    try:
-        yield peer
-    finally:
-        await peer.stop()
 
 
 async def think_server(

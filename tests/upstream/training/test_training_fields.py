@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +18,12 @@ import openai
 import pytest
 from openai import AsyncOpenAI
 
-from clients.bench.services.tiny_model import make_tokenizer
 from engine.conversation.carried import MAX_CARRIED_IDS
 from tests.support.server import LiveServer
 from tests.support.tools import WEATHER
 from tests.support.wait import wait_for
 from tests.upstream.conftest import StartEngine
-from tests.upstream.reasoning_peer import QWEN3_TEMPLATE, HarmonyPeer, harmony_router
+from tests.upstream.reasoning_peer import HarmonyPeer, harmony_router
 from tests.upstream.token_peer import TokenPeer, assert_exact, tokens_router
 
 FIELDS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
@@ -48,29 +46,10 @@ HARMONY = [
 ]
 
 
-@pytest.fixture(scope="module")
-def qwen3_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_tokenizer(tmp_path_factory.mktemp("qwen3"), QWEN3_TEMPLATE)
-
-
 @pytest.fixture
-async def peer(qwen3_dir: Path) -> AsyncIterator[TokenPeer]:
-    started = TokenPeer(qwen3_dir)
-    await started.start()
-    try:
-        yield started
-    finally:
-        await started.stop()
-
-
-@pytest.fixture
-async def harmony_peer(qwen3_dir: Path) -> AsyncIterator[HarmonyPeer]:
-    started = HarmonyPeer(qwen3_dir)
-    await started.start()
-    try:
-        yield started
-    finally:
-        await started.stop()
+def peer(think_peer: TokenPeer) -> TokenPeer:
+    """The Qwen3-template peer (conftest's ``think_peer``)."""
+    return think_peer
 
 
 def client_of(server: LiveServer) -> AsyncOpenAI:

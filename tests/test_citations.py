@@ -39,6 +39,7 @@ MACHINE = re.compile(r"(?<![\w.])/(?:work|root)/[\w.-]")
 EXTERNAL = {
     "codex-api/": "openai/codex",
     "codex-client/": "openai/codex",
+    "codex-rs/": "openai/codex",
     "core/src/": "openai/codex",
     "endpoint/": "openai/codex (codex-api/src/endpoint)",
     "sse/": "openai/codex (codex-api/src/sse)",

@@ -111,6 +111,13 @@ class EngineConfig:
         group=ENGINE,
         choices=("flag", "redact"),
     )
+    full_echo: bool = setting(
+        False,
+        "--full-echo",
+        help="response.created and response.in_progress echo the request's instructions and "
+        "tools, as OpenAI does (RESP-5; off: only the terminal event carries them)",
+        group=ENGINE,
+    )
     bench_timings: bool = setting(
         False,
         "--bench-timings",

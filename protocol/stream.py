@@ -293,9 +293,12 @@ class _NumberedEvents:
     being part of its items (inject, steering). ``ResponseStream`` adds the items and the
     lifecycle."""
 
-    def __init__(self, response: Response, stream_id: str | None = None) -> None:
+    def __init__(
+        self, response: Response, stream_id: str | None = None, full_echo: bool = False
+    ) -> None:
         self.response = response
         self.stream_id = stream_id
+        self.full_echo = full_echo  # the opening events echo instructions and tools (RESP-5)
         self.state = ResponseState.NEW
         self._seq = 0
 
@@ -321,6 +324,17 @@ class _NumberedEvents:
     def _snapshot(self) -> Response:
         # Lifecycle events carry a copy, so later mutation never changes an emitted event.
         return msgspec.structs.replace(self.response, output=list(self.response.output))
+
+    def _opening(self) -> Response:
+        """RESP-5: ``response.created`` and ``response.in_progress`` carry the Response without
+        the request's ``instructions`` and ``tools`` (null and ``[]``): the terminal event, the
+        stored response and a non-streaming answer echo them. ``full_echo``: as OpenAI does."""
+        if self.full_echo:
+            return self._snapshot()
+        response = self.response
+        return msgspec.structs.replace(
+            response, output=list(response.output), instructions=None, tools=[]
+        )
 
     # ------------------------------------------------------------------ notices
     def inject_created(self) -> ev.InjectCreated:
@@ -369,8 +383,10 @@ class ResponseStream(_NumberedEvents):
     """Builds the event sequence of one response. One instance per response id: its lifecycle,
     and its one open output item (ORD-5), streamed as the item's row of the table says."""
 
-    def __init__(self, response: Response, stream_id: str | None = None) -> None:
-        super().__init__(response, stream_id)
+    def __init__(
+        self, response: Response, stream_id: str | None = None, full_echo: bool = False
+    ) -> None:
+        super().__init__(response, stream_id, full_echo)
         self._open: _Open | None = None
         self._hosted: _OpenHosted | None = None  # a hosted-tool item (MCP-5), outside KINDS
 
@@ -532,13 +548,13 @@ class ResponseStream(_NumberedEvents):
     def created(self) -> ev.ResponseCreated:
         seq = self._step(Step.CREATE)
         return ev.ResponseCreated(
-            sequence_number=seq, stream_id=self.stream_id, response=self._snapshot()
+            sequence_number=seq, stream_id=self.stream_id, response=self._opening()
         )
 
     def in_progress(self) -> ev.ResponseInProgress:
         seq = self._step(Step.START)
         return ev.ResponseInProgress(
-            sequence_number=seq, stream_id=self.stream_id, response=self._snapshot()
+            sequence_number=seq, stream_id=self.stream_id, response=self._opening()
         )
 
     def suspend(self, pending: list[ToolCall]) -> ev.ResponseDone:

@@ -262,7 +262,7 @@ def _admit(session: Connection, lane: Lane, params: CreateParams) -> Admission:
     )
     items, texts, compact_now = take_trigger(items, texts)  # COMPACT-7
     model = params.model or engine.config.default_model
-    stream = ResponseStream(new_response(params, model), lane.name)
+    stream = ResponseStream(new_response(params, model), lane.name, config.full_echo)
     turn = Turn(stream, session.sink, items, done=session.loop.create_future())
     start = time.perf_counter()
     backend = session.resolve(model)

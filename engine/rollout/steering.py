@@ -105,7 +105,8 @@ class Steering:
             previous_response_id=old.id,
             safety=None,
         )
-        return Turn(ResponseStream(response, turn.stream.stream_id), turn.sink, self.items())
+        stream = ResponseStream(response, turn.stream.stream_id, turn.stream.full_echo)
+        return Turn(stream, turn.sink, self.items())
 
     async def notify_pending(self, turn: Turn, calls: list[ToolCall]) -> None:
         """``response.steer.pending``, after the response stopped for tool outputs (STEER-5)."""

@@ -96,6 +96,21 @@ def exists(cited: str) -> bool:
     return any(f.endswith(tail) for f in files) or any(d.endswith(tail) for d in folders)
 
 
+# SPEC.md states rules, not how they were measured or found (TEST-3): no measured figures, no
+# commit hashes, no issue numbers. Those live in docs/rationale.md and docs/benchmark.md.
+MEASURED = re.compile(r"\b(?:measured|median|load average|p(?:50|90|95|99))\b|\bissue \d+", re.I)
+COMMIT = re.compile(r"(?<![\w/.-])(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}(?![\w-])")
+
+
+def measurements_in(text: str) -> list[str]:
+    """The lines of a text that state a measurement, a commit hash or an issue number."""
+    return [
+        f"{n}: {line.strip()[:80]}"
+        for n, line in enumerate(text.splitlines(), 1)
+        if MEASURED.search(line) or COMMIT.search(line)
+    ]
+
+
 # The Responses API digest SPEC cites as PROTOCOL: a copy of the team's reference, whose paths
 # are the SDKs' own (openai-python, openai-agents), not this repository's.
 DIGEST = "docs/responses-protocol.md"
@@ -176,6 +191,22 @@ def test_no_document_names_a_machine_path() -> None:
         if MACHINE.search(line)
     }
     assert not named, sorted(named)
+
+
+def test_spec_states_no_measurements() -> None:
+    """TEST-3: SPEC.md holds the rules; measurements, commit hashes and issue history are in
+    docs/rationale.md and docs/benchmark.md."""
+    found = measurements_in((ROOT / "SPEC.md").read_text(encoding="utf-8"))
+    assert not found, found
+
+
+def test_the_measurement_check_sees_figures_and_hashes() -> None:
+    """TEST-3 can fail: a measured figure, a median, a commit and an issue are seen; rule text
+    with units, bounds, ids and hex bytes is not."""
+    assert measurements_in("Measured: 4.19 ms plain\nmedian 50 µs\nsince commit 59cd6b8")
+    assert measurements_in("as issue 24's soak showed") and measurements_in("p99 311 ms")
+    rules = "every 500 ms, at most 2 s\n`resp_979e9fecb81ea9f825cfaf83cc6ec29e`\n`00 00 ff ff`"
+    assert not measurements_in(rules + "\n`sha256` of 16 MiB; deadbeef is a word")
 
 
 def test_the_checks_see_a_dangling_path_and_rule() -> None:

@@ -13,7 +13,7 @@ forwarded to upstreams as it is (ITEM-7).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Final, Literal, cast
 
 import msgspec
 
@@ -280,14 +280,21 @@ OutputItem = Message | FunctionCall | CustomToolCall | Compaction | Reasoning | 
 # The items a sampling step's training fields ride on (TOK-60): what the model itself writes.
 TrainableItem = Message | FunctionCall | CustomToolCall | Reasoning
 TRAINING_FIELDS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
+# The same as a set of exact types: a set lookup of ``type(item)`` costs a twentieth of an
+# ``isinstance`` against the union that misses (each miss asks the struct's metaclass), and
+# every input item of every turn is asked (no subclass of these structs exists).
+TRAINABLE_TYPES: Final = frozenset({Message, FunctionCall, CustomToolCall, Reasoning})
 
 
 def carries_tokens(item: InputItem) -> bool:
     """The item carries any training field (TOK-62)."""
-    return isinstance(item, TrainableItem) and (
-        item.prompt_token_ids is not None
-        or item.generation_token_ids is not None
-        or item.generation_log_probs is not None
+    if type(item) not in TRAINABLE_TYPES:
+        return False
+    trainable = cast(TrainableItem, item)
+    return (
+        trainable.prompt_token_ids is not None
+        or trainable.generation_token_ids is not None
+        or trainable.generation_log_probs is not None
     )
 
 

@@ -51,7 +51,7 @@ def made_by_model(item: InputItem) -> bool:
     """An item a sampling step writes: reasoning, an assistant message, a call."""
     if isinstance(item, Message):
         return item.role == "assistant"
-    return isinstance(item, Reasoning | FunctionCall | CustomToolCall)
+    return isinstance(item, (Reasoning, FunctionCall, CustomToolCall))
 
 
 def refused(at: int, name: str, why: str, param: str = "input") -> InvalidRequest:
@@ -66,6 +66,8 @@ def take_carried(
     """``items`` without their training fields; with ``runs`` given, each carrier's run joins
     it under its first item's context index (``base`` + its index). Items the model does not
     write carry no run: their fields are dropped (TOK-62)."""
+    if not any(map(carries_tokens, items)):
+        return items  # the common case: one set lookup an item
     out = items
     start = 0  # the first item of the run being read
     for n, item in enumerate(items):
@@ -77,7 +79,7 @@ def take_carried(
             out = list(items)
         out[n] = without_tokens(item)
         if runs is not None and made_by_model(item):
-            assert isinstance(item, Message | Reasoning | FunctionCall | CustomToolCall)
+            assert isinstance(item, (Message, Reasoning, FunctionCall, CustomToolCall))
             runs[base + start] = _run(item, n, start, param)
         start = n + 1
     return out

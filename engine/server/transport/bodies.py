@@ -146,6 +146,8 @@ class _Body:
 
 def _coding(request: web.Request) -> str | None:
     """The body's one content coding, or None for none (``identity``); 415 for any other."""
+    if "Content-Encoding" not in request.headers:
+        return None  # the common case, asked once
     named = [
         c.strip().lower()
         for header in request.headers.getall("Content-Encoding", [])

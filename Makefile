@@ -33,13 +33,15 @@ run: $(STAMP)
 	$(BIN)/rollout serve --host $(HOST) --port $(PORT) --store $(STORE) $(ARGS)
 
 # A redis-server, NODES `rollout serve` nodes and HAProxy on PORT, in the foreground until
-# Ctrl-C (CLUSTER-1); `kill -HUP` the launcher for a rolling restart (DRAIN-5).
+# Ctrl-C (CLUSTER-1); `kill -HUP` the launcher for a rolling restart (DRAIN-5). ARGS go to every
+# node's `rollout serve` (`make cluster ARGS="--config models.toml"`).
 NODES ?= 2
 CLUSTER_STORE ?= redis://127.0.0.1:6379/0
 BALANCER ?= haproxy
 cluster: $(STAMP) sysdeps
 	$(BIN)/rollout cluster --nodes $(NODES) --host $(HOST) --port $(PORT) --balancer $(BALANCER) \
-	  --store $(if $(filter redis://% rediss://%,$(STORE)),$(STORE),$(CLUSTER_STORE))
+	  --store $(if $(filter redis://% rediss://%,$(STORE)),$(STORE),$(CLUSTER_STORE)) \
+	  $(if $(ARGS),-- $(ARGS))
 
 agent: $(STAMP)
 	$(BIN)/rollout agent --url http://$(HOST):$(PORT)/v1

@@ -11,7 +11,12 @@ agent's ``/run`` route, builds each rollout's token trajectory with NeMo Gym's o
 ``token_id_capture`` builder (``prefix_merging``, which verifies each call's parent by digest)
 and ``assert_prefix_contiguity``, and prints one JSON line per rollout.
 
-Usage: python -P nemo_gym_driver.py ENGINE_BASE_URL ROWS_JSONL
+Usage: python -P nemo_gym_driver.py ENGINE_BASE_URL ROWS_JSONL [--nudge]
+
+With ``--nudge`` it asks ``ENGINE_BASE_URL/models`` once after each rollout: behind a balancer
+that takes turns (HAProxy's ``leastconn`` among idle nodes), a rollout's two model calls would
+otherwise land on the same two nodes in the same order every time; one more request between
+rollouts makes every rollout's resend land on the node its first call did not.
 """
 
 # mypy: ignore-errors
@@ -21,6 +26,7 @@ import asyncio
 import json
 import socket
 import sys
+import urllib.request
 from pathlib import Path
 
 import uvicorn
@@ -81,7 +87,7 @@ def entries_of(rollout_id: str, calls: list[dict]) -> list[TokenEntry]:
     return entries
 
 
-async def main(engine_url: str, rows: list[dict]) -> None:
+async def main(engine_url: str, rows: list[dict], nudge: bool) -> None:
     sockets = {name: bound() for name in ("model", "resources", "agent")}
     ports = {name: sock.getsockname()[1] for name, sock in sockets.items()}
     head = BaseServerConfig(host="127.0.0.1", port=0)  # nothing here asks the head server
@@ -168,14 +174,23 @@ async def main(engine_url: str, rows: list[dict]) -> None:
                 ),
                 flush=True,
             )
+            if nudge:
+                await asyncio.to_thread(ask, f"{engine_url}/models")
     finally:
         for server, _ in servers:
             server.should_exit = True
         await asyncio.gather(*(task for _, task in servers))
 
 
+def ask(url: str) -> None:
+    with urllib.request.urlopen(url, timeout=30) as answer:
+        answer.read()
+
+
 if __name__ == "__main__":
     engine, examples = sys.argv[1:3]
+    nudge = "--nudge" in sys.argv[3:]
     del sys.argv[1:]  # NeMo Gym reads the command line as Hydra overrides
     lines = Path(examples).read_text().splitlines()
-    asyncio.run(main(engine, [json.loads(line) for line in lines if line.strip()]))
+    rows = [json.loads(line) for line in lines if line.strip()]
+    asyncio.run(main(engine, rows, nudge))

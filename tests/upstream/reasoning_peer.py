@@ -77,7 +77,8 @@ class HarmonyPeer(TokenPeer):
         self.turns.append(turn)
         if not self.script:
             raise web.HTTPBadRequest(text="the harmony peer has no scripted answer left")
-        turn.answer = self.tokenizer.encode(self.script.popleft()).ids
+        step = self.script.popleft()
+        turn.answer = step if isinstance(step, list) else self.tokenizer.encode(step).ids
         return turn
 
 

@@ -70,7 +70,9 @@ class TokenPeer:
         self._added = re.compile("(" + "|".join(map(re.escape, added or ["<|im_end|>"])) + ")")
         self.end_id = self._special("<|im_end|>")
         self.turns: list[TokenTurn] = []
-        self.script: deque[str] = deque()  # texts to sample next, before the policy
+        # What to sample next, before the policy: a text (sampled as ``sample_ids`` says) or the
+        # exact ids (a model's own split of a text, e.g. a word in two tokens, TOK-62).
+        self.script: deque[str | list[int]] = deque()
         self.eos_in_tokens = eos_in_tokens
         # After an answer's first chunk: wait for ``resume`` (set: no wait) and say so in
         # ``paused``; then, with ``fail_midway``, end with an error chunk (TOK-43's endings).
@@ -127,8 +129,8 @@ class TokenPeer:
     def _answer(self, api: str, body: dict[str, Any], prompt: list[int]) -> TokenTurn:
         turn = TokenTurn(api, body, list(prompt))
         self.turns.append(turn)
-        text = self.script.popleft() if self.script else self._policy(self.text(prompt))
-        answer = [*self.sample_ids(text), self.end_id]
+        step = self.script.popleft() if self.script else self._policy(self.text(prompt))
+        answer = [*(step if isinstance(step, list) else self.sample_ids(step)), self.end_id]
         limit = _limit(api, body)
         turn.cut = limit is not None and len(answer) > limit
         turn.answer = answer[:limit] if turn.cut else answer

@@ -9,7 +9,10 @@ SDK over WebSocket and HTTP:
   ``n_probs``). A recording pass-through between the engine and llama-server keeps every prompt
   sent and every id llama.cpp streamed back: each continuation's prompt is the previous prompt
   plus the ids llama.cpp sampled, exactly, including after a turn cut off by
-  ``max_output_tokens``.
+  ``max_output_tokens``;
+* the same ``tokens`` route, stateless: a resend carrying the previous turns' training fields
+  (TOK-62) continues from them, the prompt llama.cpp reads beginning with the previous prompt
+  and the ids it sampled.
 
 Needs ``ROLLOUT_LLAMA_SERVER``, the binary (``make test-real`` builds it and sets it); without
 it the tests fail saying so. ``make unit`` leaves this module to ``make test-real``.
@@ -274,3 +277,45 @@ async def test_chat_route_ws_and_http_and_the_same_prompt(
     finally:
         await client.close()
     assert recorder.turns[-1].prompt and same.usage.input_tokens == text.usage.input_tokens
+
+
+# ----------------------------------------------------------------------------- carried ids
+
+
+async def test_a_stateless_resend_carrying_ids_continues_exactly(
+    llama: Llama, recorder: Recorder, engine_for: StartEngine
+) -> None:
+    """TOK-62 against the real llama-server (TOK-40): three stateless creates (``store:
+    false``, no ``previous_response_id``), each resending the whole history with the training
+    fields its items came back with (TOK-60, asked by ``include``). Each item carries the prompt
+    llama.cpp read and the ids it sampled, and every prompt llama.cpp read after the first is
+    the previous prompt plus the ids llama.cpp sampled, exactly, then the new items: the engine
+    continued from the carried ids, never re-rendering what llama.cpp wrote."""
+    route = {"backend": "tokens", "api": "llamacpp", "base_url": recorder.url, "model": "tiny"}
+    router = _router(**route, tokenizer=str(llama.tokenizer), read_timeout=60)
+    server = await engine_for(router, default_model="tiny", park_seconds=0, hydration_cache_bytes=0)
+    history: list[dict[str, Any]] = []
+    async with aiohttp.ClientSession() as http:
+        for text in ("hello", "again", "and once more"):
+            history.append({"role": "user", "content": text})
+            body = {"model": "tiny", "input": history, "store": False, "max_output_tokens": 6,
+                    "include": ["output[*].token_ids"]}  # fmt: skip
+            async with http.post(f"{server.base_url}/responses", json=body) as resp:
+                answer = await resp.json()
+                assert resp.status == 200, answer
+            last = answer["output"][-1]
+            turn = recorder.turns[-1]
+            assert last["prompt_token_ids"] == turn.prompt  # what llama.cpp read
+            assert last["generation_token_ids"] == turn.answer and turn.answer
+            assert len(last["generation_log_probs"]) == len(turn.answer)
+            history += answer["output"]  # sent back as received, the fields included
+    assert len(recorder.turns) == 3
+    for before, after in itertools.pairwise(recorder.turns):
+        head = before.prompt + before.answer
+        assert len(after.prompt) > len(head)
+        assert after.prompt[: len(head)] == head
+    assert backend_stats(server)["render.carried"] == 2
+
+
+def backend_stats(server: LiveServer) -> dict[str, int]:
+    return dict(server.engine.router.backend_of("tiny").stats)

@@ -49,7 +49,7 @@ async def test_changed_then_unchanged_header_is_echoed_as_sent(server: LiveServe
                       "tool_choice": "required" if tools else "auto"}  # fmt: skip
             created, done = await _created_and_completed(ws, follow)
             expected[done["id"]] = renders
-            for response in (created, done):
-                assert [t["name"] for t in response["tools"]] == [t["name"] for t in tools]
-                assert response["instructions"] == instructions
+            assert [t["name"] for t in done["tools"]] == [t["name"] for t in tools]
+            assert done["instructions"] == instructions
+            assert (created["tools"], created["instructions"]) == ([], None)  # RESP-5
     assert await _header_renders(server) == expected

@@ -4,8 +4,10 @@
     loop:  sample -> tool calls?  -> suspend on a Future -> resume with only the new items
     finish (post-inference, once, handed to the background worker)
 
-The rollout keeps the loop and the Future it suspends on; what it works with lives beside it:
-the response being produced and its settings (``turn.py``), its lifecycle table (``state.py``),
+The rollout keeps the loop and the Future it suspends on, over its ``RolloutCore``
+(``rollout_core.py``: its state, its context and the pre-inference that feeds it, what the
+endings and a sampling step use); what it works with lives beside it: the response being
+produced and its settings (``turn.py``), its lifecycle table (``state.py``),
 its steering queue (``steering.py``, reached through ``steer``), its books (``accounting.py``)
 and one sampling step's event emission (``sampling.py``). Sessions talk to it through ``offer``
 (new items, validated and rendered incrementally, atomically), ``continue_standard``, ``steer``
@@ -18,20 +20,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 
-from engine.conversation.compaction import prune
 from engine.conversation.context import Context
-from engine.conversation.pipeline import FULL, INCREMENTAL, ItemTexts, Pipeline, rebuilt
+from engine.conversation.pipeline import FULL, INCREMENTAL, ItemTexts
 from engine.core import Engine
-from engine.models.base import HOSTED_TOOLS, Backend, BackendError
-from engine.rollout.accounting import Accounting
+from engine.models.base import Backend, BackendError
 from engine.rollout.deadline import Deadline
 from engine.rollout.endings import Endings
-from engine.rollout.hosted import HostedTools, approval_answers
+from engine.rollout.rollout_core import RolloutCore, require_answers, unanswered
 from engine.rollout.sampling import compact_if_needed, sample
-from engine.rollout.state import RolloutState, RolloutStep, advance
-from engine.rollout.steering import Steer, Steering
+from engine.rollout.state import RolloutState, RolloutStep
+from engine.rollout.steering import Steer
 from engine.rollout.turn import (
     DETACHED,
     ClientGone,
@@ -42,17 +41,18 @@ from engine.rollout.turn import (
     TurnNotStored,
     share_echoes,
 )
-from engine.store import ChainPoint
 from protocol.errors import InvalidRequest
 from protocol.events import Sink
-from protocol.items import InputItem, ToolCall, ToolOutput
-from protocol.states import TERMINAL_STATES, ResponseState
-from protocol.stream import new_id
+from protocol.items import InputItem, ToolCall
+from protocol.states import TERMINAL_STATES
 
 log = logging.getLogger("rollout.rollout")
 
 
-class Rollout:
+class Rollout(RolloutCore):
+    """The coroutine over its ``RolloutCore``: the loop, the Future it suspends on, and the
+    verbs sessions use (``offer``, ``continue_standard``, ``steer``, ``retire``)."""
+
     def __init__(
         self,
         engine: Engine,
@@ -62,92 +62,12 @@ class Rollout:
         mode: Mode,
         context: Context | None = None,
     ) -> None:
-        self.id = new_id("rollout")
-        self.engine = engine
-        self.backend = backend
-        self.settings = settings
-        self.turn = turn
-        self.mode = mode
-        self.ctx = context if context is not None else Context()
-        self.accounting = Accounting(self.id, mode, engine.bench_clock)
-        estimate = backend.renders_own_tokens or backend.reports_usage  # TOK-10, UP-8
-        self.pipeline = Pipeline(self.accounting.stats, engine.config.safety_policy, estimate)
-        self.pipeline.log = turn.log
-        self.state = RolloutState.RUNNING
-        self.response_ids: list[str] = [turn.stream.id]
+        super().__init__(engine, backend, settings, turn, mode, context)
         self.pending: list[ToolCall] = []  # the calls of its current suspension (INSP-4)
-        self.steering = Steering()
         self.endings = Endings(self)
-        self.owner: str | None = None  # the API key fingerprint its stored records carry
-        self.started_at = time.time()  # for the inspector (INSP-4)
-        self.loop = asyncio.get_running_loop()  # held: each lookup is a system call (3.11)
         self._wake: asyncio.Future[Turn | None] | None = None
         self._idle = Deadline(self.loop)  # the idle limit of each suspension (ROLL-6)
-        self.model_deadline = Deadline(self.loop)  # each step's model_timeout_s (sampling.py)
         self._model_timeout = engine.config.model_timeout_s
-        self.hosted = HostedTools(engine.mcp_limits, engine.config.mcp_max_calls)  # MCP-12
-
-    def advance(self, step: RolloutStep) -> None:
-        """The one way its state changes: by the table (``state.py``)."""
-        self.state = advance(self.state, step)
-
-    # ================================================================== pre-inference
-    def prepare(
-        self,
-        items: list[InputItem],
-        texts: ItemTexts | None = None,
-        *,
-        path: str,
-        history: list[InputItem] | None = None,
-        stored: ChainPoint | None = None,
-    ) -> None:
-        """Pre-inference over the request's input: full history or only what is new (PIPE-1).
-
-        ``history`` (a stored conversation) is processed first, so error ``param`` paths still
-        index the request's own ``input``."""
-        self.accounting.rendered(self._render_header(self.settings))
-        if history:
-            self._apply(history, path, param="history")
-            if stored is not None and len(self.ctx.items) == stored.length:
-                self.ctx.stored = stored  # the next stored turn writes only what follows
-        self._apply(items, path, texts=texts)
-        if path == FULL:
-            pruned = prune(self.ctx.items)  # a compaction item stands for what came before it
-            if pruned is not None:  # (COMPACT-4), after validation: params index the input
-                self.replace_context(pruned)
-        missing = _unanswered(self.ctx, items)
-        if missing:
-            raise _missing_output(missing[0].call_id)
-        if self.ctx.carried:  # ids the input carried back on its items (TOK-62, TOK-63)
-            self.backend.continue_carried(self.ctx, self.settings.tools)
-        self.accounting.ready()
-
-    def _apply(
-        self,
-        items: list[InputItem],
-        path: str,
-        param: str = "input",
-        texts: ItemTexts | None = None,
-    ) -> int:
-        """Pre-inference over ``items`` onto the context; what it renders counts as fresh."""
-        items, texts = _admitted(self, items, texts)
-        rendered = self.pipeline.apply(
-            self.ctx, items, path=path, supports=self.backend.supports, param=param, texts=texts
-        )
-        self.accounting.rendered(rendered)
-        return rendered
-
-    def _render_header(self, s: Settings) -> int:
-        """Instructions and tools; a forced hosted tool needs a backend that runs it (TOOL-5)."""
-        runs_hosted = HOSTED_TOOLS in self.backend.supports
-        return self.pipeline.render_header(
-            self.ctx, s.instructions, s.tools, s.tool_choice, runs_hosted
-        )
-
-    def replace_context(self, items: list[InputItem]) -> None:
-        """A fresh context holding ``items`` (a compacted window); nothing in it is cached."""
-        self.ctx = rebuilt(self.pipeline, self.ctx, items, self.backend.supports)
-        self.accounting.rerendered(self.ctx.prompt_tokens)
 
     # ================================================================== the coroutine
     async def run(self) -> None:
@@ -206,11 +126,6 @@ class Rollout:
                 break
             turn = self._begin_successor(successor)
         await self.endings.end()
-
-    async def open_turn(self, turn: Turn) -> None:
-        if turn.stream.state is ResponseState.NEW:
-            await turn.sink.send(turn.stream.created())
-            await turn.sink.send(turn.stream.in_progress())
 
     async def _sample(self, turn: Turn) -> tuple[list[ToolCall], SampleEnd]:
         await self.hosted.before_sampling(self, turn, self.settings.tools)  # MCP-4, MCP-9
@@ -286,7 +201,7 @@ class Rollout:
         if self._idle.when() is not None:  # accepted input restarts the idle clock (APPEND-6)
             limit = self.engine.config.suspended_idle_timeout_s
             self._idle.reschedule(self.loop.time() + limit)
-        return not _unanswered(self.ctx, items)
+        return not unanswered(self.ctx, items)
 
     def resume(self, turn: Turn, settings: Settings | None = None) -> None:
         """Wake the coroutine: in the same response (append) or in a new one (standard)."""
@@ -306,7 +221,7 @@ class Rollout:
         """Compat fast path: the new request answers the pending calls; resume in a new response."""
         if not self.waiting:
             raise InvalidRequest("response_not_waiting", "The response cannot be continued.", None)
-        _require_answers(self.ctx, items)
+        require_answers(self.ctx, items)
         previous_log, self.pipeline.log = self.pipeline.log, turn.log
         steered = self.steering.items()
         try:
@@ -364,29 +279,6 @@ def _settle_chain(first: Turn) -> None:
         turn = turn.successor
 
 
-def _require_answers(ctx: Context, items: list[InputItem]) -> None:
-    """Every function call must be answered before the model samples again (VAL-5); an
-    ``mcp_approval_response`` answers its approval request (MCP-9)."""
-    answered = {i.call_id for i in items if isinstance(i, ToolOutput)}
-    answered.update(approval_answers(items))
-    for call in ctx.pending_calls():
-        if call.call_id not in answered:
-            raise _missing_output(call.call_id)
-
-
-def _unanswered(ctx: Context, items: list[InputItem]) -> list[ToolCall]:
-    """The context's pending calls that neither an output nor, for an MCP approval request,
-    an ``mcp_approval_response`` among ``items`` answers (MCP-9)."""
-    approved = approval_answers(items)
-    return [call for call in ctx.pending_calls() if call.call_id not in approved]
-
-
-def _missing_output(call_id: str) -> InvalidRequest:
-    return InvalidRequest(
-        "tool_output_missing", f"No tool output found for function call {call_id}.", "input"
-    )
-
-
 __all__ = [
     "FULL",
     "INCREMENTAL",
@@ -397,12 +289,3 @@ __all__ = [
     "Sink",
     "Turn",
 ]
-
-
-def _admitted(
-    rollout: Rollout, items: list[InputItem], texts: ItemTexts | None
-) -> tuple[list[InputItem], ItemTexts | None]:
-    """What pre-inference sees of new items: sealed reasoning opened with this owner's keys
-    (SEAL-2, SEAL-4), MCP items as the context holds them (MCP-15)."""
-    rollout.pipeline.seal_keys(rollout.engine.reasoning_keys, rollout.owner)
-    return rollout.hosted.accept(items, texts)

@@ -14,20 +14,14 @@ import contextlib
 import logging
 import time
 import weakref
-from typing import Protocol
 
-from engine.conversation.context import Context
-from engine.conversation.pipeline import Pipeline
-from engine.core import Engine
-from engine.models.base import Backend
 from engine.observe.accounting import safety_report
 from engine.observe.postinference import UsageRecord
-from engine.rollout.accounting import Accounting
 from engine.rollout.hosted import as_input
+from engine.rollout.rollout_core import RolloutCore
 from engine.rollout.state import RolloutState, RolloutStep
-from engine.rollout.steering import Steering
 from engine.rollout.training import settle
-from engine.rollout.turn import ClientGone, Mode, Settings, Turn, TurnNotStored, now
+from engine.rollout.turn import ClientGone, Mode, Turn, TurnNotStored, now
 from engine.store import ResponseRecord, StoreError, chain_record, listing_form
 from engine.store.failures import terminal_write_error
 from protocol import events as ev
@@ -38,34 +32,11 @@ from protocol.states import TERMINAL_STATES, ResponseState
 log = logging.getLogger("rollout.rollout")
 
 
-class Rollout(Protocol):
-    """What the endings use of their rollout (``coroutine.Rollout``), declared here so this
-    module does not import the coroutine."""
-
-    id: str
-    engine: Engine
-    mode: Mode
-    settings: Settings
-    ctx: Context
-    pipeline: Pipeline
-    accounting: Accounting
-    steering: Steering
-    turn: Turn
-    state: RolloutState
-    owner: str | None
-    response_ids: list[str]
-    backend: Backend
-
-    async def open_turn(self, turn: Turn) -> None: ...
-
-    def advance(self, step: RolloutStep) -> None: ...
-
-
 class Endings:
-    def __init__(self, rollout: Rollout) -> None:
+    def __init__(self, rollout: RolloutCore) -> None:
         # A proxy, not a reference: the rollout owns its endings, and a finished rollout is
         # freed by reference counting alone, never left for the cyclic collector (ROLL-9).
-        self._rollout: Rollout = weakref.proxy(rollout)
+        self._rollout: RolloutCore = weakref.proxy(rollout)
         # A standard response whose terminal event is built but whose ledger record is not yet
         # handed over: billed by whichever ending comes next, whatever the client does (POST-5).
         self._owed: Turn | None = None

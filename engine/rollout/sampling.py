@@ -11,17 +11,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Sequence
-from typing import Protocol
 
 import msgspec
 
 from engine.conversation.compaction import worth_compacting
-from engine.conversation.context import Context
-from engine.conversation.pipeline import OUTPUT, Pipeline
-from engine.core import Engine
+from engine.conversation.pipeline import OUTPUT
 from engine.models.base import (
     ArgsDelta,
-    Backend,
     CallEnd,
     CallStart,
     Delta,
@@ -33,40 +29,19 @@ from engine.models.base import (
 )
 from engine.models.compaction import CompactRequest, compact
 from engine.models.tracecontext import TRACEPARENT
-from engine.rollout.accounting import Accounting, SamplingStep
-from engine.rollout.deadline import Deadline
-from engine.rollout.hosted import HostedTools, call_form, join
+from engine.rollout.accounting import SamplingStep
+from engine.rollout.hosted import call_form, join
+from engine.rollout.rollout_core import RolloutCore
 from engine.rollout.sealing import StepSeal
-from engine.rollout.steering import Steering
 from engine.rollout.training import HeldDone, step_ended
-from engine.rollout.turn import Settings, Turn
+from engine.rollout.turn import Turn
 from protocol.items import InputItem, OutputItem
 from protocol.response import Response, RolloutTokens, SampleTokens
 from protocol.states import ResponseState
 from protocol.stream import ResponseStream
 
 
-class Rollout(Protocol):
-    """What a sampling step uses of its rollout (``coroutine.Rollout``), declared here so this
-    module does not import the coroutine."""
-
-    engine: Engine
-    backend: Backend
-    settings: Settings
-    model_deadline: Deadline
-    ctx: Context
-    pipeline: Pipeline
-    accounting: Accounting
-    steering: Steering
-    owner: str | None
-    hosted: HostedTools
-
-    async def open_turn(self, turn: Turn) -> None: ...
-
-    def replace_context(self, items: list[InputItem]) -> None: ...
-
-
-async def compact_if_needed(rollout: Rollout, turn: Turn, model_timeout: float) -> bool:
+async def compact_if_needed(rollout: RolloutCore, turn: Turn, model_timeout: float) -> bool:
     """Before sampling: the input ended with a ``compaction_trigger`` (COMPACT-7: compact
     instead of sampling; returns True), or ``context_management`` and the context is past its
     threshold (COMPACT-3: compact, then sample). The compaction item is the response's next
@@ -83,7 +58,7 @@ async def compact_if_needed(rollout: Rollout, turn: Turn, model_timeout: float) 
 
 
 async def compact_context(
-    rollout: Rollout, turn: Turn, model_timeout: float, *, triggered: bool
+    rollout: RolloutCore, turn: Turn, model_timeout: float, *, triggered: bool
 ) -> None:
     """Replace the context by its compacted window; the compaction item is the response's next
     output item and its cost joins the usage (COMPACT-3; COMPACT-7 when ``triggered``)."""
@@ -98,7 +73,9 @@ async def compact_context(
         await turn.sink.send(event)
 
 
-async def sample(rollout: Rollout, turn: Turn, step: SamplingStep, model_timeout: float) -> None:
+async def sample(
+    rollout: RolloutCore, turn: Turn, step: SamplingStep, model_timeout: float
+) -> None:
     """Run one step to its end; ``step`` says how it ended (calls, reason). With training
     fields asked (TOK-60, TOK-61) its last item carries them, however it ends."""
     if not (rollout.settings.training_fields and rollout.backend.renders_own_tokens):
@@ -117,7 +94,9 @@ async def sample(rollout: Rollout, turn: Turn, step: SamplingStep, model_timeout
     await held.flush()
 
 
-async def _sample(rollout: Rollout, turn: Turn, step: SamplingStep, model_timeout: float) -> None:
+async def _sample(
+    rollout: RolloutCore, turn: Turn, step: SamplingStep, model_timeout: float
+) -> None:
     step.opened = turn.stream.state is not ResponseState.NEW
     if turn.trace is not None:  # the upstream request carries it (OTEL-4)
         TRACEPARENT.set(turn.trace.traceparent)
@@ -182,7 +161,7 @@ def _report_tokens(
     )
 
 
-def _step_seal(rollout: Rollout, step: SamplingStep) -> StepSeal | None:
+def _step_seal(rollout: RolloutCore, step: SamplingStep) -> StepSeal | None:
     """``include: ["reasoning.encrypted_content"]``: this step's sealing (SEAL-1, SEAL-3)."""
     if not rollout.settings.seal_reasoning:
         return None
@@ -192,7 +171,7 @@ def _step_seal(rollout: Rollout, step: SamplingStep) -> StepSeal | None:
 
 
 async def _emit(
-    rollout: Rollout, turn: Turn, step: SamplingStep, delta: Delta, seal: StepSeal | None = None
+    rollout: RolloutCore, turn: Turn, step: SamplingStep, delta: Delta, seal: StepSeal | None = None
 ) -> None:
     stream, send = turn.stream, turn.sink.send
     if isinstance(delta, TextDelta):
@@ -254,7 +233,7 @@ async def _close_reasoning(turn: Turn, status: str, blob: str | None = None) -> 
             await turn.sink.send(event)
 
 
-def _request(rollout: Rollout) -> SampleRequest:
+def _request(rollout: RolloutCore) -> SampleRequest:
     s = rollout.settings
     return SampleRequest(
         model=s.model,

@@ -18,7 +18,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine.server.transport.frames import DEFLATE_MIN_BYTES, Deflater, Parts
+from engine.server.transport.frames import (
+    DEFLATE_MIN_BYTES,
+    DEFLATE_WINDOW_BITS,
+    Deflater,
+    Parts,
+)
 from tests.support.server import LiveServer
 
 TAIL = b"\x00\x00\xff\xff"
@@ -137,7 +142,7 @@ def test_an_unchanging_part_is_compressed_once_per_key_and_spliced() -> None:
     that someone sent the same text)."""
     parts = Parts()
     part = _PARTS_POOL[3]
-    blob = parts.compressed("key-a", 15, part)
+    blob = parts.compressed("key-a", DEFLATE_WINDOW_BITS, part)  # the socket's own window
     for _ in range(2):
         deflater = Deflater(15, no_takeover=False, parts=parts, owner="key-a")
         for seq in range(2):
@@ -145,8 +150,8 @@ def test_an_unchanging_part_is_compressed_once_per_key_and_spliced() -> None:
             assert blob.removesuffix(TAIL) in payload
     other_request = bytes(bytearray(part))
     assert other_request is not part
-    assert parts.compressed("key-a", 15, other_request) is blob
-    assert parts.compressed("key-b", 15, part) is not blob
+    assert parts.compressed("key-a", DEFLATE_WINDOW_BITS, other_request) is blob
+    assert parts.compressed("key-b", DEFLATE_WINDOW_BITS, part) is not blob
     assert parts.size == 2 * (len(part) + len(blob))
 
 
@@ -165,4 +170,25 @@ def test_what_follows_a_splice_refers_to_nothing_the_client_cannot_see(no_takeov
     for (_, payload), expected in sent:
         if no_takeover:
             inflate = zlib.decompressobj(-15)
+        assert trickle(inflate, payload + TAIL) == expected
+
+
+@pytest.mark.parametrize("no_takeover", [False, True])
+def test_the_compressor_refers_back_at_most_8_kib_whatever_was_negotiated(
+    no_takeover: bool,
+) -> None:
+    """WS-19: on a socket that negotiated the full 32 KiB window, the server's messages (plain
+    and spliced) never refer farther back than 2**13 bytes: a client inflating them with an
+    8 KiB window gets every message's own bytes. Each message repeats, 9 KiB on, what it held
+    before, which a 32 KiB compressor would reach back for."""
+    block = random.Random(7).randbytes(9 * 1024)
+    deflater = Deflater(15, no_takeover, Parts())
+    sent = [(deflater.frame(block + block), block + block)]
+    pieces = (b'{"a":', block + b"." + block, b"}")  # a part compressed once, spliced
+    sent.append((deflater.frame_pieces(pieces), b"".join(pieces)))
+    sent.append((deflater.frame(block), block))  # 18 KiB after the same bytes in the window
+    inflate = zlib.decompressobj(-DEFLATE_WINDOW_BITS)
+    for (_, payload), expected in sent:
+        if no_takeover:
+            inflate = zlib.decompressobj(-DEFLATE_WINDOW_BITS)
         assert trickle(inflate, payload + TAIL) == expected

@@ -30,6 +30,13 @@ DEFLATE_MIN_BYTES = 256
 # A snapshot's unchanging part this big is compressed once and spliced; a dynamic piece smaller
 # than this goes into the stream as a stored block (RFC 1951 §3.2.4), with no deflate call.
 COMPRESS_ONCE_MIN_BYTES = 1024
+# The socket's compressor keeps a window of at most 2**13 = 8 KiB, whatever the client allows
+# (RFC 7692 §7.1.2: a server may use less than the negotiated window), and a 2 K-entry hash
+# (memLevel 4): its state is ~40 KiB instead of zlib's default ~260 KiB per socket, and the full
+# flush after a splice clears 4 KiB of hash, not 64 KiB; the bytes sent per turn are the same
+# (a Codex turn's parts compress equally at 13 and 15 bits, 12 loses ~10%). WS-19.
+DEFLATE_WINDOW_BITS = 13
+DEFLATE_MEM_LEVEL = 4
 _DEFLATE_TAIL = b"\x00\x00\xff\xff"  # what a sync flush ends with; RFC 7692 §7.2.1 drops it
 _EMPTY_STORED = b"\x00" + _DEFLATE_TAIL  # an empty stored block: the sync flush's own bytes
 
@@ -107,9 +114,10 @@ class Deflater:
     def __init__(
         self, window_bits: int, no_takeover: bool, parts: Parts = PARTS, owner: object = None
     ) -> None:
-        self._z = zlib.compressobj(zlib.Z_BEST_SPEED, zlib.DEFLATED, -window_bits)
+        bits = min(window_bits, DEFLATE_WINDOW_BITS)  # never farther back than 8 KiB
+        self._z = zlib.compressobj(zlib.Z_BEST_SPEED, zlib.DEFLATED, -bits, DEFLATE_MEM_LEVEL)
         self._flush = zlib.Z_FULL_FLUSH if no_takeover else zlib.Z_SYNC_FLUSH
-        self._bits = window_bits
+        self._bits = bits  # the parts it splices are compressed at this window too
         self._parts = parts
         self._owner = owner  # the socket's key: whose parts it may reuse
         # The client's window ends with what the compressor last compressed (nothing spliced

@@ -162,7 +162,8 @@ class EngineConfig:
     park_seconds: float = setting(
         60.0,
         "--park-seconds",
-        help="a suspended rollout outlives its closed WebSocket this long (PARK-1; 0: off)",
+        help="a suspended rollout outlives its closed WebSocket or HTTP create this long "
+        "(PARK-1, PARK-4; 0: off)",
         group=LIMITS,
         unit="s",
     )

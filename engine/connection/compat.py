@@ -67,6 +67,8 @@ class Connection(Protocol):
 
     def adopt(self, task: asyncio.Task[None], rollout: Rollout) -> None: ...
 
+    def retain(self, lane: Lane) -> None: ...  # an HTTP chain's suspended rollout (PARK-4)
+
 
 def settings_from(params: CreateParams, model: str, *, compact_now: bool = False) -> Settings:
     return Settings(
@@ -202,6 +204,7 @@ async def _run_create(
         if job is not None:  # its conversation, if a response still holds it (CONV-7)
             await _let_go(job.turn)
     _after_turn(session.engine, lane, job, turn, rollout, status)
+    session.retain(lane)  # before the request ends: the chain's next create resumes it (PARK-4)
 
 
 async def _let_go(turn: Turn | None) -> None:
@@ -358,7 +361,10 @@ def _run_parked(session: Connection, lane: Lane, job: Admission, found: Found) -
         return _new_rollout(session, job, ctx, INCREMENTAL), True
     engine.counters["create.fast_path"] += 1
     engine.counters["create.unparked"] += 1
-    engine.hydrated.discard(parked.response_id)  # the shared context moves on (HYD-3)
+    if parked.chain:  # an HTTP chain's: its responses stay forkable from the cache (PARK-4)
+        engine.hydrated.copy_out(parked.response_id)
+    else:
+        engine.hydrated.discard(parked.response_id)  # the shared context moves on (HYD-3)
     try:
         live.continue_standard(job.items, job.texts, job.turn, job.settings)
     except Exception:

@@ -1,11 +1,12 @@
-"""The one conversation loader (SPEC: OWN-4, COMPAT-2..COMPAT-5, PARK-3, HYD-1).
+"""The one conversation loader (SPEC: OWN-4, COMPAT-2..COMPAT-5, COMPAT-7, PARK-3, HYD-1).
 
 Every request that names a ``previous_response_id`` (a create on either transport, ``/compact``,
 ``/input_tokens``) gets its conversation from ``load_conversation`` (``load_stored`` for the
 routes that read a stored response whole, such as ``/tokens``) and nowhere else: this module is
 the only caller of ``store.hydrate`` (``tests/test_floors.py`` checks that), and the ``owner``
 argument has no default, so no path can forget the owner check (OWN-2). Another key's
-response is answered exactly as an unknown id.
+response is answered exactly as an unknown id. A create that names nothing may still continue
+a context: a resent history (COMPAT-7), matched here against the owner's own responses only.
 
 The places a create's conversation can come from are one table, ``PATHS`` (one row per
 ``LoadPath``), cheapest first. ``load_conversation`` picks the path; the caller runs it
@@ -22,6 +23,8 @@ from dataclasses import dataclass
 
 from engine.connection.lane import CacheEntry, Lane
 from engine.conversation.pipeline import TurnLog
+from engine.conversation.resend import prefix_digests
+from engine.conversation.sealed import is_sealed
 from engine.core import Engine
 from engine.models.base import Backend
 from engine.retained.handover import Handed
@@ -35,12 +38,13 @@ from engine.store.failures import wire_error
 from engine.store.framing import OwnerFilter
 from protocol.errors import (
     InvalidRequest,
+    ProtocolError,
     conversation_locked,
     conversation_not_found,
     previous_response_not_found,
     response_not_found,
 )
-from protocol.items import InputItem
+from protocol.items import InputItem, Reasoning, carries_tokens
 
 
 class LoadPath(enum.Enum):
@@ -53,6 +57,7 @@ class LoadPath(enum.Enum):
     STORE = "store"
     HANDED = "handed"
     CONVERSATION = "conversation"
+    RESENT = "resent"
     STATELESS = "stateless"
 
 
@@ -70,7 +75,7 @@ PATHS: dict[LoadPath, LoadPathInfo] = {
         "COMPAT-3", "a lane's cached latest context, forked (from another lane: CACHE-4)"
     ),
     LoadPath.PARKED: LoadPathInfo(
-        "PARK-3", "a rollout parked by a closed socket of the same owner"
+        "PARK-3", "a rollout parked by a closed socket or an HTTP chain (PARK-4), same owner"
     ),
     LoadPath.HYDRATED: LoadPathInfo("HYD-1", "a recent stored response's context in this process"),
     LoadPath.STORE: LoadPathInfo("COMPAT-4", "the store: hydrated, full pre-inference"),
@@ -79,6 +84,11 @@ PATHS: dict[LoadPath, LoadPathInfo] = {
     ),
     LoadPath.CONVERSATION: LoadPathInfo(
         "CONV-6", "a conversation no stored response stands for: its items, full pre-inference"
+    ),
+    LoadPath.RESENT: LoadPathInfo(
+        "COMPAT-7",
+        "a recent response of the same owner whose full item list the input begins with: its "
+        "context, forked; pre-inference over the rest",
     ),
     LoadPath.STATELESS: LoadPathInfo("COMPAT-5", "nothing: full pre-inference over the input"),
 }
@@ -93,7 +103,8 @@ class Found:
     entry: CacheEntry | None = None  # FAST, CACHE
     live: Rollout | None = None  # FAST, PARKED: the suspended rollout a continuation resumes
     parked: Parked | None = None  # PARKED: claimed, so the caller now owns its task
-    cached: CachedContext | None = None  # HYDRATED
+    cached: CachedContext | None = None  # HYDRATED, RESENT
+    resent: int = 0  # RESENT: how many of the input's first items ``cached`` holds (COMPAT-7)
     stored: Hydrated | None = None  # STORE
     handed: Handed | None = None  # HANDED: the context another node handed over
     # A create on a conversation (CONV-6): its items the context does not hold yet, which go
@@ -113,6 +124,7 @@ class Create:
     mode: Mode
     generate: bool  # a warmup never takes the fast path: it does not sample
     log: TurnLog  # the store path's ``hydrate`` time goes to the response's log (OBS-1)
+    items: list[InputItem] | None = None  # a stateless create's input, a resend? (COMPAT-7)
 
     def resumable(self, entry: CacheEntry, backend: Backend) -> Rollout | None:
         return entry.resumable_by(backend, self.mode) if self.generate else None
@@ -133,6 +145,10 @@ async def load_conversation(
     for another owner's (OWN-2), ``previous_response_in_progress`` for a running background
     response (BG-7), and the store's wire errors (STORE-8, STORE-9)."""
     if response_id is None:
+        if create is not None and create.items:
+            found = await _resent(engine, create.items, owner, backend)
+            if found is not None:
+                return found
         return Found(LoadPath.STATELESS)
     if create is not None:
         found = await _from_memory(engine, response_id, owner, backend, create)
@@ -248,19 +264,76 @@ async def _from_memory(
         lane, entry = on_lane
         live = create.resumable(entry, backend) if lane is create.lane else None
         return Found(LoadPath.FAST if live is not None else LoadPath.CACHE, lane, entry, live)
-    parked = engine.parking.claim(response_id, owner)
-    if parked is not None:
-        assert isinstance(parked.rollout, Rollout)  # the only kind a session parks
-        rollout = parked.rollout
-        if rollout.settings.store and not await still_stored(engine, response_id):
-            engine.parking.release(parked)  # deleted meanwhile: it winds down, still owned
-            raise previous_response_not_found(response_id)
-        entry = CacheEntry(parked.response_id, rollout.ctx, rollout.backend, rollout)
-        return Found(LoadPath.PARKED, live=create.resumable(entry, backend), parked=parked)
+    found = await claim_parked(engine, response_id, owner, backend, create)
+    if found is not None:
+        return found
     cached = engine.hydrated.get(response_id, owner, backend.supports)
-    if cached is not None and await still_stored(engine, response_id):
+    # A create that claimed the rollout parked behind it meanwhile moves that context on
+    # (HYD-3): this one then takes the store path, as a second continuation does (PARK-3).
+    if (
+        cached is not None
+        and await still_stored(engine, response_id)
+        and engine.hydrated.holds(cached)
+    ):
         return Found(LoadPath.HYDRATED, cached=cached)
     return None
+
+
+async def claim_parked(
+    engine: Engine, response_id: str, owner: str | None, backend: Backend, create: Create
+) -> Found | None:
+    """The rollout parked behind ``response_id`` for ``owner`` (a closed socket's, PARK-1, or
+    an HTTP chain's, PARK-4), claimed: the caller now owns its task, and no other create gets
+    it (PARK-3); ``live`` is set when this create may resume it (COMPAT-2). None when nothing
+    of ``owner``'s is parked there (another owner's is nothing, OWN-2). A ``store: true``
+    rollout whose response was deleted meanwhile is retired and the id is not found (HYD-5)."""
+    parked = engine.parking.claim(response_id, owner)
+    if parked is None:
+        return None
+    assert isinstance(parked.rollout, Rollout)  # the only kind a session parks
+    rollout = parked.rollout
+    if rollout.settings.store and not await still_stored(engine, response_id):
+        engine.parking.release(parked)  # deleted meanwhile: it winds down, still owned
+        raise previous_response_not_found(response_id)
+    entry = CacheEntry(parked.response_id, rollout.ctx, rollout.backend, rollout)
+    return Found(LoadPath.PARKED, live=create.resumable(entry, backend), parked=parked)
+
+
+async def _resent(
+    engine: Engine, items: list[InputItem], owner: str | None, backend: Backend
+) -> Found | None:
+    """A stateless create whose input begins with the full item list of a response ``owner``
+    received recently, on the same route (COMPAT-7..COMPAT-9): the longest such list, found by
+    digest (one hash per item, nothing rendered), from the hydration cache, where every
+    response's context is published with its list's digest. Nothing found, a stored response
+    deleted meanwhile (HYD-5) or a store that cannot say: None, the stateless path. An input
+    that carries training fields continues from them instead (TOK-62), and one whose items
+    after the match hold sealed reasoning replays its runs (SEAL-4): both are exact where a
+    continuation would render those items."""
+    hydrated = engine.hydrated
+    if not hydrated.max_bytes:  # the cache is off (HYD-2): so are resends
+        return None
+    if any(carries_tokens(item) for item in items):
+        return None
+    matched = hydrated.resent(owner, prefix_digests(items), backend)
+    if matched is None:
+        return None
+    cached, length = matched
+    if any(_sealed(item) for item in items[length:]):  # its runs replay exactly (SEAL-4)
+        return None
+    if cached.stored:
+        try:
+            if not await still_stored(engine, cached.response_id):
+                return None
+        except ProtocolError:  # the store is down: render the input instead
+            return None
+        if len(cached.ctx.items) != cached.length:  # moved on meanwhile (HYD-3)
+            return None
+    return Found(LoadPath.RESENT, cached=cached, resent=length)
+
+
+def _sealed(item: InputItem) -> bool:
+    return isinstance(item, Reasoning) and is_sealed(item.encrypted_content)
 
 
 async def still_stored(engine: Engine, response_id: str) -> bool:

@@ -23,6 +23,7 @@ from engine.connection.inject import (
     waiting_standard,
 )
 from engine.connection.lane import CacheEntry, Lane, open_lane, valid_stream_id
+from engine.connection.retaining import park_latest
 from engine.conversation.validation import validate
 from engine.core import Engine
 from engine.models.base import Backend
@@ -66,6 +67,7 @@ class Session:
         owner: str | None = None,
         quota: Quota | None = None,
         multi_agent: bool = False,
+        retains: bool = False,
     ) -> None:
         self.engine = engine
         self.owner = owner  # the API-key identity of this connection or request (OWN-1)
@@ -77,6 +79,7 @@ class Session:
         # The upgrade opted into OpenAI's multi-agent beta: standard-mode responses take
         # response.inject (INJECT-1).
         self.multi_agent = multi_agent
+        self.retains = retains  # an HTTP create's: its chain's suspended rollout (PARK-4)
         self._held = HeldOutputs()  # standard-mode injects waiting for their siblings
         self.lanes: dict[str | None, Lane] = {}
         self._append_targets: dict[str, Rollout] = {}  # live append-mode responses
@@ -331,25 +334,19 @@ class Session:
         response instead of retiring it (PARK-1). Returns the tasks handed over."""
         if self.transport != "ws" or self.draining:
             return set()
-        tasks = {rollout: task for task, rollout in self.rollouts.items()}
-        parked: set[asyncio.Task[None]] = set()
-        for lane in self.lanes.values():
-            entry = lane.latest
-            rollout = entry.rollout if entry is not None else None
-            if entry is None or rollout is None or rollout.mode is not Mode.STANDARD:
-                continue
-            task = tasks.get(rollout)
-            if task is not None and self.engine.parking.park(
-                entry.response_id, rollout, task, self.owner
-            ):
-                lane.release(rollout)
-                parked.add(task)
-                # Let go of this connection: a parked rollout that kept its sink (and through
-                # it the socket's buffers) or this session's callback would hold far more than
-                # the context the lot charges it (PARK-7).
-                task.remove_done_callback(self._reap)
-                rollout.detach()
-        return parked
+        engine, owner, reap = self.engine, self.owner, self._reap
+        parked = [
+            park_latest(engine, owner, lane, self.rollouts, reap) for lane in self.lanes.values()
+        ]
+        return {task for task in parked if task is not None}
+
+    def retain(self, lane: Lane) -> None:
+        """An HTTP create's response ended: a ``store: true`` chain's rollout suspended there
+        is parked now, before the request ends, for the chain's next create (PARK-4)."""
+        if self.retains and not self.draining:
+            task = park_latest(self.engine, self.owner, lane, self.rollouts, self._reap, chain=True)
+            if task is not None:
+                del self.rollouts[task]  # the parking lot owns it now
 
     async def drain(self) -> None:
         """Wait until every queued create has been served (HTTP uses one create per session)."""

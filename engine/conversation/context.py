@@ -14,6 +14,7 @@ import numpy as np
 
 from engine.conversation.carried import CarriedRun
 from engine.conversation.footprint import CONTEXT_OVERHEAD, LIST_SLOT, WIRE_ENTRY_OVERHEAD
+from engine.conversation.resend import NO_DIGEST, Rolling
 from engine.conversation.safety import Finding
 from engine.conversation.sealed import SealedRun
 from engine.conversation.tokens import TokenArray, TokenBuffer
@@ -75,6 +76,8 @@ class Context:
     # What the backend that sends the items upstream keeps of their encoding, so a step resends
     # the history without re-encoding it (UP-RESP-6, UP-CHAT-5); None until a step made one.
     wire: Wire | None = None
+    # The digest of the items so far, as a resent history is matched against it (COMPAT-7).
+    resend: Rolling = NO_DIGEST
 
     def wire_for(self, key: object) -> Wire:
         """The kept encoding for mapping ``key``; a fresh one (built from the first item again)
@@ -120,6 +123,7 @@ class Context:
             model_tokens=self.model_tokens.fork() if self.model_tokens is not None else None,
             sealed=dict(self.sealed),  # runs are immutable
             wire=self.wire.fork() if self.wire is not None else None,
+            resend=self.resend,  # immutable
         )
 
     def compact(self) -> None:

@@ -12,6 +12,10 @@ token estimate. The least
 recently used entries go first. The cache shares the context object with the response's lane
 cache, so it costs no copy at publication; whoever moves that context on (the compat fast path)
 must ``discard`` the entry first (HYD-3).
+
+A ``store: false`` response's context is kept too, but only a resend finds it (COMPAT-7): it is
+indexed by its owner and the digest of its full item list (``conversation/resend.py``), as is a
+stored one's, and its id continues nothing (CACHE-2). One bound holds both.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from engine.models.base import Backend
 
 # The entry itself (MEM-11): its object, the LRU's link and dict slot, the response id string.
 ENTRY_OVERHEAD = 400
+# Its place in the resend index (COMPAT-9): the key tuple, the digest bytes, the dict slot.
+DIGEST_OVERHEAD = 200
 
 
 @dataclass(slots=True)
@@ -35,6 +41,9 @@ class CachedContext:
     backend: Backend
     owner: str | None  # the API-key identity that created the response (OWN-1)
     nbytes: int  # the size it was charged at (``Context.retained_bytes`` when published)
+    stored: bool = True  # a ``store: true`` response: its id continues it (HYD-1)
+    digest: bytes | None = None  # its full item list's, for a resend (COMPAT-7)
+    length: int = 0  # the context's items when published: grown past them, it is stale
 
 
 class HydrationCache:
@@ -45,19 +54,60 @@ class HydrationCache:
         self.nbytes = 0
         self._entries: OrderedDict[str, CachedContext] = OrderedDict()
         self._counters = counters
+        # (owner, digest of a full item list) -> the response it is (COMPAT-7)
+        self._digests: dict[tuple[str | None, bytes], str] = {}
 
-    def publish(self, response_id: str, ctx: Context, backend: Backend, owner: str | None) -> None:
-        """Remember a finished response's context (no copy: see the module docstring)."""
-        size = ctx.retained_bytes + ENTRY_OVERHEAD
+    def publish(
+        self,
+        response_id: str,
+        ctx: Context,
+        backend: Backend,
+        owner: str | None,
+        *,
+        stored: bool = True,
+        digest: bytes | None = None,
+    ) -> None:
+        """Remember a finished response's context (no copy: see the module docstring);
+        ``digest``: its full item list's, so that a resend of it finds it (COMPAT-7)."""
+        size = ctx.retained_bytes + ENTRY_OVERHEAD + (DIGEST_OVERHEAD if digest else 0)
         if size > self.max_bytes:
             return  # it would evict everything else and still not fit
         self.discard(response_id)
-        self._entries[response_id] = CachedContext(response_id, ctx, backend, owner, size)
+        entry = CachedContext(
+            response_id, ctx, backend, owner, size, stored, digest, len(ctx.items)
+        )
+        self._entries[response_id] = entry
+        if digest is not None:
+            self._digests[_key(owner, digest)] = response_id
         self.nbytes += size
         while self.nbytes > self.max_bytes:
             _, old = self._entries.popitem(last=False)
-            self.nbytes -= old.nbytes
+            self._forget(old)
             self._counters["hydration.evicted"] += 1
+
+    def resent(
+        self, owner: str | None, digests: list[bytes], backend: Backend
+    ) -> tuple[CachedContext, int] | None:
+        """The entry of ``owner`` whose full item list is the longest prefix of a request's
+        items (``digests``: of each prefix, ``conversation.resend.prefix_digests``) and that
+        ``backend`` sampled, with that prefix's length; counts ``resend.hit`` or
+        ``resend.miss`` (COMPAT-7, COMPAT-9). Another owner's lists are not looked at."""
+        entries = self._entries
+        for k in range(len(digests) - 1, -1, -1):
+            response_id = self._digests.get(_key(owner, digests[k]))
+            if response_id is None:
+                continue
+            entry = entries[response_id]
+            if entry.backend is not backend:
+                continue
+            if len(entry.ctx.items) != entry.length:  # moved on, never served (HYD-3)
+                self.discard(response_id)
+                continue
+            entries.move_to_end(response_id)
+            self._counters["resend.hit"] += 1
+            return entry, k + 1
+        self._counters["resend.miss"] += 1
+        return None
 
     def get(
         self, response_id: str, owner: str | None, supports: frozenset[str]
@@ -69,22 +119,52 @@ class HydrationCache:
         context validated for a backend that reads more than the new one: the store path then
         re-validates the history against the new route (COMPAT-4)."""
         entry = self._entries.get(response_id)
-        if entry is None or entry.owner != owner or not entry.backend.supports <= supports:
+        if (
+            entry is None
+            or not entry.stored  # a store: false response's id continues nothing (CACHE-2)
+            or entry.owner != owner
+            or not entry.backend.supports <= supports
+        ):
             self._counters["hydration.miss"] += 1
             return None
         self._entries.move_to_end(response_id)
         self._counters["hydration.hit"] += 1
         return entry
 
+    def copy_out(self, response_id: str) -> None:
+        """The entry's shared context is about to move on (a parked HTTP chain's rollout resumes,
+        PARK-4): the entry keeps a copy of it instead, so a fork from that response is served
+        from here as before (HYD-1), and charged the same."""
+        entry = self._entries.get(response_id)
+        if entry is not None:
+            entry.ctx = entry.ctx.fork()
+
+    def holds(self, entry: CachedContext) -> bool:
+        """``entry`` is still cached: no path has moved its context on since ``get`` (HYD-3)."""
+        return self._entries.get(entry.response_id) is entry
+
     def discard(self, response_id: str) -> bool:
         entry = self._entries.pop(response_id, None)
         if entry is None:
             return False
-        self.nbytes -= entry.nbytes
+        self._forget(entry)
         return True
+
+    def _forget(self, entry: CachedContext) -> None:
+        self.nbytes -= entry.nbytes
+        if entry.digest is not None:
+            key = _key(entry.owner, entry.digest)
+            if self._digests.get(key) == entry.response_id:
+                del self._digests[key]
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def __contains__(self, response_id: object) -> bool:
         return response_id in self._entries
+
+
+def _key(owner: str | None, digest: bytes) -> tuple[str | None, bytes]:
+    """A list is looked up under its owner: another key's identical list is another entry
+    (COMPAT-9, OWN-2)."""
+    return (owner, digest)

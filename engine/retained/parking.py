@@ -1,11 +1,13 @@
-"""Rollouts that outlive their socket (SPEC: PARK-1..PARK-6).
+"""Rollouts that outlive their socket or request (SPEC: PARK-1..PARK-6).
 
 When a WebSocket closes while a standard-mode rollout is suspended on tool calls, the session
-hands the rollout's task here instead of retiring it. It waits, owned by this lot, for
-``park_seconds``. A new connection of the same owner whose ``response.create`` continues from
-the rollout's last response claims it and resumes it on the fast path (COMPAT-2): the session
-adopts the task again. Unclaimed, the timer retires it: the coroutine ends by itself and runs
-its end-of-rollout accounting once (ROLL-5, POST-1).
+hands the rollout's task here instead of retiring it; so does an HTTP create whose ``store:
+true`` response ended with its rollout suspended (PARK-4, ``connection/retaining.py``). It
+waits, owned by this lot, for ``park_seconds``. A create of the same owner (a new connection,
+the chain's next HTTP request) that continues from the rollout's last response claims it,
+exactly once, and resumes it on the fast path (COMPAT-2): its session adopts the task again.
+Unclaimed, the timer retires it: the coroutine ends by itself and runs its end-of-rollout
+accounting once (ROLL-5, POST-1).
 
 The lot is bounded in count and bytes, per owner and per process (PARK-7): parking past a bound
 retires the oldest parked rollout (of that owner, or of the process) with a logged reason, so a
@@ -78,6 +80,7 @@ class Parked:
     owner: str | None  # the API-key identity that created it (OWN-1)
     timer: asyncio.TimerHandle
     nbytes: int  # what it was charged at when parked (its context's retained bytes)
+    chain: bool = False  # an HTTP chain's (PARK-4): no address registered (PARK-20)
 
 
 @dataclass(slots=True)
@@ -108,9 +111,17 @@ class ParkingLot:
         self.closed = False
 
     def park(
-        self, response_id: str, rollout: Parkable, task: asyncio.Task[None], owner: str | None
+        self,
+        response_id: str,
+        rollout: Parkable,
+        task: asyncio.Task[None],
+        owner: str | None,
+        *,
+        chain: bool = False,
     ) -> bool:
-        """Take the task over; False (nothing taken) when parking is off or shutting down."""
+        """Take the task over; False (nothing taken) when parking is off or shutting down.
+        ``chain``: an HTTP chain's ``store: true`` rollout (PARK-4), whose address is not
+        registered for other nodes (PARK-20: another node continues it from the store)."""
         if self.closed or self.seconds <= 0 or not rollout.waiting:
             return False
         if response_id in self._continued:  # already continued on another node (PARK-9)
@@ -123,11 +134,11 @@ class ParkingLot:
             return False
         loop = asyncio.get_running_loop()
         timer = loop.call_later(self.seconds, self._expire, response_id)
-        self._add(Parked(response_id, rollout, task, owner, timer, size))
+        self._add(Parked(response_id, rollout, task, owner, timer, size, chain))
         # It may end on its own while parked (the suspended idle limit, LIM-2): forget it then.
         task.add_done_callback(lambda _t: self._forget(response_id, task))
         self._counters["park.parked"] += 1
-        if self._registry is not None:
+        if self._registry is not None and not chain:
             self._registry.parked(response_id)  # a node elsewhere may ask for it (PARK-20)
         self._enforce(owner)
         return True
@@ -144,7 +155,7 @@ class ParkingLot:
         if entry is None:
             return None
         entry.timer.cancel()
-        if self._registry is not None:
+        if self._registry is not None and not entry.chain:
             self._registry.unparked(response_id)
         owner = self._owners[entry.owner]
         for tally in (self._total, owner):

@@ -37,9 +37,10 @@ async def test_scenario_with_previous_response_id(server: LiveServer, sandbox: P
     assert len(connections) == 1
     assert len(set(result.response_ids)) == 27
     assert sum(isinstance(e, ev.ResponseCompleted) for e in events) == 27
-    # Each continuation named its parent by id; nothing was resent, and each was served from
-    # the process's hydration cache: pre-inference only over its new items (HYD-1).
-    assert server.engine.counters["create.hydrated"] == 26
+    # Each continuation named its parent by id; nothing was resent, and each resumed the
+    # chain's parked rollout (PARK-4, PARK-3): pre-inference only over its new items.
+    assert server.engine.counters["create.unparked"] == 26
+    assert server.engine.counters["create.hydrated"] == 0
     assert server.engine.counters["create.store_hydrate"] == 0
     assert server.engine.counters["create.stateless"] == 1
     last = await server.engine.store.get(result.response_id)

@@ -2,7 +2,9 @@
 
 An HTTP chain by ``previous_response_id`` must, from its second turn on, run pre-inference only
 over each request's new items: the stage counters prove it (``validate.full`` stays at the
-first request's items; ``validate.incremental`` grows by exactly the new items).
+first request's items; ``validate.incremental`` grows by exactly the new items). An HTTP chain
+resumes its parked rollout first (PARK-4, ``retained/test_http_chain_park_functional.py``), so
+the cache is seen here with parking off (``park_seconds=0``), as when the rollout was evicted.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ FIRST_INPUT: list[Any] = [
     {"role": "developer", "content": "You are careful."},
     {"role": "user", "content": "Fix the tests."},
 ]
+NOT_PARKED = EngineConfig(tokens_per_second=0, park_seconds=0)  # PARK-4 off: the cache serves
 
 
 def _answer(response: Any, text: str = "ok") -> list[Any]:
@@ -34,8 +37,11 @@ def _answer(response: Any, text: str = "ok") -> list[Any]:
     return [{"type": "function_call_output", "call_id": call.call_id, "output": text}]
 
 
-async def test_http_chain_runs_pre_inference_only_over_new_items(server: LiveServer) -> None:
+async def test_http_chain_runs_pre_inference_only_over_new_items(
+    server_factory: Callable[..., Any],
+) -> None:
     """HYD-1, HYD-4: every continuation is a cache hit, processed incrementally."""
+    server: LiveServer = await server_factory(NOT_PARKED)
     client = AsyncOpenAI(base_url=server.base_url, api_key="x", max_retries=0)
     engine = server.engine
     response = await client.responses.create(model=MODEL, input=FIRST_INPUT, tools=TOOLS)
@@ -67,7 +73,7 @@ async def test_cache_off_is_the_store_path_with_the_same_answers(
     """HYD-2: with a zero budget nothing is cached; the store path re-processes the history
     (COMPAT-4) and the responses are the same."""
     live: LiveServer = await server_factory(
-        EngineConfig(tokens_per_second=0, hydration_cache_bytes=0)
+        EngineConfig(tokens_per_second=0, hydration_cache_bytes=0, park_seconds=0)
     )
     client = AsyncOpenAI(base_url=live.base_url, api_key="x", max_retries=0)
     first = await client.responses.create(model=MODEL, input=FIRST_INPUT, tools=TOOLS)
@@ -83,9 +89,12 @@ async def test_cache_off_is_the_store_path_with_the_same_answers(
     assert second.output[-1].type == "function_call"
 
 
-async def test_new_websocket_connection_continues_from_the_cache(server: LiveServer) -> None:
+async def test_new_websocket_connection_continues_from_the_cache(
+    server_factory: Callable[..., Any],
+) -> None:
     """HYD-1: a new connection naming a recent stored response of this process forks the
     cached context, like an HTTP continuation."""
+    server: LiveServer = await server_factory(NOT_PARKED)
     client = AsyncOpenAI(base_url=server.base_url, api_key="x", max_retries=0)
     first = await client.responses.create(model=MODEL, input=FIRST_INPUT, tools=TOOLS)
     async with client.responses.connect() as conn:
@@ -97,7 +106,7 @@ async def test_new_websocket_connection_continues_from_the_cache(server: LiveSer
             if event.type == "response.completed":
                 break
     await client.close()
-    await server.runner.cleanup()  # its rollout was parked; shutdown ends it (stats added)
+    await server.runner.cleanup()  # shutdown ends its rollout (stats added)
     assert server.engine.counters["create.hydrated"] == 1
     assert server.engine.stats.items["validate.incremental"] == 1
     assert server.engine.stats.items["validate.full"] == len(FIRST_INPUT)

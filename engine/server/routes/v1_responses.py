@@ -3,7 +3,8 @@ create (JSON and SSE, detached with ``background``), compact, input tokens, the 
 upgrade, retrieve, delete, cancel, input items and the token trajectory.
 
 An HTTP create runs through a one-request ``Session``: without ``previous_response_id`` it is the
-stateless baseline (full pre-inference over the whole input); with it, it hydrates from the store.
+stateless baseline (full pre-inference over the whole input); with it, it resumes the chain's
+parked rollout (PARK-4), or forks a cached context, or hydrates from the store (the loader).
 A background run's own requests (start, poll, stream-resume, cancel) are
 ``engine/server/routes/background.py``'s.
 """
@@ -74,7 +75,7 @@ async def _create(
         sink = TimedSink(http_sink)
         sink.add_decode(time.perf_counter() - start)
     quota = await ratelimits.quota_for(request)
-    session = Session(engine, sink, transport="http", owner=owner, quota=quota)
+    session = Session(engine, sink, transport="http", owner=owner, quota=quota, retains=True)
     session.traceparent = request.headers.get("traceparent")  # OTEL-2
     live = request.app[REQUESTS]  # the inspector lists in-flight HTTP creates (INSP-4)
     live.add(session)

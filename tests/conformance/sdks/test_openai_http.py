@@ -141,8 +141,8 @@ async def test_http_stream_function_call_events(client: AsyncOpenAI) -> None:
 async def test_http_function_call_round_trip_previous_response_id(
     client: AsyncOpenAI, server: LiveServer
 ) -> None:
-    """HYD-1, HTTP-5: over HTTP a continuation of a recent response of this process forks its
-    cached context (COMPAT-4 with the cache off)."""
+    """PARK-4, HTTP-5: over HTTP a continuation of a recent response of this process resumes
+    its parked rollout (HYD-1 with parking off, COMPAT-4 with the cache off too)."""
     first = await client.responses.create(model=MODEL, input="Weather in Paris?", tools=[WEATHER])
     call = first.output[0]
     assert call.type == "function_call"
@@ -159,7 +159,7 @@ async def test_http_function_call_round_trip_previous_response_id(
     assert second.status == "completed"
     assert second.previous_response_id == first.id
     assert second.output_text == "Based on the tool results: sunny"
-    assert server.engine.counters["create.hydrated"] == 1
+    assert server.engine.counters["create.unparked"] == 1
 
 
 async def test_http_continuation_with_full_history_without_previous_id(client: AsyncOpenAI) -> None:

@@ -103,6 +103,6 @@ async def test_metrics_expose_stage_histograms_and_cache_counters(server: LiveSe
         body = await resp.text()
     for stage in ("validate", "scan", "render", "route", "queue", "ttft", "model", "post"):
         assert f'rollout_stage_seconds_count{{stage="{stage}"}}' in body
-    assert 'rollout_events_total{event="create.hydrated"} 1.0' in body
-    assert 'rollout_events_total{event="hydration.hit"} 1.0' in body
+    assert 'rollout_events_total{event="create.unparked"} 1.0' in body  # PARK-4
+    assert 'rollout_events_total{event="park.claimed"} 1.0' in body
     assert 'rollout_responses_total{mode="standard",status="completed"} 2.0' in body

@@ -94,10 +94,12 @@ async def test_think_stateless_chain_is_exact_over_http(
     engine_for: StartEngine, think_peer: TokenPeer, qwen3_dir: Path, tmp_path: Path
 ) -> None:
     """SEAL-1, SEAL-3, SEAL-4: three stateless turns, each prompt the previous prompt plus the
-    ids the peer sampled (it samples a character at a time, so a re-render would differ)."""
+    ids the peer sampled (it samples a character at a time, so a re-render would differ). The
+    hydration cache is off, so no resend is continued from a context (COMPAT-7): the blobs
+    alone make the chain exact, as on a node that never saw the earlier turns."""
     keys = key_file(tmp_path / "keys", os.urandom(32))
     router = tokens_router(think_peer, qwen3_dir, "vllm", reasoning_parser="think")
-    server = await engine_for(router, reasoning_key_file=keys)
+    server = await engine_for(router, reasoning_key_file=keys, hydration_cache_bytes=0)
     think_peer.script.extend(THINK_SCRIPT)
     responses = await stateless_chain([server])
     assert_sealed(responses)
@@ -111,9 +113,10 @@ async def test_without_the_include_no_blob_and_a_rerender(
 ) -> None:
     """SEAL-1, SEAL-8: no ``include``, no ``encrypted_content`` (REASON-2); the stateless
     continuation then renders the history with the template (TOK-4), which the peer sees as
-    not exact (so the exact chains above owe their exactness to the blobs)."""
+    not exact (so the exact chains above owe their exactness to the blobs). The hydration
+    cache is off: no context to continue (COMPAT-7)."""
     router = tokens_router(think_peer, qwen3_dir, "vllm", reasoning_parser="think")
-    server = await engine_for(router)
+    server = await engine_for(router, hydration_cache_bytes=0)
     think_peer.script.extend(THINK_SCRIPT[:2])
     history: list[dict[str, Any]] = [{"role": "user", "content": "Weather?"}]
     async with client_of(server) as client:

@@ -144,12 +144,14 @@ async def test_harmony_stateless_resend_with_fields_is_exact(
         assert answer["output"][-1]["generation_token_ids"] == harmony_peer.turns[n].answer
 
 
-async def test_without_the_fields_a_resend_renders_afresh(
+async def test_without_the_fields_or_the_context_a_resend_renders_afresh(
     engine_for: StartEngine, peer: TokenPeer, qwen3_dir: Path
 ) -> None:
-    """TOK-61, TOK-62: not asked, no item carries them, and the same resend is rendered by
-    the template, which the peer sees as not exact (the exact chains owe it to the fields)."""
-    server = await engine_for(tokens_router(peer, qwen3_dir, "vllm"))
+    """TOK-61, TOK-62: not asked, no item carries them, and on a process that holds no
+    context to continue (the hydration cache off, so no resend is matched, COMPAT-7) the same
+    resend is rendered by the template, which the peer sees as not exact (the exact chains owe
+    it to the fields)."""
+    server = await engine_for(tokens_router(peer, qwen3_dir, "vllm"), hydration_cache_bytes=0)
     peer.script.extend(PLAIN[:2])
     answers = await http_chain(server, 2, include=None)
     for answer in answers:

@@ -1,0 +1,135 @@
+"""What makes a resent item the same item (SPEC: COMPAT-7, COMPAT-8).
+
+A client that keeps its own history (the openai SDK's loops, verifiers, NeMo Gym, Codex with
+``store: false``) sends the whole item list every turn: the input it sent before and the output
+it received, in the SDK's shapes. The loader continues the context of a response whose full
+item list the input begins with (``connection/loader.py``, ``LoadPath.RESENT``); this module
+says when two items are the same for that purpose, and digests a list of items so that the
+question is one dictionary lookup per candidate prefix, never a render.
+
+An item's *canonical form* keeps what the model reads of it and what the context's ledger
+keys on, and nothing else:
+
+- dropped: ``id``, ``status`` and the training fields (TOK-60) of every item; a text part's
+  ``annotations`` and ``logprobs``;
+- the same: a message's or tool output's string content and a list holding one text part of
+  that text; an ``input_text`` and an ``output_text`` part of the same text; a reasoning
+  item's ``summary`` or ``content`` absent and empty;
+- kept, so any difference starts afresh: the item's type, a message's role, ``phase`` and
+  every part's text (images and files by every field), a call's ``call_id``, ``name``,
+  ``namespace`` and ``arguments`` (or ``input``) byte for byte, an output's ``call_id`` and
+  content, a reasoning item's texts and ``encrypted_content``, a compaction's blob, every
+  other item's JSON but its ``id`` and ``status`` (ITEM-7).
+
+A list's digest is rolling: ``d(0)`` is empty and ``d(k) = blake2b-128(d(k-1) ‖ canonical(k))``,
+so the digests of every prefix of a request's input cost one encoding and one hash per item,
+and a context keeps its own digest as it grows (``Rolling``), paying only for new items.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from protocol.items import (
+    Compaction,
+    ContentPart,
+    CustomToolCall,
+    CustomToolCallOutput,
+    FunctionCall,
+    FunctionCallOutput,
+    InputFile,
+    InputImage,
+    InputItem,
+    InputText,
+    Message,
+    OpaqueItem,
+    OutputText,
+    Reasoning,
+    Refusal,
+)
+
+DIGEST_SIZE = 16  # 128 bits: a collision between two of one key's lists is not a concern
+_encode = msgspec.msgpack.Encoder().encode
+_json = msgspec.json.Encoder(order="sorted").encode
+
+
+def _parts(content: str | list[ContentPart]) -> tuple[Any, ...]:
+    if isinstance(content, str):
+        return (("t", content),)
+    out: list[Any] = []
+    for part in content:
+        if isinstance(part, InputText | OutputText):
+            out.append(("t", part.text))
+        elif isinstance(part, Refusal):
+            out.append(("r", part.refusal))
+        elif isinstance(part, InputImage):
+            out.append(("i", part.detail, part.image_url, part.file_id))
+        elif isinstance(part, InputFile):
+            out.append(("f", part.file_id, part.file_data, part.file_url, part.filename))
+    return tuple(out)
+
+
+def canonical(item: InputItem) -> bytes:
+    """The item's canonical form (see the module docstring), as bytes."""
+    form: tuple[Any, ...]
+    if isinstance(item, Message):
+        form = ("m", item.role, item.phase, _parts(item.content))
+    elif isinstance(item, FunctionCall):
+        form = ("c", item.call_id, item.name, item.namespace, item.arguments)
+    elif isinstance(item, FunctionCallOutput):
+        form = ("o", item.call_id, _parts(item.output))
+    elif isinstance(item, CustomToolCall):
+        form = ("cc", item.call_id, item.name, item.namespace, item.input)
+    elif isinstance(item, CustomToolCallOutput):
+        form = ("co", item.call_id, _parts(item.output))
+    elif isinstance(item, Reasoning):
+        summary = tuple(part.text for part in item.summary or ())
+        content = tuple(part.text for part in item.content or ())
+        form = ("rs", summary, content, item.encrypted_content)
+    elif isinstance(item, Compaction):
+        form = ("x", item.encrypted_content)
+    elif isinstance(item, OpaqueItem):
+        body = {k: v for k, v in item.data.items() if k not in ("id", "status")}
+        form = ("op", _json(body))
+    else:  # an item reference: never in a context (resolved when it enters), so never equal
+        form = ("ref", item.id)
+    return _encode(form)
+
+
+def step(digest: bytes, item: InputItem) -> bytes:
+    """The digest of a list one item longer."""
+    return hashlib.blake2b(digest + canonical(item), digest_size=DIGEST_SIZE).digest()
+
+
+def prefix_digests(items: list[InputItem]) -> list[bytes]:
+    """``d(1)`` … ``d(len(items))``: the digest of every non-empty prefix of ``items``."""
+    out: list[bytes] = []
+    digest = b""
+    for item in items:
+        digest = step(digest, item)
+        out.append(digest)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Rolling:
+    """A context's digest so far: of its first ``covered`` items."""
+
+    covered: int = 0
+    digest: bytes = b""
+
+    def over(self, items: list[InputItem]) -> Rolling:
+        """The digest of all of ``items``, of which the first ``covered`` were digested."""
+        if self.covered > len(items):  # the list was replaced (a compaction): start again
+            return Rolling().over(items)
+        digest = self.digest
+        for item in items[self.covered :]:
+            digest = step(digest, item)
+        return Rolling(len(items), digest)
+
+
+NO_DIGEST = Rolling()  # shared by every new context: it is immutable

@@ -1,0 +1,1 @@
+"""What a process retains between requests: an HTTP chain's parked rollout (PARK-4)."""

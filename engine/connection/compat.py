@@ -19,6 +19,7 @@ import msgspec
 
 from engine.connection.lane import CacheEntry, Lane
 from engine.connection.loader import Create, Found, LoadPath, load_conversation, load_joined
+from engine.connection.targets import Targets
 from engine.conversation.compaction import compaction_threshold, take_trigger
 from engine.conversation.context import Context
 from engine.conversation.pipeline import FULL, INCREMENTAL, ItemTexts
@@ -54,16 +55,13 @@ class Connection(Protocol):
     quota: Quota | None  # its key's rate limits (RATE-4)
     traceparent: str | None  # the client's W3C trace context, if any (OTEL-2)
     loop: asyncio.AbstractEventLoop  # the connection's, held (a lookup is a system call)
+    targets: Targets  # what steers and appends name: an append-mode response is one (APPEND-3)
 
     def resolve(self, model: str) -> Backend: ...
 
     def cached(self, response_id: str) -> tuple[Lane, CacheEntry] | None: ...
 
     def spawn(self, rollout: Rollout) -> None: ...
-
-    def serving(self, response_id: str, append_target: Rollout | None) -> None: ...
-
-    def served(self, response_id: str) -> None: ...
 
     def adopt(self, task: asyncio.Task[None], rollout: Rollout) -> None: ...
 
@@ -221,11 +219,11 @@ async def _let_go(turn: Turn | None) -> None:
 async def _serve_turn(session: Connection, job: Admission, rollout: Rollout, turn: Turn) -> str:
     """Wait for one response's terminal event; an append-mode response is a target meanwhile."""
     response_id = turn.stream.id
-    session.serving(response_id, rollout if job.mode is Mode.APPEND else None)
+    session.targets.serving(response_id, rollout if job.mode is Mode.APPEND else None)
     try:
         return await turn.done
     finally:
-        session.served(response_id)
+        session.targets.served(response_id)
         if turn.trace is not None:
             turn.trace.finish(_ended(turn, rollout))
 

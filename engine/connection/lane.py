@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from engine.conversation.context import Context
@@ -55,6 +56,14 @@ def open_lane(
             )
         lane = lanes[stream_id] = Lane(stream_id, max_queued, counters)
     return lane
+
+
+def latest_of(lanes: Iterable[Lane], response_id: str) -> tuple[Lane, CacheEntry] | None:
+    """The lane whose cached latest response is ``response_id`` (any lane: forks, CACHE-4)."""
+    for lane in lanes:
+        if lane.latest is not None and lane.latest.response_id == response_id:
+            return lane, lane.latest
+    return None
 
 
 @dataclass

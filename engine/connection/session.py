@@ -14,22 +14,13 @@ import time
 from collections.abc import Awaitable, Callable
 
 from engine.connection.compat import run_create
-from engine.connection.ended import Ended, ended_with
-from engine.connection.inject import (
-    HeldOutputs,
-    inject_failed,
-    tool_outputs,
-    unknown_target,
-    waiting_standard,
-)
-from engine.connection.lane import CacheEntry, Lane, open_lane, valid_stream_id
+from engine.connection.lane import CacheEntry, Lane, latest_of, open_lane, valid_stream_id
 from engine.connection.retaining import park_latest
-from engine.conversation.validation import validate
+from engine.connection.targets import Targets
 from engine.core import Engine
 from engine.models.base import Backend
 from engine.retained.ratelimits import Quota
 from engine.rollout.coroutine import Rollout
-from engine.rollout.steering import Steer, echo, steer_items, unattached
 from engine.rollout.turn import ClientGone, Mode, Turn
 from protocol.codec import error_event
 from protocol.errors import (
@@ -47,11 +38,9 @@ from protocol.events import (
     ResponseProcessed,
     ResponseSteer,
     Sink,
-    SteerRef,
 )
 from protocol.items import InputItem
 from protocol.response import CreateParams
-from protocol.stream import new_id
 
 log = logging.getLogger("rollout.session")
 
@@ -76,15 +65,13 @@ class Session:
         self.sink = sink
         self.transport = transport
         self.default_mode = default_mode
-        # The upgrade opted into OpenAI's multi-agent beta: standard-mode responses take
-        # response.inject (INJECT-1).
-        self.multi_agent = multi_agent
         self.retains = retains  # an HTTP create's: its chain's suspended rollout (PARK-4)
-        self._held = HeldOutputs()  # standard-mode injects waiting for their siblings
         self.lanes: dict[str | None, Lane] = {}
-        self._append_targets: dict[str, Rollout] = {}  # live append-mode responses
-        self._ended = Ended()  # for precise late-steer and late-append errors
         self.rollouts: dict[asyncio.Task[None], Rollout] = {}
+        # What a steer, append or inject names (STEER-*, APPEND-*, INJECT-*).
+        self.targets = Targets(
+            self.lanes, self.rollouts, sink, self.submit_create, multi_agent=multi_agent
+        )
         self.queued_bytes = 0  # frames of creates waiting in this connection's lanes (LIM-22)
         self._backends: dict[str, Backend] = {}  # model name -> backend, resolved once here
         self.loop = asyncio.get_running_loop()
@@ -110,13 +97,13 @@ class Session:
             if isinstance(event, ResponseCreate):
                 self.submit_create(event, nbytes)
             elif isinstance(event, ResponseSteer):
-                await self.handle_steer(event)
+                await self.targets.steer(event)
             elif isinstance(event, ResponseProcessed):
                 # Codex reads no answer to it: any frame here would be taken as the start of
                 # its next response's stream (WS-15).
                 self.engine.counters["ws.response_processed"] += 1
             else:
-                await self.handle_append(event)
+                await self.targets.append(event)
         except ProtocolError as err:
             await self.send_error(err, self._lane_of(event, err))
         except Exception:
@@ -130,11 +117,7 @@ class Session:
         if err.code in _CONNECTION_SCOPED:
             return None
         if isinstance(event, ResponseAppend | ResponseInject):
-            target = self._append_target(event.response_id)
-            if target is None and isinstance(event, ResponseInject) and self.multi_agent:
-                live = (r for r in self.rollouts.values() if r.steerable(event.response_id))
-                target = next(live, None)  # a standard-mode target's lane (INJECT-8)
-            return target.turn.stream.stream_id if target is not None else None
+            return self.targets.lane_of(event)
         stream_id = getattr(event, "stream_id", None)
         return stream_id if isinstance(stream_id, str) and valid_stream_id(stream_id) else None
 
@@ -179,36 +162,9 @@ class Session:
             self.engine.counters,
         )  # fmt: skip
 
-    def serving(self, response_id: str, append_target: Rollout | None) -> None:
-        """A create's response is being produced; an append-mode one takes appends (APPEND-3)."""
-        if append_target is not None:
-            self._append_targets[response_id] = append_target
-
-    def served(self, response_id: str) -> None:
-        """It reached its terminal event: later steers and appends hear so (STEER-7, APPEND-5)."""
-        self._ended.add(response_id, append=self._append_targets.pop(response_id, None) is not None)
-
-    def has_finished(self, response_id: str) -> bool:
-        """A response of this connection that reached its terminal event (STEER-7)."""
-        if self.cached(response_id) is not None:
-            return True
-        return self._ended.response(response_id, self.rollouts.values())
-
-    def _append_target(self, response_id: str) -> Rollout | None:
-        """The live append-mode rollout named: none once its terminal frame is out (APPEND-5)."""
-        rollout = self._append_targets.get(response_id)
-        return None if rollout is None or ended_with(rollout, response_id) else rollout
-
-    def finished_append(self, response_id: str) -> bool:
-        """An append-mode response of this connection that ended (APPEND-5)."""
-        return self._ended.append(response_id, self._append_targets.get(response_id))
-
     def cached(self, response_id: str) -> tuple[Lane, CacheEntry] | None:
         """The lane whose cached latest response is ``response_id`` (any lane: forks, CACHE-4)."""
-        for lane in self.lanes.values():
-            if lane.latest is not None and lane.latest.response_id == response_id:
-                return lane, lane.latest
-        return None
+        return latest_of(self.lanes.values(), response_id)
 
     def forget(self, response_id: str) -> None:
         """Drop a deleted response from this connection's lane caches (STORE-11)."""
@@ -247,39 +203,6 @@ class Session:
         finally:
             lane.active = False
         return True
-
-    async def handle_steer(self, event: ResponseSteer) -> None:
-        """Accept, queue or refuse one ``response.steer`` (STEER-1..STEER-7)."""
-        target = event.previous_response_id
-        rollout = next((r for r in self.rollouts.values() if r.steerable(target)), None)
-        if rollout is None:
-            await self.sink.send(unattached(event, await _finished(self, target, append=False)))
-            return
-        stream = rollout.turn.stream
-        refused = SteerRef(previous_response_id=target, input=echo(event.input))
-        try:
-            items = steer_items(event.input)
-            validate(rollout.ctx, items, rollout.backend.supports)
-        except ProtocolError as err:
-            await self.sink.send(stream.steer_failed(refused, "invalid_input", err.message))
-            return
-        await rollout.steer(Steer(new_id("steer"), items, event.input, target))
-
-    async def handle_append(self, event: ResponseAppend | ResponseInject) -> None:
-        """Commit tool outputs into a response that waits for them: an append-mode response
-        (APPEND-3..APPEND-6), or with the multi-agent beta a standard-mode one (INJECT-1..9)."""
-        rollout = self._append_target(event.response_id)
-        if rollout is None:
-            if isinstance(event, ResponseInject):  # OpenAI's beta shape for these (INJECT-6)
-                await _inject_standard(self, event)
-                return
-            finished = await _finished(self, event.response_id, append=True)
-            raise unknown_target(event.response_id, finished)
-        complete = rollout.offer(tool_outputs(event.input))  # raises without any change
-        if isinstance(event, ResponseInject):
-            await self.sink.send(rollout.turn.stream.inject_created())
-        if complete:
-            rollout.resume(rollout.turn)
 
     async def send_error(self, err: ProtocolError, stream_id: str | None = None) -> None:
         with contextlib.suppress(ClientGone):
@@ -325,7 +248,7 @@ class Session:
         pending = workers + list(self.rollouts)
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
-        self._append_targets.clear()
+        self.targets.clear()
         for lane in self.lanes.values():
             lane.clear()
 
@@ -354,44 +277,7 @@ class Session:
             await lane.queue.join()
 
 
-async def _finished(self: Session, response_id: str, *, append: bool) -> bool:
-    """Whether a steer's (or with ``append``, an append's) target is a response of this
-    connection that ended, answered once its terminal frame is in the sink: between a terminal
-    event built and its frame comes its durable write (STORE-6), and a refusal as already
-    completed sent there would reach the client before the response's own end (STEER-7,
-    APPEND-5)."""
-    for rollout in self.rollouts.values():
-        if rollout.turn.stream.id == response_id:
-            await rollout.turn.terminal_written()
-            break
-    return self.finished_append(response_id) if append else self.has_finished(response_id)
-
-
-async def _inject_standard(self: Session, event: ResponseInject) -> None:
-    """A standard-mode target (INJECT-2, INJECT-5): its outputs are held until its calls are
-    all answered, then continue it as a create queued on its lane (the fast path)."""
-    target = event.response_id
-    found = waiting_standard(self.lanes.values(), target) if self.multi_agent else None
-    if found is None:
-        running = any(r.steerable(target) and not r.waiting for r in self.rollouts.values())
-        if running and self.multi_agent:  # it samples: outputs come after its calls (INJECT-7)
-            raise _not_waiting()
-        finished = self.finished_append(target) or (self.multi_agent and self.has_finished(target))
-        await self.sink.send(inject_failed(event, finished))
-        return
-    continuation = self._held.accept(self.lanes.values(), found, event)
-    await self.sink.send(found[2].turn.stream.inject_created())
-    if continuation is not None:
-        self.submit_create(continuation)
-
-
 _CONNECTION_SCOPED = frozenset({"websocket_connection_limit_reached", "invalid_stream_id"})
-
-
-def _not_waiting() -> ProtocolError:
-    return InvalidRequest(
-        "response_not_waiting", "The response is not waiting for tool outputs.", None
-    )
 
 
 def _age(seconds: float) -> str:

@@ -12,7 +12,7 @@ queued on the rollout, which applies it itself:
 
 Everything else fails with ``response.steer.failed``, which returns the uncommitted input.
 This module holds the submission and its checks, and ``Steering``, the queue a rollout owns
-(reached through ``Rollout.steer``, with its limit inside); ``Session.handle_steer`` finds the
+(reached through ``Rollout.steer``, with its limit inside); ``Targets.steer`` finds the
 target.
 """
 

@@ -208,7 +208,7 @@ async def test_steer_during_the_terminal_events_durable_write_is_refused_after_i
     but only after the terminal frame: the client never hears "completed" before the
     response's own end (the live fuzzer, seed 1376857138)."""
     conn, live, _ = await connect([[TextDelta("the answer")]])
-    write = HeldWrite(monkeypatch, live.engine.store, "handle_steer")
+    write = HeldWrite(monkeypatch, live.engine.store, "steer")
     await conn.response.create(model="m", input="q", store=True)
     created = await recv(conn)
     await wait_for(write.held.is_set, "the terminal event's durable write")

@@ -160,7 +160,7 @@ async def test_an_append_during_the_terminal_events_durable_write_is_refused_aft
     """APPEND-5: between a response's terminal event being built and its frame being sent
     comes its durable write (STORE-6). An append arriving then is refused as already
     completed, but only after the terminal frame (as a steer is, STEER-7)."""
-    write = HeldWrite(monkeypatch, server.engine.store, "handle_append")
+    write = HeldWrite(monkeypatch, server.engine.store, "append")
     async with aiohttp.ClientSession() as http, http.ws_connect(server.ws_url) as ws:
         create = {"type": "response.create", "model": "sim", "rollout_mode": "append"}
         await ws.send_json({**create, "input": "Say hello.", "store": True})

@@ -38,7 +38,8 @@ def test_only_the_lane_writes_its_cache() -> None:
     assert _writers("rollout") == {"connection/lane.py"}
 
 
-def test_only_the_session_writes_its_append_targets() -> None:
-    """APPEND-3: append targets are the session's; compat calls ``serving``/``served``."""
-    assert _writers("_append_targets") == {"connection/session.py"}
+def test_only_the_targets_write_the_append_targets() -> None:
+    """APPEND-3: append targets are the connection's ``Targets``; compat calls
+    ``serving``/``served``."""
+    assert _writers("_append_targets") == {"connection/targets.py"}
     assert _writers("append_targets") == set()

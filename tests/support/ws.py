@@ -67,25 +67,25 @@ class HeldWrite:
     """The store's writes wait for ``release``: the window between a response's terminal
     event being built and its frame being sent (its durable write, STORE-6). ``held`` is set
     when a write waits, ``read`` when the session has taken the client event its
-    ``handler`` (a ``Session`` method: ``handle_steer``, ``handle_append``) answers."""
+    ``handler`` (a ``Targets`` method: ``steer``, ``append``) answers."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, store: Any, handler: str) -> None:
-        from engine.connection.session import Session
+        from engine.connection.targets import Targets
 
         self.held, self.released, self.read = asyncio.Event(), asyncio.Event(), asyncio.Event()
-        put, handle = store.put, getattr(Session, handler)
+        put, handle = store.put, getattr(Targets, handler)
 
         async def slow_put(record: Any) -> Any:
             self.held.set()
             await self.released.wait()
             return await put(record)
 
-        async def watched(session: Session, event: Any) -> None:
+        async def watched(targets: Targets, event: Any) -> None:
             self.read.set()
-            await handle(session, event)
+            await handle(targets, event)
 
         monkeypatch.setattr(store, "put", slow_put)
-        monkeypatch.setattr(Session, handler, watched)
+        monkeypatch.setattr(Targets, handler, watched)
 
     def release(self) -> None:
         self.released.set()

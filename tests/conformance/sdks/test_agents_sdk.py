@@ -144,6 +144,8 @@ async def test_agents_http_run_invokes_tool_and_finishes(
     assert calls == ["Madrid"]
     assert result.final_output == "Based on the tool results: sunny in Madrid"
     assert server.engine.counters["create.stateless"] == 2
+    # the SDK resends the whole history: the second create continues the first (COMPAT-7)
+    assert server.engine.counters["create.resent"] == 1
 
 
 async def test_agents_http_auto_previous_response_id_continues_by_id(
@@ -157,7 +159,8 @@ async def test_agents_http_auto_previous_response_id_continues_by_id(
     )
     assert calls == ["Athens"]
     assert result.final_output == "Based on the tool results: sunny in Athens"
-    assert server.engine.counters["create.hydrated"] == 1  # a recent response of this process
+    # the chain's suspended rollout, parked by the first create, resumed (PARK-4)
+    assert server.engine.counters["create.unparked"] == 1
 
 
 async def test_agents_http_streamed_run(server: LiveServer, client: AsyncOpenAI) -> None:

@@ -290,8 +290,8 @@ class _OpenHosted:
 
 class _NumberedEvents:
     """One response's event numbering and state, and the notices that take a number without
-    being part of its items (inject, steering). ``ResponseStream`` adds the items and the
-    lifecycle."""
+    being part of its items (inject, steering). ``_OutputItems`` adds the items,
+    ``ResponseStream`` the lifecycle."""
 
     def __init__(
         self, response: Response, stream_id: str | None = None, full_echo: bool = False
@@ -379,9 +379,10 @@ class _NumberedEvents:
         )
 
 
-class ResponseStream(_NumberedEvents):
-    """Builds the event sequence of one response. One instance per response id: its lifecycle,
-    and its one open output item (ORD-5), streamed as the item's row of the table says."""
+class _OutputItems(_NumberedEvents):
+    """One response's output items as they stream: its one open item (ORD-5), opened, fed and
+    closed as the item's row of the table says, and the items complete when added (compaction,
+    hosted tools). ``ResponseStream`` adds the lifecycle."""
 
     def __init__(
         self, response: Response, stream_id: str | None = None, full_echo: bool = False
@@ -544,70 +545,6 @@ class ResponseStream(_NumberedEvents):
         assert isinstance(done, FunctionCall | CustomToolCall)
         return done, events
 
-    # ------------------------------------------------------------------ lifecycle
-    def created(self) -> ev.ResponseCreated:
-        seq = self._step(Step.CREATE)
-        return ev.ResponseCreated(
-            sequence_number=seq, stream_id=self.stream_id, response=self._opening()
-        )
-
-    def in_progress(self) -> ev.ResponseInProgress:
-        seq = self._step(Step.START)
-        return ev.ResponseInProgress(
-            sequence_number=seq, stream_id=self.stream_id, response=self._opening()
-        )
-
-    def suspend(self, pending: list[ToolCall]) -> ev.ResponseDone:
-        self._require_closed()
-        seq = self._step(Step.SUSPEND)
-        calls = [
-            ev.PendingCall(call_id=c.call_id, name=c.name, namespace=c.namespace) for c in pending
-        ]
-        return ev.ResponseDone(
-            sequence_number=seq,
-            stream_id=self.stream_id,
-            response=self._snapshot(),
-            pending_calls=calls,
-        )
-
-    def resume(self) -> None:
-        self.state = next_state(self.state, Step.RESUME)
-
-    def completed(self, usage: Usage, completed_at: int) -> ev.ResponseCompleted:
-        self._require_closed()
-        seq = self._step(Step.COMPLETE)
-        self._finish("completed", usage, completed_at)
-        return ev.ResponseCompleted(
-            sequence_number=seq, stream_id=self.stream_id, response=self._snapshot()
-        )
-
-    def failed(
-        self, code: str, message: str, usage: Usage | None, completed_at: int
-    ) -> ev.ResponseFailed:
-        seq = self._step(Step.FAIL)
-        self._abandon_open_item()
-        self.response.error = ResponseErrorInfo(code=code, message=message)
-        self._finish("failed", usage, completed_at)
-        return ev.ResponseFailed(
-            sequence_number=seq, stream_id=self.stream_id, response=self._snapshot()
-        )
-
-    def incomplete(
-        self, reason: str, usage: Usage | None, completed_at: int
-    ) -> ev.ResponseIncomplete:
-        seq = self._step(Step.INCOMPLETE)
-        self._abandon_open_item()
-        self.response.incomplete_details = IncompleteDetails(reason=reason)
-        self._finish("incomplete", usage, completed_at)
-        return ev.ResponseIncomplete(
-            sequence_number=seq, stream_id=self.stream_id, response=self._snapshot()
-        )
-
-    def _finish(self, status: Any, usage: Usage | None, completed_at: int) -> None:
-        self.response.status = status
-        self.response.usage = usage
-        self.response.completed_at = completed_at
-
     # ------------------------------------------------------------------ compaction
     def add_compaction(self, item: Compaction) -> list[ev.ServerEvent]:
         """A compaction item (COMPACT-3, COMPACT-7): it is complete when it appears, so
@@ -677,6 +614,76 @@ class ResponseStream(_NumberedEvents):
     def add_hosted(self, item: McpItem) -> list[ev.ServerEvent]:
         """A hosted-tool item complete at once (``mcp_approval_request``, MCP-9)."""
         return [self.open_hosted(item), self.close_hosted(item)]
+
+
+class ResponseStream(_OutputItems):
+    """Builds the event sequence of one response. One instance per response id: its numbered
+    events and notices (``_NumberedEvents``), its output items (``_OutputItems``) and here its
+    lifecycle, each lifecycle event carrying the Response as it stands."""
+
+    # ------------------------------------------------------------------ lifecycle
+    def created(self) -> ev.ResponseCreated:
+        seq = self._step(Step.CREATE)
+        return ev.ResponseCreated(
+            sequence_number=seq, stream_id=self.stream_id, response=self._opening()
+        )
+
+    def in_progress(self) -> ev.ResponseInProgress:
+        seq = self._step(Step.START)
+        return ev.ResponseInProgress(
+            sequence_number=seq, stream_id=self.stream_id, response=self._opening()
+        )
+
+    def suspend(self, pending: list[ToolCall]) -> ev.ResponseDone:
+        self._require_closed()
+        seq = self._step(Step.SUSPEND)
+        calls = [
+            ev.PendingCall(call_id=c.call_id, name=c.name, namespace=c.namespace) for c in pending
+        ]
+        return ev.ResponseDone(
+            sequence_number=seq,
+            stream_id=self.stream_id,
+            response=self._snapshot(),
+            pending_calls=calls,
+        )
+
+    def resume(self) -> None:
+        self.state = next_state(self.state, Step.RESUME)
+
+    def completed(self, usage: Usage, completed_at: int) -> ev.ResponseCompleted:
+        self._require_closed()
+        seq = self._step(Step.COMPLETE)
+        self._finish("completed", usage, completed_at)
+        return ev.ResponseCompleted(
+            sequence_number=seq, stream_id=self.stream_id, response=self._snapshot()
+        )
+
+    def failed(
+        self, code: str, message: str, usage: Usage | None, completed_at: int
+    ) -> ev.ResponseFailed:
+        seq = self._step(Step.FAIL)
+        self._abandon_open_item()
+        self.response.error = ResponseErrorInfo(code=code, message=message)
+        self._finish("failed", usage, completed_at)
+        return ev.ResponseFailed(
+            sequence_number=seq, stream_id=self.stream_id, response=self._snapshot()
+        )
+
+    def incomplete(
+        self, reason: str, usage: Usage | None, completed_at: int
+    ) -> ev.ResponseIncomplete:
+        seq = self._step(Step.INCOMPLETE)
+        self._abandon_open_item()
+        self.response.incomplete_details = IncompleteDetails(reason=reason)
+        self._finish("incomplete", usage, completed_at)
+        return ev.ResponseIncomplete(
+            sequence_number=seq, stream_id=self.stream_id, response=self._snapshot()
+        )
+
+    def _finish(self, status: Any, usage: Usage | None, completed_at: int) -> None:
+        self.response.status = status
+        self.response.usage = usage
+        self.response.completed_at = completed_at
 
 
 def _misuse(what: str) -> Exception:

@@ -49,7 +49,10 @@ class IncompleteDetails(msgspec.Struct):
     reason: str
 
 
-class Reasoning(msgspec.Struct):
+class ReasoningConfig(msgspec.Struct):
+    """A request's ``reasoning``: its effort and summary settings (not the ``reasoning`` item,
+    ``protocol.items.Reasoning``)."""
+
     effort: str | None = None
     summary: str | None = None
 
@@ -103,7 +106,7 @@ class Response(msgspec.Struct, kw_only=True):
     output: list[OutputItem] = msgspec.field(default_factory=list)
     parallel_tool_calls: bool = True
     previous_response_id: str | None = None
-    reasoning: Reasoning = msgspec.field(default_factory=Reasoning)
+    reasoning: ReasoningConfig = msgspec.field(default_factory=ReasoningConfig)
     service_tier: str = "default"
     store: bool = True
     temperature: float = 1.0
@@ -153,7 +156,7 @@ class CreateParams(msgspec.Struct, kw_only=True, dict=True):
     frequency_penalty: float | None = None
     truncation: str | None = None
     text: dict[str, Any] | None = None
-    reasoning: Reasoning | None = None
+    reasoning: ReasoningConfig | None = None
     include: list[str] | None = None
     metadata: dict[str, Any] | None = None  # checked in the engine: param is metadata.<key>
     store: bool = True

@@ -23,7 +23,7 @@ from typing import Any
 
 from clients.bench import report, table
 from clients.bench.lean_wire import BenchError
-from clients.bench.progress import Progress
+from clients.bench.progress import RunProgress
 from clients.bench.runner import ScenarioConfig, run_scenarios
 from clients.bench.scenario import SCRIPT_CALLS
 from clients.bench.suites.codex import CODEX_CALLS
@@ -224,7 +224,7 @@ async def _run(args: argparse.Namespace, config: ScenarioConfig | None) -> dict[
     doc: dict[str, Any] = {"settings": _settings(args, config), "runs": []}
     targets: list[dict[str, Any]] = []
     if config is not None:
-        with Progress(len(config.speeds) * len(config.modes) * config.repeat) as progress:
+        with RunProgress(len(config.speeds) * len(config.modes) * config.repeat) as progress:
             doc["runs"] = await run_scenarios(config, progress)
         doc["summary"] = report.summarize(doc["runs"])
         targets += report.scenario_targets(doc["summary"])

@@ -79,7 +79,7 @@ class TurnResult:
     server: dict[str, Any] | None = None  # the server's own timing record (OBS-5), if served
 
 
-class TurnReader:
+class RawTurnReader:
     """Folds raw event payloads into a ``TurnResult``; ``feed`` returns True at the turn's end.
 
     ``append=True``: a turn ends at ``response.done`` (tools pending) or the terminal event."""

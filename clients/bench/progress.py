@@ -15,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn
 from rich.progress import Progress as Bar
 
 
-class Progress:
+class RunProgress:
     def __init__(self, total_runs: int, console: Console | None = None) -> None:
         self.console = console or Console(stderr=True, highlight=False)
         self.total = max(total_runs, 1)

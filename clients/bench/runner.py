@@ -16,7 +16,7 @@ from typing import Any
 
 from clients.bench.measure import RunResult, RunSettings, run_mode
 from clients.bench.proc import ServerProcess
-from clients.bench.progress import Progress
+from clients.bench.progress import RunProgress
 from clients.bench.report import combine
 from clients.bench.scenario import SCRIPT_CALLS, coding_model
 from clients.bench.suites.codex import codex_model
@@ -78,7 +78,7 @@ def _rotated(modes: list[str], shift: int) -> list[str]:
     return modes[shift:] + modes[:shift]
 
 
-async def run_scenarios(config: ScenarioConfig, progress: Progress) -> list[dict[str, Any]]:
+async def run_scenarios(config: ScenarioConfig, progress: RunProgress) -> list[dict[str, Any]]:
     """Every (speed, mode) run, combined over repeats, as JSON-ready dicts."""
     settings = RunSettings(
         model=config.model,

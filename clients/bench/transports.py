@@ -24,7 +24,7 @@ from typing import Any, Literal, Protocol
 
 import aiohttp
 
-from clients.bench.lean_wire import ENCODER, BenchError, TurnReader, TurnResult, now
+from clients.bench.lean_wire import ENCODER, BenchError, RawTurnReader, TurnResult, now
 from clients.bench.scenario import ToolResult
 from protocol.sse import SseDecoder
 
@@ -67,7 +67,7 @@ def responses_url(base_url: str) -> str:
     return base_url.rstrip("/") + "/responses"
 
 
-async def _read_sse(resp: aiohttp.ClientResponse, reader: TurnReader) -> TurnResult:
+async def _read_sse(resp: aiohttp.ClientResponse, reader: RawTurnReader) -> TurnResult:
     if resp.status != 200:
         raise BenchError(f"HTTP {resp.status}: {(await resp.read())[:300]!r}")
     decoder = SseDecoder()
@@ -98,7 +98,7 @@ class _HttpTransport:
     async def _send(self, body: dict[str, Any]) -> TurnResult:
         assert self._session is not None
         data = ENCODER.encode(body)
-        reader = TurnReader(now(), append=False)
+        reader = RawTurnReader(now(), append=False)
         async with self._session.post(self.url, data=data, headers=_JSON) as resp:
             return await _read_sse(resp, reader)
 
@@ -135,7 +135,7 @@ class HttpStatelessCold(HttpStateless):
 
     async def _send(self, body: dict[str, Any]) -> TurnResult:
         data = ENCODER.encode(body)
-        reader = TurnReader(now(), append=False)
+        reader = RawTurnReader(now(), append=False)
         connector = aiohttp.TCPConnector(force_close=True)
         async with (
             aiohttp.ClientSession(connector=connector) as session,
@@ -177,7 +177,7 @@ class _WsTransport:
         ws = self._ws
         assert ws is not None
         frame = ENCODER.encode(event)
-        reader = TurnReader(now(), append=self.append)
+        reader = RawTurnReader(now(), append=self.append)
         await ws.send_frame(frame, aiohttp.WSMsgType.TEXT)
         while True:
             msg = await ws.receive()

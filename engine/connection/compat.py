@@ -36,7 +36,7 @@ from engine.store.conversations import Joined
 from protocol.errors import store_unavailable
 from protocol.events import Sink
 from protocol.items import InputItem, item_texts
-from protocol.response import ConversationRef, CreateParams, Reasoning, Response
+from protocol.response import ConversationRef, CreateParams, ReasoningConfig, Response
 from protocol.stream import ResponseStream, new_id
 from protocol.tools import echoed_tools
 
@@ -98,7 +98,7 @@ def new_response(params: CreateParams, model: str) -> Response:
         max_tool_calls=params.max_tool_calls,
         parallel_tool_calls=params.parallel_tool_calls,
         previous_response_id=params.previous_response_id,
-        reasoning=params.reasoning or Reasoning(),
+        reasoning=params.reasoning or ReasoningConfig(),
         store=params.store,
         temperature=1.0 if params.temperature is None else params.temperature,
         top_p=1.0 if params.top_p is None else params.top_p,

@@ -4,10 +4,10 @@ records (SPEC: IDEM-3, PARK-9, PARK-20..22, RATE-7, CONV-7).
 ``ResponseStore`` keeps records (put, get, hydrate, delete, list); its ``cluster`` is this port:
 idempotency keys, exclusive claims (the conversation lock), parked rollouts' addresses, rate
 counters, delete and continued notices, and the node-to-node token. One implementation per
-backend: this class serves the single-process stores (memory; SQLite overrides ``_claim``),
-``RedisCluster`` and ``PostgresCluster`` live with their backends. The port reaches its backend
-only through ``RecordBlobs``: the store's availability guard, its blob primitives
-(``_read_one``, ``_write``, ``_remove``) and its owner salt.
+backend: this class serves the single-process stores (memory; SQLite's ``SqliteClusterState``
+overrides ``_claim``), ``RedisClusterState`` and ``PostgresClusterState`` live with their
+backends. The port reaches its backend only through ``RecordBlobs``: the store's availability
+guard, its blob primitives (``_read_one``, ``_write``, ``_remove``) and its owner salt.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ log = logging.getLogger("rollout.store")
 
 IDEM_PREFIX = "idem:"  # idempotency keys' entries (IDEM-3); response ids start "resp_"
 _IDEM_HEAD = head_line(None, True)  # invisible to every response route (IDEM-3)
+RESEND_PREFIX = "resend:"  # the shared resend index's entries (COMPAT-10)
 
 DeleteListener = Callable[[str], None]
 ContinuedListener = Callable[[str], None]  # a response continued from the store (PARK-9)
@@ -37,6 +38,8 @@ class RecordBlobs(Protocol):
     the blob primitives and the owner salt. Internal to ``engine.store``."""
 
     async def _guard(self, op: Awaitable[T]) -> T: ...
+
+    async def _read(self, keys: Sequence[str]) -> list[bytes | None]: ...
 
     async def _read_one(self, key: str) -> bytes | None: ...
 
@@ -54,6 +57,7 @@ class ClusterState:
 
     shares_parking = False  # keeps parked rollouts' addresses (PARK-20)
     shares_limits = False  # counts rate limits for every process on the store (RATE-7, LIVE-6)
+    shares_resends = False  # every node reads the resend index (COMPAT-10)
 
     def __init__(self, store: RecordBlobs) -> None:
         self.store = store
@@ -111,6 +115,25 @@ class ClusterState:
         if await self.store._read_one(key) != blob:
             return False
         return await self.store._remove(key)
+
+    # ------------------------------------------------------------------ the resend index
+    async def index_resend(
+        self, owner: str | None, digest: bytes, response_id: str, expires_at: float | None
+    ) -> None:
+        """Note that ``owner``'s stored response ``response_id`` has the full item list whose
+        digest is ``digest`` (COMPAT-10), until ``expires_at`` (the record's own). Beside the
+        records, behind a tombstone's head line as idempotency keys are (IDEM-3): no response
+        route reads, lists or deletes it."""
+        blob, store = _IDEM_HEAD + response_id.encode(), self.store
+        await store._guard(store._write(resend_key(owner, digest), blob, (), False, expires_at))
+
+    async def resent_among(self, owner: str | None, digests: Sequence[bytes]) -> list[str | None]:
+        """The response each digest of ``owner``'s is indexed to (None: none), in one round
+        trip (Redis ``MGET``, one SQL query), COMPAT-10."""
+        store = self.store
+        blobs = await store._guard(store._read([resend_key(owner, d) for d in digests]))
+        head = len(_IDEM_HEAD)
+        return [None if blob is None else bytes(blob[head:]).decode() for blob in blobs]
 
     # ------------------------------------------------------------------ parked rollouts
     async def register_parked(self, response_id: str, address: str, ttl_s: float) -> None:
@@ -175,3 +198,9 @@ class ClusterState:
     async def _publish_continued(self, response_id: str) -> None:
         """Reach the other processes sharing this store; nothing to reach by default."""
         return None
+
+
+def resend_key(owner: str | None, digest: bytes) -> str:
+    """A resend index entry's key: the owner's salted digest (OWN-6; ``-`` on an open server),
+    never a key, and the item list's digest (COMPAT-10)."""
+    return f"{RESEND_PREFIX}{owner or '-'}:{digest.hex()}"

@@ -144,9 +144,11 @@ Conn = psycopg.AsyncConnection[Any]
 Op = Callable[[Conn], Awaitable[T]]
 
 
-class PostgresCluster(ClusterState):
+class PostgresClusterState(ClusterState):
     """Postgres's cluster state: idempotency keys and locks claimed in one statement (IDEM-3);
     the rest as on a single-process store."""
+
+    shares_resends = True  # COMPAT-10
 
     def __init__(self, store: RecordBlobs) -> None:
         super().__init__(store)
@@ -183,7 +185,7 @@ class PostgresCluster(ClusterState):
 
 class PostgresStore(ResponseStore):
     kind = "postgres"
-    cluster_state = PostgresCluster
+    cluster_state = PostgresClusterState
 
     def __init__(
         self,

@@ -55,12 +55,13 @@ _RELEASE = (
 )
 
 
-class RedisCluster(ClusterState):
+class RedisClusterState(ClusterState):
     """Redis's cluster state: atomic claims, parked addresses and counters every node shares,
     continued notices published to every node (RATE-7, PARK-9, PARK-20)."""
 
     shares_parking = True
     shares_limits = True
+    shares_resends = True  # COMPAT-10
 
     def __init__(self, store: RecordBlobs) -> None:
         super().__init__(store)
@@ -118,7 +119,7 @@ class RedisCluster(ClusterState):
 
 class RedisStore(ResponseStore):
     kind = "redis"
-    cluster_state = RedisCluster
+    cluster_state = RedisClusterState
     reads_prefixes = True  # GETRANGE (STORE-20)
 
     def __init__(

@@ -13,9 +13,9 @@ from rich.console import Console
 
 from clients.bench import report, table
 from clients.bench.cli import add_bench_parser, scenario_config
-from clients.bench.lean_wire import TurnReader
+from clients.bench.lean_wire import RawTurnReader
 from clients.bench.measure import simulator_ttft_s
-from clients.bench.progress import Progress
+from clients.bench.progress import RunProgress
 from clients.bench.scenario import (
     SCRIPT_CALLS,
     Call,
@@ -94,7 +94,7 @@ def test_bench_router_keeps_the_simulator_routes() -> None:
 
 
 def test_turn_reader_records_first_delta_and_calls() -> None:
-    reader = TurnReader(1.0, append=False)
+    reader = RawTurnReader(1.0, append=False)
     call = {"type": "function_call", "call_id": "c1", "name": "read_file", "arguments": "{}"}
     events: list[dict[str, object]] = [
         {"type": "response.created"},
@@ -190,7 +190,7 @@ def test_report_in_a_log_is_plain_and_unwrapped() -> None:
 
 def test_progress_in_a_log_prints_one_line_per_run() -> None:
     out = io.StringIO()
-    with Progress(2, Console(file=out)) as progress:
+    with RunProgress(2, Console(file=out)) as progress:
         for label in ("ws_compat @ 0 tok/s", "ws_append @ 0 tok/s"):
             progress.start(label, 3)
             progress.turn(1)

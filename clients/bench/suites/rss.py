@@ -24,7 +24,7 @@ from typing import Any
 import aiohttp
 import msgspec
 
-from clients.bench.lean_wire import ENCODER, BenchError, TurnReader, now
+from clients.bench.lean_wire import ENCODER, BenchError, RawTurnReader, now
 from clients.bench.measure import fetch_timings
 from clients.bench.proc import ServerProcess, rss_bytes
 from clients.bench.scenario import SCRIPT_CALLS, Call, ScenarioTools, first_request
@@ -95,7 +95,7 @@ async def _open_batch(
     item_bytes = sum(len(ENCODER.encode(i)) for c in creates for i in c["input"])
     for create in creates:
         await ws.send_frame(ENCODER.encode(create), aiohttp.WSMsgType.TEXT)
-    readers = {c["stream_id"]: TurnReader(now(), append=False) for c in creates}
+    readers = {c["stream_id"]: RawTurnReader(now(), append=False) for c in creates}
     open_lanes, responses = set(readers), []
     while open_lanes:
         msg = await ws.receive()

@@ -165,7 +165,9 @@ class InDetails(msgspec.Struct):
     cached_tokens: int | None = None
 
 
-class Usage(msgspec.Struct):
+class WireUsage(msgspec.Struct):
+    """An upstream's ``usage`` as its wire carries it (not ``protocol.response.Usage``)."""
+
     input_tokens: int | None = None
     output_tokens: int | None = None
     input_tokens_details: InDetails | None = None
@@ -177,7 +179,7 @@ class Incomplete(msgspec.Struct):
 
 class Snapshot(msgspec.Struct):
     id: str | None = None
-    usage: Usage | None = None
+    usage: WireUsage | None = None
     incomplete_details: Incomplete | None = None
     error: Any = None
 
@@ -266,7 +268,7 @@ class EventMapper:
         self.final = self._finish(reason, snap.usage)
         return []
 
-    def _finish(self, reason: Any, usage: Usage | None) -> Finish:
+    def _finish(self, reason: Any, usage: WireUsage | None) -> Finish:
         if usage is None or usage.output_tokens is None:
             return Finish(reason, count("".join(self.emitted)), usage_estimated=True)
         details = usage.input_tokens_details
@@ -310,7 +312,7 @@ class CompactedBody(msgspec.Struct):
     """The upstream's ``/responses/compact`` answer (the fields we use)."""
 
     output: list[Any]
-    usage: Usage | None = None
+    usage: WireUsage | None = None
 
 
 def compacted_from(body: CompactedBody, ctx: Context) -> Compacted:
@@ -322,7 +324,7 @@ def compacted_from(body: CompactedBody, ctx: Context) -> Compacted:
     item = next((i for i in items if isinstance(i, Compaction)), None)
     if item is None:
         raise UpstreamError("The model server's compaction has no compaction item.")
-    usage = body.usage or Usage()
+    usage = body.usage or WireUsage()
     input_tokens = ctx.prompt_tokens if usage.input_tokens is None else usage.input_tokens
     output_tokens = usage.output_tokens or 0
     return Compacted(items, item, input_tokens, output_tokens)

@@ -58,7 +58,7 @@ SCHEMA_VERSION = MIGRATIONS[-1][0]
 BUSY_TIMEOUT_S = 5.0  # the thread's wait for another process's write lock (at most the deadline)
 
 
-class SqliteCluster(ClusterState):
+class SqliteClusterState(ClusterState):
     """SQLite's cluster state: claims atomic across the processes sharing the file (IDEM-3);
     the rest as on a single-process store."""
 
@@ -103,7 +103,7 @@ class SqliteCluster(ClusterState):
 
 class SqliteStore(ResponseStore):
     kind = "sqlite"
-    cluster_state = SqliteCluster
+    cluster_state = SqliteClusterState
 
     def __init__(
         self,

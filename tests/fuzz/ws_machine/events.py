@@ -88,7 +88,7 @@ class EventTracking(MachineBase):
         assert response["previous_response_id"] == body.get("previous_response_id"), "RESP-2"
         assert response["store"] == body.get("store", True), "RESP-2"
         assert response["model"] == body.get("model", "sim"), "RESP-2"
-        assert [t["name"] for t in response["tools"]] == [t["name"] for t in body.get("tools", [])]
+        assert (response["tools"], response["instructions"]) == ([], None), "RESP-5"
         if not outcome.append:
             self.standard_ids.append(tracked.id)
 
@@ -141,6 +141,8 @@ class EventTracking(MachineBase):
             outcome = create.outcome
             assert outcome is not None
             self._check_shape(create, outcome, tracked, final)
+            sent = [t["name"] for t in create.body.get("tools", [])]
+            assert [t["name"] for t in final["tools"]] == sent, "RESP-2, RESP-5"
             store = create.body.get("store", True)
         else:
             live = self.appends.pop(tracked.id, None)

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 
 from engine.connection.lane import CacheEntry, Lane
 from engine.conversation.pipeline import TurnLog
-from engine.conversation.resend import prefix_digests
 from engine.conversation.sealed import is_sealed
 from engine.core import Engine
 from engine.models.base import Backend
@@ -304,8 +303,9 @@ async def _resent(
 ) -> Found | None:
     """A stateless create whose input begins with the full item list of a response ``owner``
     received recently, on the same route (COMPAT-7..COMPAT-9): the longest such list, found by
-    digest (one hash per item, nothing rendered), from the hydration cache, where every
-    response's context is published with its list's digest. Nothing found, a stored response
+    its length and last item and confirmed item for item (nothing rendered, no item the
+    engine holds encoded again), from the hydration cache, where every response's context
+    is published. Nothing found, a stored response
     deleted meanwhile (HYD-5) or a store that cannot say: None, the stateless path. An input
     that carries training fields continues from them instead (TOK-62), and one whose items
     after the match hold sealed reasoning replays its runs (SEAL-4): both are exact where a
@@ -315,7 +315,7 @@ async def _resent(
         return None
     if any(carries_tokens(item) for item in items):
         return None
-    matched = hydrated.resent(owner, prefix_digests(items), backend)
+    matched = hydrated.resent(owner, items, backend)
     if matched is None:
         return None
     cached, length = matched

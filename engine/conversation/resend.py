@@ -21,9 +21,15 @@ keys on, and nothing else:
   content, a reasoning item's texts and ``encrypted_content``, a compaction's blob, every
   other item's JSON but its ``id`` and ``status`` (ITEM-7).
 
-A list's digest is rolling: ``d(0)`` is empty and ``d(k) = blake2b-128(d(k-1) ‖ canonical(k))``,
-so the digests of every prefix of a request's input cost one encoding and one hash per item,
-and a context keeps its own digest as it grows (``Rolling``), paying only for new items.
+A process finds the list a resend begins with by its length and its last item's digest
+(``item_digest``: one encoding and one hash, of that item only), then compares the lists item
+for item (``holds``: one comparison in C when the items are equal, the canonical forms of those
+that differ), so a matched history costs no encoding or hash per item it holds.
+
+A list's digest, for the cluster's index (COMPAT-10), is rolling: ``d(0)`` is empty and
+``d(k) = blake2b-128(d(k-1) ‖ canonical(k))``, so the digests of every prefix of a request's
+input cost one encoding and one hash per item, and a context keeps its own digest as it grows
+(``Rolling``), paying only for new items.
 """
 
 from __future__ import annotations
@@ -98,6 +104,28 @@ def canonical(item: InputItem) -> bytes:
     else:  # an item reference: never in a context (resolved when it enters), so never equal
         form = ("ref", item.id)
     return _encode(form)
+
+
+def item_digest(item: InputItem) -> bytes:
+    """One item's own digest: of its canonical form."""
+    return hashlib.blake2b(canonical(item), digest_size=DIGEST_SIZE).digest()
+
+
+def holds(held: list[InputItem], sent: list[InputItem], length: int) -> bool:
+    """``sent[:length]`` is ``held[:length]``, item for item in canonical form (COMPAT-8).
+
+    Equal items are equal in canonical form (their fields are; an ``OpaqueItem``'s JSON is
+    compared by value, which ``1`` and ``1.0`` pass, so it is never taken as equal by ``==``
+    alone): the lists are compared in C first, and only an item that differs, as a resend in
+    the SDK's shapes does (ids dropped, a string for one text part), is compared canonically."""
+    if len(held) < length or len(sent) < length:
+        return False
+    if held[:length] == sent[:length] and OpaqueItem not in set(map(type, sent[:length])):
+        return True
+    return all(
+        (a == b and type(a) is not OpaqueItem) or canonical(a) == canonical(b)
+        for a, b in zip(held[:length], sent[:length], strict=True)
+    )
 
 
 def step(digest: bytes, item: InputItem) -> bytes:

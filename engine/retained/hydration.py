@@ -14,8 +14,9 @@ cache, so it costs no copy at publication; whoever moves that context on (the co
 must ``discard`` the entry first (HYD-3).
 
 A ``store: false`` response's context is kept too, but only a resend finds it (COMPAT-7): it is
-indexed by its owner and the digest of its full item list (``conversation/resend.py``), as is a
-stored one's, and its id continues nothing (CACHE-2). One bound holds both.
+indexed by its owner, its full item list's length and its last item's digest
+(``conversation/resend.py``), as is a stored one's, and its id continues nothing (CACHE-2). One
+bound holds both.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ from collections import Counter, OrderedDict
 from dataclasses import dataclass
 
 from engine.conversation.context import Context
+from engine.conversation.resend import holds, item_digest
 from engine.models.base import Backend
+from protocol.items import InputItem
 
 # The entry itself (MEM-11): its object, the LRU's link and dict slot, the response id string.
 ENTRY_OVERHEAD = 400
@@ -44,6 +47,7 @@ class CachedContext:
     stored: bool = True  # a ``store: true`` response: its id continues it (HYD-1)
     digest: bytes | None = None  # its full item list's, for a resend (COMPAT-7)
     length: int = 0  # the context's items when published: grown past them, it is stale
+    tail: bytes = b""  # its last item's digest: where the resend index files it (COMPAT-7)
 
 
 class HydrationCache:
@@ -54,8 +58,9 @@ class HydrationCache:
         self.nbytes = 0
         self._entries: OrderedDict[str, CachedContext] = OrderedDict()
         self._counters = counters
-        # (owner, digest of a full item list) -> the response it is (COMPAT-7)
-        self._digests: dict[tuple[str | None, bytes], str] = {}
+        # (owner, a full item list's length) -> its last item's digest -> the responses whose
+        # lists those are (COMPAT-7): a resend's candidates, each confirmed item for item
+        self._lists: dict[tuple[str | None, int], dict[bytes, list[str]]] = {}
 
     def publish(
         self,
@@ -73,12 +78,13 @@ class HydrationCache:
         if size > self.max_bytes:
             return  # it would evict everything else and still not fit
         self.discard(response_id)
-        entry = CachedContext(
-            response_id, ctx, backend, owner, size, stored, digest, len(ctx.items)
-        )
+        length = len(ctx.items)
+        entry = CachedContext(response_id, ctx, backend, owner, size, stored, digest, length)
         self._entries[response_id] = entry
-        if digest is not None:
-            self._digests[_key(owner, digest)] = response_id
+        if digest is not None and length:
+            entry.tail = item_digest(ctx.items[-1])
+            filed = self._lists.setdefault(_key(owner, length), {})
+            filed.setdefault(entry.tail, []).append(response_id)
         self.nbytes += size
         while self.nbytes > self.max_bytes:
             _, old = self._entries.popitem(last=False)
@@ -86,28 +92,40 @@ class HydrationCache:
             self._counters["hydration.evicted"] += 1
 
     def resent(
-        self, owner: str | None, digests: list[bytes], backend: Backend
+        self, owner: str | None, items: list[InputItem], backend: Backend
     ) -> tuple[CachedContext, int] | None:
         """The entry of ``owner`` whose full item list is the longest prefix of a request's
-        items (``digests``: of each prefix, ``conversation.resend.prefix_digests``) and that
-        ``backend`` sampled, with that prefix's length; counts ``resend.hit`` or
-        ``resend.miss`` (COMPAT-7, COMPAT-9). Another owner's lists are not looked at."""
-        entries = self._entries
-        for k in range(len(digests) - 1, -1, -1):
-            response_id = self._digests.get(_key(owner, digests[k]))
-            if response_id is None:
+        ``items`` and that ``backend`` sampled, with that prefix's length; counts
+        ``resend.hit`` or ``resend.miss`` (COMPAT-7, COMPAT-9). Another owner's lists are not
+        looked at. Only a length some list of ``owner``'s has costs a digest (of the item
+        that list would end with), and only a list filed under it is compared, item for item
+        (``conversation.resend.holds``)."""
+        lists = self._lists
+        for k in range(len(items), 0, -1):
+            filed = lists.get(_key(owner, k))
+            if filed is None:
                 continue
-            entry = entries[response_id]
-            if entry.backend is not backend:
-                continue
-            if len(entry.ctx.items) != entry.length:  # moved on, never served (HYD-3)
-                self.discard(response_id)
-                continue
-            entries.move_to_end(response_id)
-            self._counters["resend.hit"] += 1
-            return entry, k + 1
+            for response_id in list(filed.get(item_digest(items[k - 1]), ())):
+                entry = self._match(response_id, items, k, backend)
+                if entry is not None:
+                    self._counters["resend.hit"] += 1
+                    return entry, k
         self._counters["resend.miss"] += 1
         return None
+
+    def _match(
+        self, response_id: str, items: list[InputItem], length: int, backend: Backend
+    ) -> CachedContext | None:
+        entry = self._entries[response_id]
+        if entry.backend is not backend:
+            return None
+        if len(entry.ctx.items) != entry.length:  # moved on, never served (HYD-3)
+            self.discard(response_id)
+            return None
+        if not holds(entry.ctx.items, items, length):
+            return None
+        self._entries.move_to_end(response_id)
+        return entry
 
     def get(
         self, response_id: str, owner: str | None, supports: frozenset[str]
@@ -152,10 +170,15 @@ class HydrationCache:
 
     def _forget(self, entry: CachedContext) -> None:
         self.nbytes -= entry.nbytes
-        if entry.digest is not None:
-            key = _key(entry.owner, entry.digest)
-            if self._digests.get(key) == entry.response_id:
-                del self._digests[key]
+        if entry.tail:
+            key = _key(entry.owner, entry.length)
+            filed = self._lists[key]
+            same = filed[entry.tail]
+            same.remove(entry.response_id)
+            if not same:
+                del filed[entry.tail]
+            if not filed:
+                del self._lists[key]
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -164,7 +187,7 @@ class HydrationCache:
         return response_id in self._entries
 
 
-def _key(owner: str | None, digest: bytes) -> tuple[str | None, bytes]:
+def _key(owner: str | None, length: int) -> tuple[str | None, int]:
     """A list is looked up under its owner: another key's identical list is another entry
     (COMPAT-9, OWN-2)."""
-    return (owner, digest)
+    return (owner, length)

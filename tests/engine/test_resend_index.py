@@ -133,10 +133,10 @@ def test_the_longest_list_of_the_owner_and_backend_matches() -> None:
     cache.publish("resp_short", short, backend, "alice", stored=False, digest=short.resend.digest)
     cache.publish("resp_long", long, backend, "alice", stored=False, digest=long.resend.digest)
     resend = [*items, *decoded({"role": "user", "content": "And tomorrow?"})]
-    found = cache.resent("alice", prefix_digests(resend), backend)
+    found = cache.resent("alice", resend, backend)
     assert found is not None and found[0].response_id == "resp_long" and found[1] == 3
-    assert cache.resent("bob", prefix_digests(resend), backend) is None
-    assert cache.resent("alice", prefix_digests(resend), SimulatedModel(0)) is None
+    assert cache.resent("bob", resend, backend) is None
+    assert cache.resent("alice", resend, SimulatedModel(0)) is None
     # a store: false response's id continues nothing (CACHE-2)
     assert cache.get("resp_long", "alice", SUPPORTS) is None
 
@@ -150,7 +150,7 @@ def test_a_context_that_moved_on_is_not_served() -> None:
     ctx = context_of(items)
     cache.publish("resp_1", ctx, backend, None, stored=False, digest=ctx.resend.digest)
     ctx.items.append(decoded({"role": "user", "content": "more"})[0])
-    assert cache.resent(None, prefix_digests(items), backend) is None
+    assert cache.resent(None, items, backend) is None
     assert "resp_1" not in cache
 
 
@@ -164,8 +164,8 @@ def test_the_index_is_bounded_with_the_cache() -> None:
     cache.publish("resp_1", first, backend, None, stored=False, digest=first.resend.digest)
     cache.publish("resp_2", second, backend, None, stored=False, digest=second.resend.digest)
     assert len(cache) == 1 and cache.nbytes <= cache.max_bytes
-    assert cache.resent(None, prefix_digests(history(1)), backend) is None
-    found = cache.resent(None, prefix_digests(history(2)), backend)
+    assert cache.resent(None, history(1), backend) is None
+    found = cache.resent(None, history(2), backend)
     assert found is not None and found[0].response_id == "resp_2"
 
 
@@ -176,3 +176,20 @@ def test_a_contexts_digest_grows_with_it() -> None:
     rolling = Rolling().over(items[:1]).over(items[:2]).over(items)
     assert rolling.digest == prefix_digests(items)[-1]
     assert rolling.covered == 3
+
+
+def test_a_list_is_confirmed_item_for_item() -> None:
+    """COMPAT-7, COMPAT-8: lists of one length that end with the same item are told apart by
+    their earlier items (each is found by its own resend), and a resend whose earlier item
+    differs from every published list's matches none of them."""
+    backend = SimulatedModel(0)
+    cache = HydrationCache(10_000_000, Counter())
+    first, second = history(1), history(2)
+    for name, items in (("resp_1", first), ("resp_2", second)):
+        ctx = context_of(items)
+        cache.publish(name, ctx, backend, None, stored=False, digest=ctx.resend.digest)
+    for name, items in (("resp_1", first), ("resp_2", second)):
+        found = cache.resent(None, [*items, *decoded({"role": "user", "content": "?"})], backend)
+        assert found is not None and found[0].response_id == name and found[1] == 3
+    other = [*decoded({"role": "user", "content": "Weather 3?"}), *first[1:]]
+    assert cache.resent(None, other, backend) is None

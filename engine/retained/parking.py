@@ -54,7 +54,8 @@ class ParkedAddresses(Protocol):
 log = logging.getLogger("rollout.parking")
 
 # What a parked rollout holds besides its context (MEM-11): the suspended coroutine's frames,
-# its task, turn, response stream and lane: an estimate, not yet checked against RSS.
+# its task, turn, response stream and lane: an estimate, checked against RSS for HTTP chains
+# (tests/server/bounds/test_parked_memory_functional.py).
 PARKED_OVERHEAD = 32 * 1024
 
 # Ids continued elsewhere that this lot remembers (PARK-9): enough to cover the sockets that

@@ -177,18 +177,28 @@ def _unknown_type(raw: Any) -> InvalidRequest | None:
     return None
 
 
+_INSTR_KEY = b'"instructions":'
+_TOOLS_KEY = b'"tools":'
+_NONCE_TOOLS_LIST = b"[" + _NONCE_TOOLS_JSON + b"]"
+
+
 class Repeats:
     """What a connection's latest ``response.create`` sent that a coding agent sends again on
-    every turn: its checked tools and its instructions (CACHE-5). One per connection, so bounded
-    by one frame; nothing here changes a byte on the wire."""
+    every turn: its checked tools and its instructions (CACHE-5), and where their bytes stood
+    in its frame (CACHE-6). One per connection, so bounded by one frame; nothing here changes a
+    byte on the wire."""
 
-    __slots__ = ("instructions", "toolset")
+    __slots__ = ("_instr_at", "_instr_json", "_tools", "_tools_json", "instructions", "toolset")
 
     def __init__(self) -> None:
         self.toolset: Toolset | None = None
         self.instructions: str | None = None
+        self._tools: list[msgspec.Raw] = []
+        self._instr_json = b""  # the instructions' JSON as the frame carried it, or b""
+        self._instr_at = 0  # its offset in the frame
+        self._tools_json = b""  # the tools array as the frame carried it (compact), or b""
 
-    def reuse(self, params: CreateParams) -> None:
+    def reuse(self, params: CreateParams, frame: bytes | str) -> None:
         """Give ``params`` the previous create's toolset when its tools are the same bytes, and
         the previous instructions object when equal (so the snapshot encoder's per-object cache
         hits, CODEC-6). Tools that differ in any byte are checked in full (TOOL-1)."""
@@ -201,11 +211,75 @@ class Repeats:
             params.instructions = self.instructions
         else:
             self.instructions = params.instructions
+        if isinstance(frame, bytes):
+            self._learn(params, frame)
+
+    def _learn(self, params: CreateParams, frame: bytes) -> None:
+        """Where this frame carries its instructions and tools, for the next create (CACHE-6)."""
+        instructions = params.instructions
+        # the toolset's own copies: the decoded tools are views that pin the frame (LIM-21)
+        self._tools = list(self.toolset.raw) if self.toolset is not None else []
+        self._instr_json = self._tools_json = b""
+        if instructions:
+            data = _static_json(instructions)
+            at = frame.find(_INSTR_KEY) + len(_INSTR_KEY)
+            if at >= len(_INSTR_KEY) and frame.startswith(data, at):
+                self._instr_json, self._instr_at = data, at
+        if params.tools:
+            data = b"[" + b",".join(bytes(t) for t in params.tools) + b"]"
+            if _find_tools(frame, data, 0) >= 0:
+                self._tools_json = data
+
+    def known_create(self, frame: bytes) -> CreateParams | None:
+        """CACHE-6: a create whose frame carries the previous create's instructions and tools,
+        byte for byte, decoded without them: their bytes are replaced by placeholders (the
+        per-process nonce of CODEC-6), and the previous objects take the placeholders' place
+        once both are found as the create's own ``instructions`` and ``tools``. None: decode the
+        whole frame."""
+        instr, tools = self._instr_json, self._tools_json
+        if not instr or not frame.startswith(instr, self._instr_at):
+            return None
+        pos = self._instr_at + len(instr)
+        pieces = [frame[: self._instr_at], _NONCE_INSTR_JSON]
+        if tools:
+            at = _find_tools(frame, tools, pos)
+            if at < 0:
+                return None
+            pieces += (frame[pos:at], _NONCE_TOOLS_LIST)
+            pos = at + len(tools)
+        pieces.append(frame[pos:])
+        try:
+            event = _CLIENT_EVENT_DECODER.decode(b"".join(pieces))
+        except (msgspec.DecodeError, RecursionError):  # ValidationError is a DecodeError
+            return None
+        if not isinstance(event, CreateParams) or event.instructions != _NONCE_INSTR:
+            return None
+        if tools:
+            if len(event.tools) != 1 or bytes(event.tools[0]) != _NONCE_TOOLS_JSON:
+                return None
+            event.tools = self._tools
+            event.__dict__["toolset"] = self.toolset
+        elif event.tools:  # tools the previous create did not send: checked in full
+            return None
+        event.instructions = self.instructions
+        return event
+
+
+def _find_tools(frame: bytes, tools: bytes, start: int) -> int:
+    """The offset of ``"tools":`` followed by these very bytes, from ``start``; -1 if none."""
+    at = frame.find(_TOOLS_KEY, start)
+    while at >= 0 and not frame.startswith(tools, at + len(_TOOLS_KEY)):
+        at = frame.find(_TOOLS_KEY, at + len(_TOOLS_KEY))
+    return at + len(_TOOLS_KEY) if at >= 0 else -1
 
 
 def decode_client_event(frame: bytes | str, repeats: Repeats | None = None) -> ClientEvent:
     """Decode one WebSocket text frame into a typed client event; ``repeats`` is the
-    connection's memory of its latest create (CACHE-5)."""
+    connection's memory of its latest create (CACHE-5, CACHE-6)."""
+    if repeats is not None and isinstance(frame, bytes):
+        known = repeats.known_create(frame)
+        if known is not None:
+            return known
     try:
         event = _CLIENT_EVENT_DECODER.decode(frame)
     except msgspec.ValidationError as exc:
@@ -216,7 +290,7 @@ def decode_client_event(frame: bytes | str, repeats: Repeats | None = None) -> C
         raise _TOO_DEEP from None
     if isinstance(event, CreateParams):
         if repeats is not None:
-            repeats.reuse(event)
+            repeats.reuse(event, frame)
         else:
             _ = event.toolset  # tools are checked when the request is decoded (TOOL-1)
     return event

@@ -22,6 +22,7 @@ from engine.retained.handover import Handover
 from engine.retained.hydration import HydrationCache
 from engine.retained.leases import RunLeases
 from engine.retained.parking import ParkingBounds, ParkingLot
+from engine.retained.shared_resends import SharedResends
 from engine.settings import duration, setting, url
 from engine.store import (
     DEFAULT_MAX_ENTRIES,
@@ -239,6 +240,8 @@ class Engine:
         self.hydrated = HydrationCache(budget.hydration, self.counters)
         # PARK-20..PARK-22: where parked rollouts are, for a node that is asked to continue one
         self.handover = Handover(self.store, self.counters, self.config.park_seconds)
+        # COMPAT-10: stored responses by (owner, item list), for a resend on another node
+        self.resends = SharedResends(self.store, self.handover, self.counters)
         self.leases = RunLeases(self.handover)  # LIVE-1: where each background run lives
         self.parking = ParkingLot(
             self.config.park_seconds, self.counters, budget.parking, self.handover

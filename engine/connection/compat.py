@@ -33,7 +33,7 @@ from engine.rollout.coroutine import Rollout
 from engine.rollout.turn import Mode, Settings, Turn
 from engine.store import ResponseStore
 from engine.store.conversations import Joined
-from protocol.errors import store_unavailable
+from protocol.errors import ProtocolError, store_unavailable
 from protocol.events import Sink
 from protocol.items import InputItem, item_texts
 from protocol.response import ConversationRef, CreateParams, ReasoningConfig, Response
@@ -290,8 +290,9 @@ async def _start_or_resume(session: Connection, lane: Lane, job: Admission) -> S
     engine = session.engine
     if job.settings.store:
         await _require_store(engine.store)
-    create = Create(lane, session.cached, job.mode, job.params.generate, job.turn.log)
     conversation = conversation_id(job.params)
+    resend = job.items if conversation is None else None  # a resent history? (COMPAT-7)
+    create = Create(lane, session.cached, job.mode, job.params.generate, job.turn.log, resend)
     if conversation is None:
         found = await load_conversation(
             engine, job.prev, owner=session.owner, backend=job.backend, create=create
@@ -301,8 +302,9 @@ async def _start_or_resume(session: Connection, lane: Lane, job: Admission) -> S
             engine, conversation, owner=session.owner, backend=job.backend, create=create
         )
         _join(job, conversation, found)
-    if found.path is LoadPath.STORE and job.prev is not None:
-        await engine.announce_continued(job.prev)  # a copy parked on another node retires (PARK-9)
+    if found.path is LoadPath.STORE and (job.prev is not None or found.resent):
+        assert found.stored is not None  # a copy parked on another node retires (PARK-9)
+        await engine.announce_continued(found.stored.record.id)
     return _RUNS[found.path](session, lane, job, found)
 
 
@@ -380,15 +382,25 @@ def _run_hydrated(session: Connection, lane: Lane, job: Admission, found: Found)
 
 def _run_store(session: Connection, lane: Lane, job: Admission, found: Found) -> Started:
     """COMPAT-4: the stored conversation, then the input, both on the full path."""
-    stored = found.stored
+    stored, skip, counters = found.stored, found.resent, session.engine.counters
     assert stored is not None
-    session.engine.counters["create.store_hydrate"] += 1
     # The stored token trajectory, if any, continues as it was sampled (TOK-8).
     tokens = Trajectory.from_segments(stored.tokens) if stored.tokens else None
     ctx = Context(model_tokens=tokens)
     rollout = Rollout(session.engine, job.backend, job.settings, job.turn, job.mode, ctx)
     rollout.owner = session.owner
-    rollout.prepare(job.items, job.texts, path=FULL, history=stored.items, stored=stored.point)
+    if not skip:
+        counters["create.store_hydrate"] += 1
+        rollout.prepare(job.items, job.texts, path=FULL, history=stored.items, stored=stored.point)
+        return rollout, True
+    items, texts = job.items[skip:], job.texts[skip:]  # a resend's new items (COMPAT-10)
+    try:
+        rollout.prepare(items, texts, path=FULL, history=stored.items, stored=stored.point)
+    except ProtocolError:  # run as the stateless create it is, whose errors name its input[i]
+        return _run_stateless(session, lane, job, found)
+    counters["create.store_hydrate"] += 1
+    counters["create.stateless"] += 1  # no previous_response_id (COMPAT-5)
+    counters["create.resent"] += 1
     return rollout, True
 
 
@@ -407,6 +419,23 @@ def _run_handed(session: Connection, lane: Lane, job: Admission, found: Found) -
     rollout = Rollout(session.engine, job.backend, job.settings, job.turn, job.mode, ctx)
     rollout.owner = session.owner
     rollout.prepare(job.items, job.texts, path=FULL, history=handed.items)
+    return rollout, True
+
+
+def _run_resent(session: Connection, lane: Lane, job: Admission, found: Found) -> Started:
+    """COMPAT-7: a fork of the context of the response whose full item list the input begins
+    with; pre-inference runs only over the items after it. Stored, its record extends that
+    response's chain when that one was stored (STORE-5: only the new items are written). A
+    create this rejects is run on the stateless path instead, whose errors name the
+    request's own ``input[i]`` (COMPAT-8)."""
+    cached = found.cached
+    assert cached is not None
+    try:
+        rollout = _new_rollout(session, job, cached.ctx.fork(), INCREMENTAL, skip=found.resent)
+    except ProtocolError:
+        return _run_stateless(session, lane, job, found)
+    session.engine.counters["create.stateless"] += 1  # no previous_response_id (COMPAT-5)
+    session.engine.counters["create.resent"] += 1
     return rollout, True
 
 
@@ -431,6 +460,7 @@ _RUNS: dict[LoadPath, Callable[[Connection, Lane, Admission, Found], Started]] =
     LoadPath.STORE: _run_store,
     LoadPath.HANDED: _run_handed,
     LoadPath.CONVERSATION: _run_conversation,
+    LoadPath.RESENT: _run_resent,
     LoadPath.STATELESS: _run_stateless,
 }
 
@@ -443,10 +473,15 @@ async def _require_store(store: ResponseStore) -> None:
         raise store_unavailable()
 
 
-def _new_rollout(session: Connection, job: Admission, ctx: Context | None, path: str) -> Rollout:
+def _new_rollout(
+    session: Connection, job: Admission, ctx: Context | None, path: str, skip: int = 0
+) -> Rollout:
+    """A new rollout on ``ctx`` over the input, less its first ``skip`` items (which ``ctx``
+    holds already: a resend, COMPAT-7)."""
     rollout = Rollout(session.engine, job.backend, job.settings, job.turn, job.mode, context=ctx)
     rollout.owner = session.owner  # what it stores and parks belongs to the requester (OWN-1)
-    rollout.prepare(job.items, job.texts, path=path)
+    items, texts = (job.items[skip:], job.texts[skip:]) if skip else (job.items, job.texts)
+    rollout.prepare(items, texts, path=path)
     return rollout
 
 
@@ -460,7 +495,20 @@ def _after_turn(
         live = rollout if rollout.waiting else None
         params = msgspec.structs.replace(job.params, input=[]) if live is not None else None
         lane.replace(CacheEntry(turn.stream.id, rollout.ctx, job.backend, live, params))
-        if job.settings.store:
-            engine.hydrated.publish(turn.stream.id, rollout.ctx, job.backend, rollout.owner)
+        _publish(engine, turn.stream.id, rollout, job)
     elif job.prev is not None and turn is job.turn:
         lane.evict(job.prev)
+
+
+def _publish(engine: Engine, response_id: str, rollout: Rollout, job: Admission) -> None:
+    """HYD-1: a stored response's context, by id; COMPAT-7: every response's, by its owner and
+    the digest of its full item list, so that a resend of that list continues it."""
+    cache = engine.hydrated
+    if not cache.max_bytes:
+        return
+    ctx = rollout.ctx
+    ctx.resend = ctx.resend.over(ctx.items)  # only the items new since its last publication
+    stored = job.settings.store
+    cache.publish(
+        response_id, ctx, job.backend, rollout.owner, stored=stored, digest=ctx.resend.digest
+    )

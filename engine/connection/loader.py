@@ -1,4 +1,5 @@
-"""The one conversation loader (SPEC: OWN-4, COMPAT-2..COMPAT-5, COMPAT-7, PARK-3, HYD-1).
+"""The one conversation loader (SPEC: OWN-4, COMPAT-2..COMPAT-5, COMPAT-7, COMPAT-10, PARK-3,
+HYD-1).
 
 Every request that names a ``previous_response_id`` (a create on either transport, ``/compact``,
 ``/input_tokens``) gets its conversation from ``load_conversation`` (``load_stored`` for the
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 
 from engine.connection.lane import CacheEntry, Lane
 from engine.conversation.pipeline import TurnLog
+from engine.conversation.resend import Rolling, prefix_digests
 from engine.conversation.sealed import is_sealed
 from engine.core import Engine
 from engine.models.base import Backend
@@ -77,7 +79,10 @@ PATHS: dict[LoadPath, LoadPathInfo] = {
         "PARK-3", "a rollout parked by a closed socket or an HTTP chain (PARK-4), same owner"
     ),
     LoadPath.HYDRATED: LoadPathInfo("HYD-1", "a recent stored response's context in this process"),
-    LoadPath.STORE: LoadPathInfo("COMPAT-4", "the store: hydrated, full pre-inference"),
+    LoadPath.STORE: LoadPathInfo(
+        "COMPAT-4",
+        "the store: hydrated, full pre-inference (a resend another node answered, COMPAT-10)",
+    ),
     LoadPath.HANDED: LoadPathInfo(
         "PARK-21", "a rollout parked on another node: its items, handed over"
     ),
@@ -103,7 +108,9 @@ class Found:
     live: Rollout | None = None  # FAST, PARKED: the suspended rollout a continuation resumes
     parked: Parked | None = None  # PARKED: claimed, so the caller now owns its task
     cached: CachedContext | None = None  # HYDRATED, RESENT
-    resent: int = 0  # RESENT: how many of the input's first items ``cached`` holds (COMPAT-7)
+    # RESENT: how many of the input's first items ``cached`` holds (COMPAT-7); STORE reached
+    # by a resend on another node: how many ``stored`` holds (COMPAT-10)
+    resent: int = 0
     stored: Hydrated | None = None  # STORE
     handed: Handed | None = None  # HANDED: the context another node handed over
     # A create on a conversation (CONV-6): its items the context does not hold yet, which go
@@ -316,8 +323,8 @@ async def _resent(
     if any(carries_tokens(item) for item in items):
         return None
     matched = hydrated.resent(owner, items, backend)
-    if matched is None:
-        return None
+    if matched is None:  # not this node's: another node's, stored? (COMPAT-10)
+        return await _shared_resent(engine, items, owner, backend)
     cached, length = matched
     if any(_sealed(item) for item in items[length:]):  # its runs replay exactly (SEAL-4)
         return None
@@ -330,6 +337,47 @@ async def _resent(
         if len(cached.ctx.items) != cached.length:  # moved on meanwhile (HYD-3)
             return None
     return Found(LoadPath.RESENT, cached=cached, resent=length)
+
+
+async def _shared_resent(
+    engine: Engine, items: list[InputItem], owner: str | None, backend: Backend
+) -> Found | None:
+    """COMPAT-10: in a cluster, the stored response of ``owner`` whose full item list is the
+    longest candidate prefix of ``items``, from the resend index (one batched read), hydrated
+    owner-checked and confirmed by its own items' digest: served on the store path (COMPAT-4)
+    over the rest of the input, as a ``previous_response_id`` continuation of it is. Anything
+    else (no entry, deleted or expired, another route's, unfinished, a store that cannot say)
+    is None: the stateless path."""
+    resends = engine.resends
+    if not resends.enabled:  # one node, or a store nobody else reads: nothing asked
+        return None
+    digests = prefix_digests(items)  # the index's keys: rolling, one hash per item
+    hit = await resends.find(owner, items, digests)
+    if hit is None:
+        return None
+    response_id, length = hit
+    if any(map(_sealed, items[length:])):  # its runs replay exactly (SEAL-4)
+        return None
+    try:
+        stored = await engine.store.hydrate(response_id, owner)  # owner before decode (OWN-5)
+    except StoreError:
+        stored = None
+    if (
+        stored is None
+        or stored.record.response.status not in ("completed", "incomplete")
+        or _route(engine, stored.record.response.model) is not backend
+        or Rolling().over(stored.items).digest != digests[length - 1]
+    ):
+        engine.counters["resend.shared_stale"] += 1
+        return None
+    engine.counters["resend.shared_hit"] += 1
+    return Found(LoadPath.STORE, stored=stored, resent=length)
+
+
+def _route(engine: Engine, model: str) -> Backend | None:
+    """The route a model name is served by now (a resend continues on its own, COMPAT-7)."""
+    router = engine.router
+    return router.routes.get(model) or router.default
 
 
 def _sealed(item: InputItem) -> bool:

@@ -112,7 +112,7 @@ class Endings:
             return
         record = self.stored_record(turn)
         start = time.perf_counter()
-        write = asyncio.ensure_future(rollout.engine.store.put(record))
+        write = asyncio.ensure_future(self._durable(record, turn.status))
         try:
             await asyncio.shield(write)
         except asyncio.CancelledError:
@@ -128,6 +128,20 @@ class Endings:
         rollout.ctx.stored = record.point
         if record.tokens is not None and rollout.ctx.model_tokens is not None:
             rollout.ctx.model_tokens.mark_stored()
+
+    async def _durable(self, record: ResponseRecord, status: str) -> None:
+        """The record's write (STORE-6) and, in a cluster, beside it and at once, its entry in
+        the resend index, so a resend sent after the terminal frame finds it on any node
+        (COMPAT-10)."""
+        rollout = self._rollout
+        engine = rollout.engine
+        if status not in ("completed", "incomplete") or not engine.resends.enabled:
+            await engine.store.put(record)
+            return
+        ctx = rollout.ctx
+        ctx.resend = ctx.resend.over(ctx.items)  # only the items new since it was last taken
+        index = engine.resends.publish(rollout.owner, ctx.resend.digest, record.id)
+        await asyncio.gather(engine.store.put(record), index)
 
     async def _join(self, turn: Turn, status: str) -> None:
         """Append the response's input and output to its conversation, and let the

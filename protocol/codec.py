@@ -188,14 +188,13 @@ class Repeats:
     in its frame (CACHE-6). One per connection, so bounded by one frame; nothing here changes a
     byte on the wire."""
 
-    __slots__ = ("_instr_at", "_instr_json", "_tools", "_tools_json", "instructions", "toolset")
+    __slots__ = ("_instr_json", "_tools", "_tools_json", "instructions", "toolset")
 
     def __init__(self) -> None:
         self.toolset: Toolset | None = None
         self.instructions: str | None = None
         self._tools: list[msgspec.Raw] = []
         self._instr_json = b""  # the instructions' JSON as the frame carried it, or b""
-        self._instr_at = 0  # its offset in the frame
         self._tools_json = b""  # the tools array as the frame carried it (compact), or b""
 
     def reuse(self, params: CreateParams, frame: bytes | str) -> None:
@@ -222,9 +221,8 @@ class Repeats:
         self._instr_json = self._tools_json = b""
         if instructions:
             data = _static_json(instructions)
-            at = frame.find(_INSTR_KEY) + len(_INSTR_KEY)
-            if at >= len(_INSTR_KEY) and frame.startswith(data, at):
-                self._instr_json, self._instr_at = data, at
+            if _find_instructions(frame, data) >= 0:
+                self._instr_json = data
         if params.tools:
             data = b"[" + b",".join(bytes(t) for t in params.tools) + b"]"
             if _find_tools(frame, data, 0) >= 0:
@@ -237,10 +235,11 @@ class Repeats:
         once both are found as the create's own ``instructions`` and ``tools``. None: decode the
         whole frame."""
         instr, tools = self._instr_json, self._tools_json
-        if not instr or not frame.startswith(instr, self._instr_at):
+        at = _find_instructions(frame, instr) if instr else -1
+        if at < 0:
             return None
-        pos = self._instr_at + len(instr)
-        pieces = [frame[: self._instr_at], _NONCE_INSTR_JSON]
+        pos = at + len(instr)
+        pieces = [frame[:at], _NONCE_INSTR_JSON]
         if tools:
             at = _find_tools(frame, tools, pos)
             if at < 0:
@@ -263,6 +262,12 @@ class Repeats:
             return None
         event.instructions = self.instructions
         return event
+
+
+def _find_instructions(frame: bytes, instructions: bytes) -> int:
+    """The offset of these very bytes after the frame's first ``"instructions":``; -1 if not."""
+    at = frame.find(_INSTR_KEY) + len(_INSTR_KEY)
+    return at if at >= len(_INSTR_KEY) and frame.startswith(instructions, at) else -1
 
 
 def _find_tools(frame: bytes, tools: bytes, start: int) -> int:

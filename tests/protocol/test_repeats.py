@@ -69,6 +69,7 @@ VARIANTS: list[list[tuple[str, Any]]] = [
     codex(15, input=[{"type": "additional_tools", "tools": TOOLS}], tools=None),
     codex(16, max_output_tokens="many"),
     [("model", "m"), ("conversation", INSTRUCTIONS), ("input", "hi"), ("tools", TOOLS)],
+    [("model", "m"), ("metadata", {"instructions": INSTRUCTIONS}), ("tools", TOOLS)],
     [("model", "m"), ("tools", TOOLS), ("instructions", INSTRUCTIONS), ("input", "hi")],
 ]
 
@@ -109,12 +110,11 @@ def test_a_resent_create_skips_the_decode_and_reuses_the_objects() -> None:
 
 
 def test_the_same_bytes_in_another_field_are_not_taken_for_them() -> None:
-    """CACHE-6: the instructions' bytes at their remembered offset, but as another field's
-    value (a key of the same length), decode as that field, with no instructions."""
+    """CACHE-6: the instructions' bytes after a first ``"instructions":`` that is not the
+    create's own (a metadata key before it) decode as that value, with no instructions."""
     repeats = Repeats()
     decode_client_event(frame([("model", "m"), ("instructions", INSTRUCTIONS)]), repeats)
-    mimic = frame([("model", "m"), ("conversation", INSTRUCTIONS)])
-    assert len(b'"conversation":') == len(b'"instructions":')
+    mimic = frame([("model", "m"), ("metadata", {"instructions": INSTRUCTIONS}), ("input", "hi")])
     event = decode_client_event(mimic, repeats)
     assert isinstance(event, CreateParams)
-    assert event.instructions is None and event.conversation == INSTRUCTIONS
+    assert event.instructions is None and event.metadata == {"instructions": INSTRUCTIONS}

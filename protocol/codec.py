@@ -18,6 +18,7 @@ from protocol.events import (
     ErrorBody,
     ErrorEvent,
     ResponseCompleted,
+    ResponseCreate,
     ResponseCreated,
     ResponseDone,
     ResponseFailed,
@@ -228,7 +229,7 @@ class Repeats:
             if _find_tools(frame, data, 0) >= 0:
                 self._tools_json = data
 
-    def known_create(self, frame: bytes) -> CreateParams | None:
+    def known_create(self, frame: bytes) -> ResponseCreate | None:
         """CACHE-6: a create whose frame carries the previous create's instructions and tools,
         byte for byte, decoded without them: their bytes are replaced by placeholders (the
         per-process nonce of CODEC-6), and the previous objects take the placeholders' place
@@ -251,7 +252,7 @@ class Repeats:
             event = _CLIENT_EVENT_DECODER.decode(b"".join(pieces))
         except (msgspec.DecodeError, RecursionError):  # ValidationError is a DecodeError
             return None
-        if not isinstance(event, CreateParams) or event.instructions != _NONCE_INSTR:
+        if not isinstance(event, ResponseCreate) or event.instructions != _NONCE_INSTR:
             return None
         if tools:
             if len(event.tools) != 1 or bytes(event.tools[0]) != _NONCE_TOOLS_JSON:

@@ -73,7 +73,7 @@ async def test_opening_events_carry_no_instructions_or_tools(live: LiveServer) -
         responses = _lifecycle(raws, union)
         final = responses["response.completed"]
         assert final.instructions == INSTRUCTIONS
-        assert [t.name for t in final.tools] == ["get_weather"]  # type: ignore[union-attr]
+        assert [t.name for t in final.tools] == ["get_weather"]
         for kind in OPENING:
             opening = responses[kind]
             assert opening.instructions is None and opening.tools == []

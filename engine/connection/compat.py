@@ -9,17 +9,15 @@ and ``_after_turn`` updates the lane cache through the lane's methods (CACHE-1..
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
 import msgspec
 
+from engine.connection.connection import Connection
 from engine.connection.lane import CacheEntry, Lane
 from engine.connection.loader import Create, Found, LoadPath, load_conversation, load_joined
-from engine.connection.targets import Targets
 from engine.conversation.compaction import compaction_threshold, take_trigger
 from engine.conversation.context import Context
 from engine.conversation.pipeline import FULL, INCREMENTAL, ItemTexts
@@ -28,44 +26,15 @@ from engine.conversation.sealed import INCLUDE as SEAL_INCLUDE
 from engine.conversation.trajectory import Trajectory
 from engine.core import Engine
 from engine.models.base import TRAINING_INCLUDE, Backend
-from engine.retained.ratelimits import Quota
 from engine.rollout.coroutine import Rollout
 from engine.rollout.turn import Mode, Settings, Turn
 from engine.store import ResponseStore
 from engine.store.conversations import Joined
 from protocol.errors import ProtocolError, store_unavailable
-from protocol.events import Sink
 from protocol.items import InputItem, item_texts
 from protocol.response import ConversationRef, CreateParams, ReasoningConfig, Response
 from protocol.stream import ResponseStream, new_id
 from protocol.tools import echoed_tools
-
-
-class Connection(Protocol):
-    """What a create needs from the connection it arrived on (``connection.session.Session``).
-
-    Declared here, so this module depends on no session type: the session calls in."""
-
-    engine: Engine
-    transport: str
-    sink: Sink
-    default_mode: Mode
-    on_admitted: Callable[[Turn, list[InputItem]], Awaitable[None]] | None  # background (BG-2)
-    owner: str | None  # the API-key identity of the requester (OWN-1)
-    quota: Quota | None  # its key's rate limits (RATE-4)
-    traceparent: str | None  # the client's W3C trace context, if any (OTEL-2)
-    loop: asyncio.AbstractEventLoop  # the connection's, held (a lookup is a system call)
-    targets: Targets  # what steers and appends name: an append-mode response is one (APPEND-3)
-
-    def resolve(self, model: str) -> Backend: ...
-
-    def cached(self, response_id: str) -> tuple[Lane, CacheEntry] | None: ...
-
-    def spawn(self, rollout: Rollout) -> None: ...
-
-    def adopt(self, task: asyncio.Task[None], rollout: Rollout) -> None: ...
-
-    def retain(self, lane: Lane) -> None: ...  # an HTTP chain's suspended rollout (PARK-4)
 
 
 def settings_from(params: CreateParams, model: str, *, compact_now: bool = False) -> Settings:

@@ -6,13 +6,13 @@ by id and deliver input into the rollout producing it, or are refused precisely:
 already completed, not waiting. ``Targets`` keeps what that takes beyond the session's lanes
 and rollouts, which it reads and never changes: the live append-mode responses (APPEND-3), the
 recently ended ones (``ended.py``) and the standard-mode injects waiting for their siblings
-(``inject.py``). The session queues creates and owns the tasks; it hands these verbs here.
+(``inject.py``). The session queues creates (an inject's continuation too) and owns the tasks;
+it hands these verbs here.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 from engine.connection.ended import Ended, ended_with
 from engine.connection.inject import (
@@ -38,14 +38,12 @@ class Targets:
         lanes: dict[str | None, Lane],
         rollouts: dict[asyncio.Task[None], Rollout],
         sink: Sink,
-        submit: Callable[[CreateParams], None],
         *,
         multi_agent: bool,
     ) -> None:
         self._lanes = lanes  # the session's, read here
         self._rollouts = rollouts  # the session's live rollout tasks, read here
         self._sink = sink
-        self._submit = submit  # queues a create on its lane (an inject's continuation)
         # The upgrade opted into OpenAI's multi-agent beta: standard-mode responses take
         # response.inject (INJECT-1).
         self.multi_agent = multi_agent
@@ -107,14 +105,15 @@ class Targets:
             return
         await rollout.steer(Steer(new_id("steer"), items, event.input, target))
 
-    async def append(self, event: ResponseAppend | ResponseInject) -> None:
+    async def append(self, event: ResponseAppend | ResponseInject) -> CreateParams | None:
         """Commit tool outputs into a response that waits for them: an append-mode response
-        (APPEND-3..APPEND-6), or with the multi-agent beta a standard-mode one (INJECT-1..9)."""
+        (APPEND-3..APPEND-6), or with the multi-agent beta a standard-mode one (INJECT-1..9).
+        Returns the create that continues a standard-mode one, once its calls are all answered,
+        for the session to queue on its lane (INJECT-5)."""
         rollout = self._append_target(event.response_id)
         if rollout is None:
             if isinstance(event, ResponseInject):  # OpenAI's beta shape for these (INJECT-6)
-                await self._inject_standard(event)
-                return
+                return await self._inject_standard(event)
             finished = await self._finished(event.response_id, append=True)
             raise unknown_target(event.response_id, finished)
         complete = rollout.offer(tool_outputs(event.input))  # raises without any change
@@ -122,6 +121,7 @@ class Targets:
             await self._sink.send(rollout.turn.stream.inject_created())
         if complete:
             rollout.resume(rollout.turn)
+        return None
 
     async def _finished(self, response_id: str, *, append: bool) -> bool:
         """Whether a steer's (or with ``append``, an append's) target is a response of this
@@ -135,7 +135,7 @@ class Targets:
                 break
         return self.finished_append(response_id) if append else self.has_finished(response_id)
 
-    async def _inject_standard(self, event: ResponseInject) -> None:
+    async def _inject_standard(self, event: ResponseInject) -> CreateParams | None:
         """A standard-mode target (INJECT-2, INJECT-5): its outputs are held until its calls
         are all answered, then continue it as a create queued on its lane (the fast path)."""
         target, multi_agent = event.response_id, self.multi_agent
@@ -146,11 +146,10 @@ class Targets:
                 raise _not_waiting()
             finished = self.finished_append(target) or (multi_agent and self.has_finished(target))
             await self._sink.send(inject_failed(event, finished))
-            return
+            return None
         continuation = self._held.accept(self._lanes.values(), found, event)
         await self._sink.send(found[2].turn.stream.inject_created())
-        if continuation is not None:
-            self._submit(continuation)
+        return continuation
 
 
 def _not_waiting() -> ProtocolError:

@@ -80,9 +80,9 @@ class HeldWrite:
             await self.released.wait()
             return await put(record)
 
-        async def watched(targets: Targets, event: Any) -> None:
+        async def watched(targets: Targets, event: Any) -> Any:
             self.read.set()
-            await handle(targets, event)
+            return await handle(targets, event)
 
         monkeypatch.setattr(store, "put", slow_put)
         monkeypatch.setattr(Targets, handler, watched)

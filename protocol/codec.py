@@ -32,7 +32,7 @@ from protocol.items import (
     OpaqueItem,
     TypedItem,
 )
-from protocol.response import CompactParams, CreateParams
+from protocol.response import CompactParams, CreateParams, HttpCreateParams
 from protocol.tools import Toolset, same_tools
 
 
@@ -55,7 +55,8 @@ SNAPSHOT_EVENTS = frozenset(
     }
 )
 _CLIENT_EVENT_DECODER = msgspec.json.Decoder(ClientEvent)
-_CREATE_BODY_DECODER = msgspec.json.Decoder(CreateParams)
+_CREATE_BODY_DECODER = msgspec.json.Decoder(HttpCreateParams)  # input items raw (COMPAT-7)
+_ITEM_DECODER = msgspec.json.Decoder()
 _COMPACT_BODY_DECODER = msgspec.json.Decoder(CompactParams)
 
 
@@ -334,17 +335,24 @@ def _decode_body(decoder: msgspec.json.Decoder[Any], body: bytes) -> Any:
 _ITEM_CLASSES: dict[Any, Any] = {cls.__struct_config__.tag: cls for cls in get_args(TypedItem)}
 
 
-def parse_input(raw: str | list[Any], param: str = "input") -> list[InputItem]:
+def parse_input(raw: str | list[Any], param: str = "input", start: int = 0) -> list[InputItem]:
     """Normalize ``input`` (a string or a list of items) to typed items (ITEM-1, ITEM-2).
 
     A string is one user message. Items without ``type`` but with ``role`` are messages (the
-    Agents SDK sends them that way).
+    Agents SDK sends them that way). An item may still be raw JSON (``msgspec.Raw``, an HTTP
+    body's, COMPAT-7): it is decoded here. ``start``: the index of ``raw[0]`` in the request's
+    own ``input``, which errors name.
     """
     if isinstance(raw, str):
         return [Message(role="user", content=raw)]
     items: list[InputItem] = []
-    for index, entry in enumerate(raw):
+    for index, entry in enumerate(raw, start):
         where = f"{param}[{index}]"
+        if entry.__class__ is msgspec.Raw:
+            try:
+                entry = _ITEM_DECODER.decode(entry)
+            except RecursionError:
+                raise _TOO_DEEP from None
         if isinstance(entry, dict) and "type" not in entry and "role" in entry:
             entry = {**entry, "type": "message"}
         kind = entry.get("type") if isinstance(entry, dict) else None

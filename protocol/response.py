@@ -180,6 +180,14 @@ class CreateParams(msgspec.Struct, kw_only=True, dict=True):
         return parse_tools(self.tools)
 
 
+class HttpCreateParams(CreateParams, kw_only=True, dict=True):
+    """An HTTP create's body: its ``input`` items are kept raw (``msgspec.Raw``, each one JSON
+    value) until ``protocol.codec.parse_input`` decodes them, so that the items a resend sends
+    again byte for byte are never decoded twice (COMPAT-7)."""
+
+    input: str | list[msgspec.Raw] = msgspec.field(default_factory=list)
+
+
 class CompactParams(msgspec.Struct, kw_only=True):
     """The body of ``POST /v1/responses/compact`` (COMPACT-1). ``model`` is required; unknown
     fields are accepted and ignored (LEN-1)."""

@@ -22,6 +22,7 @@ from engine.conversation.compaction import compaction_threshold, take_trigger
 from engine.conversation.context import Context
 from engine.conversation.pipeline import FULL, INCREMENTAL, ItemTexts
 from engine.conversation.requests import check_supported, conversation_id
+from engine.conversation.resend import Sent, sent
 from engine.conversation.sealed import INCLUDE as SEAL_INCLUDE
 from engine.conversation.trajectory import Trajectory
 from engine.core import Engine
@@ -31,7 +32,7 @@ from engine.rollout.turn import Mode, Settings, Turn
 from engine.store import ResponseStore
 from engine.store.conversations import Joined
 from protocol.errors import ProtocolError, store_unavailable
-from protocol.items import InputItem, item_texts
+from protocol.items import InputItem, carries_tokens, item_texts
 from protocol.response import ConversationRef, CreateParams, ReasoningConfig, Response
 from protocol.stream import ResponseStream, new_id
 from protocol.tools import echoed_tools
@@ -99,6 +100,8 @@ class Admission:
     settings: Settings
 
     head: str | None = None  # a conversation's stored response it continues from (CONV-6)
+    held: int = 0  # its first items, an earlier create's, byte for byte: not decoded (COMPAT-7)
+    sent: Sent | None = None  # its raw input and what it decoded to, remembered (COMPAT-7)
 
     @property
     def prev(self) -> str | None:
@@ -227,10 +230,16 @@ def _ended(turn: Turn, rollout: Rollout) -> dict[str, str | int]:
 def _admit(session: Connection, lane: Lane, params: CreateParams) -> Admission:
     engine = session.engine
     config = engine.config
+    raws = _raw_resend(engine, params)
+    held = engine.hydrated.held(session.owner, raws) if raws else None
     items, texts = check_supported(
-        params, session.transport, config.max_input_items, config.max_input_chars
+        params, session.transport, config.max_input_items, config.max_input_chars, held
     )
     items, texts, compact_now = take_trigger(items, texts)  # COMPACT-7
+    known = held.length if held is not None else 0
+    remembered = None
+    if raws is not None and not compact_now and not any(map(carries_tokens, items[known:])):
+        remembered = sent(raws, items, texts, held)  # for the next resend (COMPAT-7)
     model = params.model or engine.config.default_model
     stream = ResponseStream(new_response(params, model), lane.name, config.full_echo)
     turn = Turn(stream, session.sink, items, done=session.loop.create_future())
@@ -247,7 +256,25 @@ def _admit(session: Connection, lane: Lane, params: CreateParams) -> Admission:
         mode=Mode(params.rollout_mode or session.default_mode.value),
         turn=turn,
         settings=settings,
+        held=known,
+        sent=remembered,
     )
+
+
+def _raw_resend(engine: Engine, params: CreateParams) -> list[msgspec.Raw] | None:
+    """An HTTP create's raw input items, when it may be a resend (COMPAT-7) and resends are
+    on (the hydration cache is, HYD-2): what its first items may be looked up by."""
+    raws = params.input
+    if (
+        raws
+        and not isinstance(raws, str)
+        and raws[0].__class__ is msgspec.Raw
+        and params.previous_response_id is None
+        and params.conversation is None
+        and engine.hydrated.max_bytes
+    ):
+        return raws
+    return None
 
 
 Started = tuple[Rollout, bool]  # the rollout serving a create, and whether it needs a task
@@ -261,7 +288,9 @@ async def _start_or_resume(session: Connection, lane: Lane, job: Admission) -> S
         await _require_store(engine.store)
     conversation = conversation_id(job.params)
     resend = job.items if conversation is None else None  # a resent history? (COMPAT-7)
-    create = Create(lane, session.cached, job.mode, job.params.generate, job.turn.log, resend)
+    create = Create(
+        lane, session.cached, job.mode, job.params.generate, job.turn.log, resend, job.held
+    )
     if conversation is None:
         found = await load_conversation(
             engine, job.prev, owner=session.owner, backend=job.backend, create=create
@@ -479,5 +508,11 @@ def _publish(engine: Engine, response_id: str, rollout: Rollout, job: Admission)
     ctx.resend = ctx.resend.over(ctx.items)  # only the items new since its last publication
     stored = job.settings.store
     cache.publish(
-        response_id, ctx, job.backend, rollout.owner, stored=stored, digest=ctx.resend.digest
+        response_id,
+        ctx,
+        job.backend,
+        rollout.owner,
+        stored=stored,
+        digest=ctx.resend.digest,
+        sent=job.sent,
     )

@@ -131,6 +131,7 @@ class Create:
     generate: bool  # a warmup never takes the fast path: it does not sample
     log: TurnLog  # the store path's ``hydrate`` time goes to the response's log (OBS-1)
     items: list[InputItem] | None = None  # a stateless create's input, a resend? (COMPAT-7)
+    held: int = 0  # its first items, an earlier create's that carried no ids (COMPAT-7)
 
     def resumable(self, entry: CacheEntry, backend: Backend) -> Rollout | None:
         return entry.resumable_by(backend, self.mode) if self.generate else None
@@ -152,7 +153,7 @@ async def load_conversation(
     response (BG-7), and the store's wire errors (STORE-8, STORE-9)."""
     if response_id is None:
         if create is not None and create.items:
-            found = await _resent(engine, create.items, owner, backend)
+            found = await _resent(engine, create.items, owner, backend, create.held)
             if found is not None:
                 return found
         return Found(LoadPath.STATELESS)
@@ -306,7 +307,7 @@ async def claim_parked(
 
 
 async def _resent(
-    engine: Engine, items: list[InputItem], owner: str | None, backend: Backend
+    engine: Engine, items: list[InputItem], owner: str | None, backend: Backend, held: int
 ) -> Found | None:
     """A stateless create whose input begins with the full item list of a response ``owner``
     received recently, on the same route (COMPAT-7..COMPAT-9): the longest such list, found by
@@ -320,7 +321,7 @@ async def _resent(
     hydrated = engine.hydrated
     if not hydrated.max_bytes:  # the cache is off (HYD-2): so are resends
         return None
-    if any(carries_tokens(item) for item in items):
+    if any(map(carries_tokens, items[held:] if held else items)):  # the held carry none
         return None
     matched = hydrated.resent(owner, items, backend)
     if matched is None:  # not this node's: another node's, stored? (COMPAT-10)

@@ -10,6 +10,7 @@ import math
 from typing import Any
 
 from engine.conversation.pipeline import ItemTexts
+from engine.conversation.resend import Held
 from protocol.codec import parse_input
 from protocol.errors import InvalidRequest
 from protocol.items import InputItem, item_texts
@@ -17,10 +18,12 @@ from protocol.response import CreateParams
 
 
 def check_supported(
-    params: CreateParams, transport: str, max_items: int, max_chars: int
+    params: CreateParams, transport: str, max_items: int, max_chars: int, held: Held | None = None
 ) -> tuple[list[InputItem], ItemTexts]:
     """Reject what this server does not do, clearly (LEN-3), and parse the input. Returns the
-    items and their readable texts (computed once: the size limit here, the safety scan later)."""
+    items and their readable texts (computed once: the size limit here, the safety scan later).
+    ``held``: the input's first raw items are, byte for byte, an accepted create's (COMPAT-7):
+    their items, texts and sizes are that create's, and only the rest are decoded."""
     if params.background and transport == "ws":
         raise InvalidRequest(
             "unsupported_parameter", "background is not supported over WebSocket.", "background"
@@ -40,13 +43,16 @@ def check_supported(
         )
     check_metadata(params.metadata)
     check_sampling(params)
-    items = parse_input(params.input)
+    known, chars = (held.length, held.sent.chars[held.length]) if held is not None else (0, 0)
+    items = parse_input(params.input[known:] if known else params.input, start=known)
+    texts = [item_texts(item) for item in items]
+    if held is not None:
+        items, texts = held.sent.items[:known] + items, held.sent.texts[:known] + texts
     if len(items) > max_items:
         raise InvalidRequest(
             "too_many_items", f"At most {max_items} input items are accepted per request.", "input"
         )
-    texts = [item_texts(item) for item in items]
-    if sum(len(text) for readable in texts for text in readable) > max_chars:
+    if chars + sum(len(text) for readable in texts[known:] for text in readable) > max_chars:
         raise InvalidRequest(
             "input_too_large",
             f"The input text of one request may hold at most {max_chars:,} characters.",

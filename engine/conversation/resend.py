@@ -26,6 +26,12 @@ A process finds the list a resend begins with by its length and its last item's 
 for item (``holds``: one comparison in C when the items are equal, the canonical forms of those
 that differ), so a matched history costs no encoding or hash per item it holds.
 
+Before any of that, an HTTP create's items are raw JSON (``protocol.response.HttpCreateParams``),
+and a client re-serializes its history to the same bytes every turn: the first items of a
+resend whose bytes equal an earlier create's input (``Sent``, remembered with that create's
+cached response) are that create's decoded items, texts and sizes, and are not decoded again
+(``Held``; ``HydrationCache.held`` finds them).
+
 A list's digest, for the cluster's index (COMPAT-10), is rolling: ``d(0)`` is empty and
 ``d(k) = blake2b-128(d(k-1) ‖ canonical(k))``, so the digests of every prefix of a request's
 input cost one encoding and one hash per item, and a context keeps its own digest as it grows
@@ -161,3 +167,59 @@ class Rolling:
 
 
 NO_DIGEST = Rolling()  # shared by every new context: it is immutable
+
+# What a remembered input costs beyond its bytes and the items it decoded (MEM-10): per item,
+# a slot in each of its four lists, its texts' list object and its two counts.
+SENT_ITEM_OVERHEAD = 4 * 8 + 64 + 2 * 32
+SENT_OVERHEAD = 2 * 33 + 4 * 56 + 64  # the two bytes objects' and four lists' headers, itself
+
+
+@dataclass(slots=True)
+class Sent:
+    """A create's ``input`` as it came over HTTP, and what it was decoded to (COMPAT-7).
+
+    A client that keeps its own history re-serializes the same items to the same bytes every
+    turn, so a resend's first items are, byte for byte, the input of the request before it:
+    items whose bytes equal an accepted request's are that request's items (decoding is a
+    function of the bytes), so they are taken from here, never decoded, converted, sized or
+    scanned again. ``joined``: the raw items joined by commas (each one JSON value, so the
+    split is unique); ``last``: the last one's bytes, where the cache files it; ``chars[i]``:
+    the readable characters of ``items[:i]`` (LEN's limit); ``cost[i]``: the bytes of
+    ``items[:i]`` that no context holds (set when published, MEM-10)."""
+
+    joined: bytes
+    last: bytes
+    items: list[InputItem]
+    texts: list[list[str]]
+    chars: list[int]
+    cost: list[int]
+
+    @property
+    def nbytes(self) -> int:
+        """What remembering it costs (charged with its cache entry, HYD-2)."""
+        own = len(self.joined) + len(self.last) + len(self.items) * SENT_ITEM_OVERHEAD
+        return SENT_OVERHEAD + own + self.cost[-1]
+
+
+def sent(
+    raws: list[Any], items: list[InputItem], texts: list[list[str]], held: Held | None
+) -> Sent:
+    """The record of an input whose raw items are ``raws`` (the first ``held.length`` of them
+    taken from ``held.sent``)."""
+    start = held.length if held is not None else 0
+    chars = held.sent.chars[: start + 1] if held is not None else [0]
+    total = chars[-1]
+    for readable in texts[start:]:
+        for text in readable:
+            total += len(text)
+        chars.append(total)
+    cost = held.sent.cost[: start + 1] if held is not None else [0]
+    return Sent(b",".join(raws), bytes(raws[-1]), items, texts, chars, cost)
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """A create's first ``length`` raw items equal ``sent``'s first ``length``, byte for byte."""
+
+    sent: Sent
+    length: int

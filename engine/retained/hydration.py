@@ -23,9 +23,11 @@ from __future__ import annotations
 
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
+from typing import Any
 
 from engine.conversation.context import Context
-from engine.conversation.resend import holds, item_digest
+from engine.conversation.footprint import deep_size
+from engine.conversation.resend import Held, Sent, holds, item_digest
 from engine.models.base import Backend
 from protocol.items import InputItem
 
@@ -48,6 +50,7 @@ class CachedContext:
     digest: bytes | None = None  # its full item list's, for a resend (COMPAT-7)
     length: int = 0  # the context's items when published: grown past them, it is stale
     tail: bytes = b""  # its last item's digest: where the resend index files it (COMPAT-7)
+    sent: Sent | None = None  # its create's input as it came over HTTP (COMPAT-7)
 
 
 class HydrationCache:
@@ -61,6 +64,9 @@ class HydrationCache:
         # (owner, a full item list's length) -> its last item's digest -> the responses whose
         # lists those are (COMPAT-7): a resend's candidates, each confirmed item for item
         self._lists: dict[tuple[str | None, int], dict[bytes, list[str]]] = {}
+        # (owner, a create's raw input items) -> the last one's bytes -> the responses whose
+        # creates sent those (COMPAT-7): what a resend's first items were decoded to before
+        self._raws: dict[tuple[str | None, int], dict[bytes, list[str]]] = {}
 
     def publish(
         self,
@@ -71,10 +77,17 @@ class HydrationCache:
         *,
         stored: bool = True,
         digest: bytes | None = None,
+        sent: Sent | None = None,
     ) -> None:
         """Remember a finished response's context (no copy: see the module docstring);
-        ``digest``: its full item list's, so that a resend of it finds it (COMPAT-7)."""
+        ``digest``: its full item list's, so that a resend of it finds it (COMPAT-7);
+        ``sent``: its create's raw input, so that a resend's equal items are not decoded."""
         size = ctx.retained_bytes + ENTRY_OVERHEAD + (DIGEST_OVERHEAD if digest else 0)
+        if sent is not None and digest is not None:
+            _charge(sent, ctx)
+            size += sent.nbytes + DIGEST_OVERHEAD
+        else:
+            sent = None
         if size > self.max_bytes:
             return  # it would evict everything else and still not fit
         self.discard(response_id)
@@ -85,6 +98,10 @@ class HydrationCache:
             entry.tail = item_digest(ctx.items[-1])
             filed = self._lists.setdefault(_key(owner, length), {})
             filed.setdefault(entry.tail, []).append(response_id)
+        if sent is not None:
+            entry.sent = sent
+            raws = self._raws.setdefault(_key(owner, len(sent.items)), {})
+            raws.setdefault(sent.last, []).append(response_id)
         self.nbytes += size
         while self.nbytes > self.max_bytes:
             _, old = self._entries.popitem(last=False)
@@ -111,6 +128,28 @@ class HydrationCache:
                     self._counters["resend.hit"] += 1
                     return entry, k
         self._counters["resend.miss"] += 1
+        return None
+
+    def held(self, owner: str | None, raws: list[Any]) -> Held | None:
+        """The longest run of a create's first raw items (``msgspec.Raw``) equal, byte for byte,
+        to the input a create of ``owner`` sent before whose response is cached, with what they
+        were decoded to (COMPAT-7); counts the items not decoded again (``resend.raw_held``).
+        Only a length some remembered input of ``owner``'s has is looked at: its last item's
+        bytes find the candidates, and the joined bytes confirm one."""
+        raw_lists = self._raws
+        for k in range(len(raws), 0, -1):
+            filed = raw_lists.get(_key(owner, k))
+            if filed is None:
+                continue
+            ids = filed.get(bytes(raws[k - 1]))
+            if not ids:
+                continue
+            joined = b",".join(raws[:k])
+            for response_id in ids:
+                sent = self._entries[response_id].sent
+                if sent is not None and sent.joined == joined:
+                    self._counters["resend.raw_held"] += k
+                    return Held(sent, k)
         return None
 
     def _match(
@@ -179,12 +218,34 @@ class HydrationCache:
                 del filed[entry.tail]
             if not filed:
                 del self._lists[key]
+        sent = entry.sent
+        if sent is not None:
+            key = _key(entry.owner, len(sent.items))
+            raws = self._raws[key]
+            inputs = raws[sent.last]
+            inputs.remove(entry.response_id)
+            if not inputs:
+                del raws[sent.last]
+            if not raws:
+                del self._raws[key]
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def __contains__(self, response_id: object) -> bool:
         return response_id in self._entries
+
+
+def _charge(sent: Sent, ctx: Context) -> None:
+    """``sent.cost`` past the items a held input lent it: the bytes of each item this create
+    decoded that its context does not hold itself (MEM-10)."""
+    cost, items, held = sent.cost, sent.items, ctx.items
+    total = cost[-1]
+    for index in range(len(cost) - 1, len(items)):
+        item = items[index]
+        if index >= len(held) or held[index] is not item:
+            total += deep_size(item)
+        cost.append(total)
 
 
 def _key(owner: str | None, length: int) -> tuple[str | None, int]:

@@ -289,3 +289,67 @@ async def test_a_store_false_id_still_continues_nothing_over_http(
     }
     error = (await post(server, body, status=400))["error"]
     assert error["code"] == "previous_response_not_found"
+
+
+async def test_a_resends_held_items_are_not_decoded_again(
+    engine_for: StartEngine, think_peer: TokenPeer, qwen3_dir: Path
+) -> None:
+    """COMPAT-7: the items a resend sends again byte for byte (the input of the create before
+    it, as a client re-serializes its history) are taken as that create decoded them: only
+    the items past them are decoded (``resend.raw_held`` counts the others: 1 item on the
+    second turn, 3 on the third), and the continuation is still exact."""
+    server = await engine_for(tokens_router(think_peer, qwen3_dir, "vllm"))
+    think_peer.script.extend(PLAIN)
+    await http_chain(server, 3)
+    assert_exact(think_peer)
+    assert counters(server)["create.resent"] == 2
+    assert counters(server)["resend.raw_held"] == 1 + 3
+
+
+@pytest.mark.parametrize("changed", ["order", "text"])
+async def test_an_earlier_item_sent_in_other_bytes(
+    engine_for: StartEngine, think_peer: TokenPeer, qwen3_dir: Path, changed: str
+) -> None:
+    """COMPAT-7, COMPAT-8: the third turn sends its first item in other bytes, the items after
+    it as before. Its keys reordered, it is decoded again and still matches (the turn
+    continues exactly); its text edited, nothing of the earlier inputs is taken for it (their
+    later items' bytes are equal, not the list's) and the history is rendered afresh, reading
+    the edit."""
+    server = await engine_for(tokens_router(think_peer, qwen3_dir, "vllm"))
+    think_peer.script.extend(PLAIN)
+    _, history = await http_chain(server, 2)
+    if changed == "order":
+        history[0] = {"content": "Weather?", "role": "user"}
+    else:
+        history[0] = {"role": "user", "content": "Weather in Rome?"}
+    await post(server, {"model": "model-a", "input": history, "tools": [WEATHER], "store": False})
+    if changed == "order":
+        assert think_peer.extends(2) == 1
+        assert counters(server)["create.resent"] == 2
+    else:
+        assert "Weather in Rome?" in think_peer.text(think_peer.turns[2].prompt)
+        assert think_peer.extends(2) is None
+        assert counters(server)["create.resent"] == 1
+    assert counters(server)["resend.raw_held"] == 1  # the second turn's only
+
+
+async def test_a_held_prefix_keeps_the_requests_own_indexes_and_sizes(
+    engine_for: StartEngine, think_peer: TokenPeer, qwen3_dir: Path
+) -> None:
+    """COMPAT-7 with LEN-*: after a held prefix, a malformed new item is named by its index in
+    the request's own ``input``, and the held items' characters count toward the input's
+    limit as when they were decoded (the new items alone are within it)."""
+    question = "Weather? " + "x" * 80
+    server = await engine_for(tokens_router(think_peer, qwen3_dir, "vllm"), max_input_chars=100)
+    think_peer.script.extend(PLAIN[:1])
+    first = {"model": "model-a", "tools": [WEATHER], "store": False}
+    answer = await post(server, {**first, "input": [{"role": "user", "content": question}]})
+    history = [{"role": "user", "content": question}, *answer["output"]]
+    bad = {"type": "function_call_output", "call_id": 5, "output": "sunny"}
+    error = (await post(server, {**first, "input": [*history, bad]}, status=400))["error"]
+    assert error["param"] == "input[2].call_id", error
+    output = {"type": "function_call_output", "call_id": history[1]["call_id"], "output": "sun"}
+    error = (await post(server, {**first, "input": [*history, output]}, status=400))["error"]
+    assert error["code"] == "input_too_large", error
+    assert counters(server)["resend.raw_held"] == 2
+    assert len(think_peer.turns) == 1

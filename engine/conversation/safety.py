@@ -20,6 +20,7 @@ from functools import lru_cache
 
 import numpy as np
 import numpy.typing as npt
+from ahocorasick_rs import AhoCorasick, MatchKind
 
 _SECRET_PATTERNS: dict[str, str] = {
     "openai_api_key": r"sk-(?:proj-)?[A-Za-z0-9_\-]{20,}",
@@ -33,6 +34,16 @@ _SECRETS = re.compile("|".join(f"(?P<{name}>{rx})" for name, rx in _SECRET_PATTE
 # Every secret pattern starts with one of these literals. Finding them first is ~10x faster than
 # trying the full alternation at every position; the full pattern then runs only at candidates.
 _PREFIXES = re.compile(r"sk-|A[KS]IA|gh[pousr]_|xox[abprs]-|-----BEGIN|AIza")
+# The same literals in one Aho-Corasick automaton (Rust, SIMD prefilter): leftmost-first and
+# non-overlapping as ``finditer`` over the alternation, at ~1/7 of its cost on a 1.5 KB text.
+# The regex stays for a text UTF-8 cannot encode (a lone surrogate).
+_PREFIX_LITERALS = (
+    ["sk-", "AKIA", "ASIA"]
+    + [f"gh{c}_" for c in "pousr"]
+    + [f"xox{c}-" for c in "abprs"]
+    + ["-----BEGIN", "AIza"]
+)
+_PREFIX_AC = AhoCorasick(_PREFIX_LITERALS, matchkind=MatchKind.LeftmostFirst)
 
 # Phrasings typical of prompt injections in tool outputs and documents. Their word trigrams get
 # weight 1; everything else weighs nothing, so ordinary code and prose score 0.
@@ -111,6 +122,8 @@ def _anchor(trigram: tuple[str, ...]) -> str:
 # Substring presence is a superset of word presence, so no real match is ever skipped; only
 # hash collisions of unrelated trigrams (false positives of the feature space) no longer count.
 _ANCHORS = tuple(sorted({_anchor(tri) for tri in _phrase_trigrams()}))
+# All of them in one pass (one automaton) instead of one ``in`` scan each.
+_ANCHOR_AC = AhoCorasick(_ANCHORS, matchkind=MatchKind.LeftmostFirst)
 
 
 @lru_cache(maxsize=1)
@@ -124,7 +137,11 @@ def _weights() -> npt.NDArray[np.float32]:
 def injection_score(text: str) -> float:
     """Number of injection trigrams present: 0 for ordinary prose and code (SAFE-2)."""
     lowered = text.lower()
-    if not any(anchor in lowered for anchor in _ANCHORS):
+    try:
+        anchored = bool(_ANCHOR_AC.find_matches_as_indexes(lowered))
+    except UnicodeEncodeError:  # a lone surrogate: the scans one anchor at a time
+        anchored = any(anchor in lowered for anchor in _ANCHORS)
+    if not anchored:
         return 0.0
     buckets = _trigram_buckets(_WORDS.findall(lowered))
     hits = buckets[_weights()[buckets] > 0]  # usually empty: no sort over the whole text
@@ -135,10 +152,14 @@ def secrets_in(text: str) -> list[re.Match[str]]:
     """Every secret in ``text``, left to right, non-overlapping (SAFE-1)."""
     found: list[re.Match[str]] = []
     end = 0
-    for candidate in _PREFIXES.finditer(text):
-        if candidate.start() < end:
+    try:
+        starts = [start for _, start, _ in _PREFIX_AC.find_matches_as_indexes(text)]
+    except UnicodeEncodeError:  # a lone surrogate: the regex finds the same literals
+        starts = [candidate.start() for candidate in _PREFIXES.finditer(text)]
+    for start in starts:
+        if start < end:
             continue
-        match = _SECRETS.match(text, candidate.start())
+        match = _SECRETS.match(text, start)
         if match is not None:
             found.append(match)
             end = match.end()

@@ -81,10 +81,10 @@ ROUTES: dict[tuple[str, str], list[Call] | None] = {
     ("HEAD", "/v1/responses"): None,
     # Node to node only (refused by the balancers, CLUSTER-12): a node token bound to the id and
     # the asking owner, and the parking node hands over only to that owner (PARK-22);
-    # tests/cluster/test_parked_across_nodes.py.
+    # tests/cluster/continuations/test_parked_across_nodes.py.
     ("POST", "/cluster/v1/handover"): None,
     # Node to node only too: the token binds the run and the owner, and the running node checks
-    # the owner (LIVE-2); tests/cluster/test_background_across_nodes.py.
+    # the owner (LIVE-2); tests/cluster/continuations/test_background_across_nodes.py.
     ("POST", "/cluster/v1/runs/cancel"): None,
     ("POST", "/cluster/v1/runs/events"): None,
     ("POST", "/cluster/v1/idempotent/follow"): None,  # the scope holds the owner (LIVE-8)

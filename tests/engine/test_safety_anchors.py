@@ -59,6 +59,8 @@ _PIECES = [
 
 
 @example(_SECRETS)
+@example(["é", *_SECRETS])  # offsets past a multi-byte character
+@example(["\ud800", *_SECRETS])  # the fallback's
 @example([f"{anchor} " for anchor in safety._ANCHORS[:1]])
 @given(st.lists(st.sampled_from(_PIECES) | st.text(max_size=4), max_size=24))
 def test_the_one_pass_prefilters_find_what_the_scans_one_at_a_time_find(parts: list[str]) -> None:
@@ -80,4 +82,4 @@ def test_the_one_pass_prefilters_find_what_the_scans_one_at_a_time_find(parts: l
     anchored = any(anchor in lowered for anchor in safety._ANCHORS)
     assert (safety.injection_score(text) > 0) <= anchored
     if "\ud800" not in text:
-        assert bool(safety._ANCHOR_AC.find_matches_as_indexes(lowered)) == anchored
+        assert bool(safety._ANCHOR_AC.find_matches_as_indexes(lowered.encode())) == anchored

@@ -4,6 +4,8 @@ real HAProxy or nginx in front, each on an ephemeral loopback port, all stopped 
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -13,6 +15,7 @@ import aiohttp
 import pytest
 
 from cli.launcher import Cluster, ClusterSpec, free_port, node_id
+from tests.upstream.token_peer import TokenPeer, make_tokenizer
 
 # Keyed clusters: two tenants and an operator key, given to the nodes through
 # their environment, never on a command line.
@@ -31,6 +34,44 @@ def cluster_spec(
         workdir=tmp_path / "cluster", drain_delay_s=1.5, env=env,  # > 2 checks (DRAIN-2, RETRY-3)
         serve_args=["--tps", "0", *(keys or ["--api-keys-env", ""]), *serve_args],
     )  # fmt: skip
+
+
+ROUTED_MODEL = "model-a"  # the one model of a routed cluster's --config
+
+
+@contextlib.asynccontextmanager
+async def routed_cluster(
+    tmp_path: Path, route: dict[str, Any], *, keyed: bool = False
+) -> AsyncIterator[Cluster]:
+    """Two nodes behind HAProxy whose one model, ``ROUTED_MODEL``, is ``route`` (a
+    ``--config`` models table: a ``tokens`` route to a peer, say)."""
+    config = tmp_path / "models.toml"
+    lines = [f'default = "{ROUTED_MODEL}"', f'[models."{ROUTED_MODEL}"]']
+    lines += [f"{key} = {json.dumps(value)}" for key, value in route.items()]
+    config.write_text("\n".join(lines) + "\n")
+    running = Cluster(cluster_spec(tmp_path, "haproxy", "--config", str(config), keyed=keyed))
+    await running.start()
+    try:
+        yield running
+    finally:
+        await running.stop()
+
+
+@pytest.fixture
+async def peer(tmp_path: Path) -> AsyncIterator[TokenPeer]:
+    """A token server (its tokenizer trained into ``tmp_path / "tok"``) that logs each prompt."""
+    running = TokenPeer(make_tokenizer(tmp_path / "tok"))
+    await running.start()
+    try:
+        yield running
+    finally:
+        await running.stop()
+
+
+def tokens_route(tmp_path: Path, peer: TokenPeer, **extra: Any) -> dict[str, Any]:
+    """A ``tokens`` route to ``peer`` with the tokenizer the ``peer`` fixture trained."""
+    return {"backend": "tokens", "api": "vllm", "base_url": peer.base_url, "model": "tiny",
+            "tokenizer": str(tmp_path / "tok"), **extra}  # fmt: skip
 
 
 @pytest.fixture(params=["haproxy", "nginx"])

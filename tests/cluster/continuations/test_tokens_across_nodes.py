@@ -12,8 +12,6 @@ its analysis message and tool call travel in the hand-over and are not re-render
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -22,30 +20,17 @@ import pytest
 from openai import AsyncOpenAI
 
 from cli.launcher import Cluster
-from tests.cluster.conftest import cluster_spec, node_stats, via
+from tests.cluster.conftest import ROUTED_MODEL as MODEL
+from tests.cluster.conftest import node_stats, routed_cluster, tokens_route, via
 from tests.support.tools import WEATHER
 from tests.upstream.reasoning_peer import HARMONY_SCRIPT, HarmonyPeer
 from tests.upstream.token_peer import TokenPeer, assert_exact, make_tokenizer
-
-MODEL = "model-a"
-
-
-@pytest.fixture
-async def peer(tmp_path: Path) -> AsyncIterator[TokenPeer]:
-    running = TokenPeer(make_tokenizer(tmp_path / "tok"))
-    await running.start()
-    try:
-        yield running
-    finally:
-        await running.stop()
 
 
 @pytest.fixture
 async def tokens_cluster(tmp_path: Path, peer: TokenPeer) -> AsyncIterator[Cluster]:
     """Two nodes whose one model is a ``tokens`` route to ``peer``, behind HAProxy."""
-    route = {"backend": "tokens", "api": "vllm", "base_url": peer.base_url, "model": "tiny",
-             "tokenizer": str(tmp_path / "tok")}  # fmt: skip
-    async with _cluster(tmp_path, route) as running:
+    async with routed_cluster(tmp_path, tokens_route(tmp_path, peer)) as running:
         yield running
 
 
@@ -64,22 +49,8 @@ async def harmony_cluster(tmp_path: Path, harmony_peer: HarmonyPeer) -> AsyncIte
     """Two nodes whose one model is a harmony ``tokens`` route to ``harmony_peer``."""
     route = {"backend": "tokens", "api": "vllm", "base_url": harmony_peer.base_url,
              "model": "gpt-oss-tiny", "template": "harmony"}  # fmt: skip
-    async with _cluster(tmp_path, route) as running:
+    async with routed_cluster(tmp_path, route) as running:
         yield running
-
-
-@contextlib.asynccontextmanager
-async def _cluster(tmp_path: Path, route: dict[str, str]) -> AsyncIterator[Cluster]:
-    config = tmp_path / "models.toml"
-    lines = [f'default = "{MODEL}"', f'[models."{MODEL}"]']
-    lines += [f"{key} = {json.dumps(value)}" for key, value in route.items()]
-    config.write_text("\n".join(lines) + "\n")
-    running = Cluster(cluster_spec(tmp_path, "haproxy", "--config", str(config)))
-    await running.start()
-    try:
-        yield running
-    finally:
-        await running.stop()
 
 
 def _output(call: Any) -> list[dict[str, str]]:

@@ -9,45 +9,24 @@ picks and continues from the ids it carries (nothing held on a node is needed)."
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from cli.launcher import Cluster
-from tests.cluster.conftest import cluster_spec, node_stats
+from tests.cluster.conftest import ROUTED_MODEL as MODEL
+from tests.cluster.conftest import node_stats, routed_cluster, tokens_route
 from tests.support.nemo_gym import assert_token_exact, run_rollouts
-from tests.upstream.token_peer import TokenPeer, make_tokenizer
-
-MODEL = "model-a"
-
-
-@pytest.fixture
-async def peer(tmp_path: Path) -> AsyncIterator[TokenPeer]:
-    running = TokenPeer(make_tokenizer(tmp_path / "tok"))
-    await running.start()
-    try:
-        yield running
-    finally:
-        await running.stop()
+from tests.upstream.token_peer import TokenPeer
 
 
 @pytest.fixture
 async def training_cluster(tmp_path: Path, peer: TokenPeer) -> AsyncIterator[Cluster]:
     """Two nodes behind HAProxy; the route gives every create the training fields (TOK-61)."""
-    route = {"backend": "tokens", "api": "vllm", "base_url": peer.base_url, "model": "tiny",
-             "tokenizer": str(tmp_path / "tok"), "training_fields": True}  # fmt: skip
-    config = tmp_path / "models.toml"
-    lines = [f'default = "{MODEL}"', f'[models."{MODEL}"]']
-    lines += [f"{key} = {json.dumps(value)}" for key, value in route.items()]
-    config.write_text("\n".join(lines) + "\n")
-    running = Cluster(cluster_spec(tmp_path, "haproxy", "--config", str(config)))
-    await running.start()
-    try:
+    route = tokens_route(tmp_path, peer, training_fields=True)
+    async with routed_cluster(tmp_path, route) as running:
         yield running
-    finally:
-        await running.stop()
 
 
 @pytest.mark.timeout(300)

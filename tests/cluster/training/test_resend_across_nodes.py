@@ -9,7 +9,6 @@ identical history, and the history of a response deleted since, start afresh."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -19,39 +18,19 @@ import pytest
 import redis.asyncio as aioredis
 
 from cli.launcher import Cluster
-from tests.cluster.conftest import KEYS, cluster_spec, node_counters, node_url
+from tests.cluster.conftest import KEYS, node_counters, node_url, routed_cluster, tokens_route
+from tests.cluster.conftest import ROUTED_MODEL as MODEL
 from tests.support.tools import WEATHER
-from tests.upstream.token_peer import TokenPeer, assert_exact, make_tokenizer
+from tests.upstream.token_peer import TokenPeer, assert_exact
 
-MODEL = "model-a"
 KEY_A, KEY_B = KEYS
-
-
-@pytest.fixture
-async def peer(tmp_path: Path) -> AsyncIterator[TokenPeer]:
-    running = TokenPeer(make_tokenizer(tmp_path / "tok"))
-    await running.start()
-    try:
-        yield running
-    finally:
-        await running.stop()
 
 
 @pytest.fixture
 async def cluster(tmp_path: Path, peer: TokenPeer) -> AsyncIterator[Cluster]:
     """Two keyed nodes whose one model is a ``tokens`` route to ``peer``, on one redis-server."""
-    route = {"backend": "tokens", "api": "vllm", "base_url": peer.base_url, "model": "tiny",
-             "tokenizer": str(tmp_path / "tok")}  # fmt: skip
-    config = tmp_path / "models.toml"
-    lines = [f'default = "{MODEL}"', f'[models."{MODEL}"]']
-    lines += [f"{key} = {json.dumps(value)}" for key, value in route.items()]
-    config.write_text("\n".join(lines) + "\n")
-    running = Cluster(cluster_spec(tmp_path, "haproxy", "--config", str(config), keyed=True))
-    await running.start()
-    try:
+    async with routed_cluster(tmp_path, tokens_route(tmp_path, peer), keyed=True) as running:
         yield running
-    finally:
-        await running.stop()
 
 
 async def _call(

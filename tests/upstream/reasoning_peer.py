@@ -5,6 +5,7 @@ o200k ids (vLLM's token API, the same peer as ``token_peer.TokenPeer``)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +47,26 @@ HARMONY_SCRIPT = [
     "<|channel|>analysis<|message|>The tool said sunny.<|end|>"
     "<|start|>assistant<|channel|>final<|message|>It is sunny in Paris.<|return|>",
     "<|channel|>final<|message|>You are welcome.<|return|>",
+]
+
+# The weather chain the training and sealed-reasoning tests script, three sampling steps each:
+# (a get_weather call), (the answer), a polite reply; as a Qwen3 think model, a plain one and
+# gpt-oss (whose every step opens with analysis).
+WEATHER_CALL = json.dumps({"name": "get_weather", "arguments": {"city": "Paris"}})
+THINK_CHAIN = [
+    f"<think>\nThe user wants the weather.\n</think>\n\n<tool_call>\n{WEATHER_CALL}\n</tool_call>",
+    "<think>\nThe tool said sunny.\n</think>\n\nIt is sunny in Paris.",
+    "<think>\nPolite.\n</think>\n\nYou are welcome.",
+]
+PLAIN_CHAIN = [
+    f"<tool_call>\n{WEATHER_CALL}\n</tool_call>",
+    "It is sunny in Paris.",
+    "You are welcome.",
+]
+HARMONY_CHAIN = [
+    *HARMONY_SCRIPT[:2],
+    "<|channel|>analysis<|message|>Polite.<|end|>"
+    "<|start|>assistant<|channel|>final<|message|>You are welcome.<|return|>",
 ]
 
 

@@ -7,7 +7,6 @@ tampered, truncated or foreign blob is 400 ``invalid_encrypted_content`` naming 
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -23,24 +22,11 @@ from engine.server.transport.server_config import ServerConfig
 from tests.support.server import LiveServer, start_server
 from tests.support.tools import WEATHER
 from tests.upstream.conftest import StartEngine
+from tests.upstream.reasoning_peer import HARMONY_CHAIN as HARMONY_SCRIPT
+from tests.upstream.reasoning_peer import THINK_CHAIN as THINK_SCRIPT
 from tests.upstream.reasoning_peer import HarmonyPeer, harmony_router
 from tests.upstream.token_peer import TokenPeer, assert_exact, backend_of, tokens_router
 
-CALL = json.dumps({"name": "get_weather", "arguments": {"city": "Paris"}})
-THINK_SCRIPT = [
-    f"<think>\nThe user wants the weather.\n</think>\n\n<tool_call>\n{CALL}\n</tool_call>",
-    "<think>\nThe tool said sunny.\n</think>\n\nIt is sunny in Paris.",
-    "<think>\nPolite.\n</think>\n\nYou are welcome.",
-]
-HARMONY_SCRIPT = [
-    "<|channel|>analysis<|message|>The user wants the weather.<|end|>"
-    "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json"
-    '<|message|>{"city": "Paris"}<|call|>',
-    "<|channel|>analysis<|message|>The tool said sunny.<|end|>"
-    "<|start|>assistant<|channel|>final<|message|>It is sunny in Paris.<|return|>",
-    "<|channel|>analysis<|message|>Polite.<|end|>"
-    "<|start|>assistant<|channel|>final<|message|>You are welcome.<|return|>",
-]
 INCLUDE = ["reasoning.encrypted_content"]
 
 

@@ -276,8 +276,9 @@ async def test_harmony_replayed_reasoning_is_an_analysis_message(
     engine_for: StartEngine, harmony_peer: HarmonyPeer
 ) -> None:
     """REASON-4, HARMONY-2: a stateless create with the SDK's round-tripped items renders the
-    reasoning as ``analysis`` and the call as a ``commentary`` call, before the tool result."""
-    server = await engine_for(harmony_router(harmony_peer))
+    reasoning as ``analysis`` and the call as a ``commentary`` call, before the tool result.
+    The hydration cache is off, so the resend is rendered, not continued (COMPAT-7)."""
+    server = await engine_for(harmony_router(harmony_peer), hydration_cache_bytes=0)
     harmony_peer.script.extend(HARMONY_SCRIPT[:2])
     client = AsyncOpenAI(base_url=server.base_url, api_key="x", max_retries=0)
     try:

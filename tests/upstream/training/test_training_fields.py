@@ -23,27 +23,14 @@ from tests.support.server import LiveServer
 from tests.support.tools import WEATHER
 from tests.support.wait import wait_for
 from tests.upstream.conftest import StartEngine
+from tests.upstream.reasoning_peer import HARMONY_CHAIN as HARMONY
+from tests.upstream.reasoning_peer import PLAIN_CHAIN as PLAIN
+from tests.upstream.reasoning_peer import THINK_CHAIN as THINK
 from tests.upstream.reasoning_peer import HarmonyPeer, harmony_router
 from tests.upstream.token_peer import TokenPeer, assert_exact, tokens_router
 
 FIELDS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
 INCLUDE = ["output[*].token_ids"]
-CALL = json.dumps({"name": "get_weather", "arguments": {"city": "Paris"}})
-THINK = [
-    f"<think>\nThe user wants the weather.\n</think>\n\n<tool_call>\n{CALL}\n</tool_call>",
-    "<think>\nThe tool said sunny.\n</think>\n\nIt is sunny in Paris.",
-    "<think>\nPolite.\n</think>\n\nYou are welcome.",
-]
-PLAIN = [f"<tool_call>\n{CALL}\n</tool_call>", "It is sunny in Paris.", "You are welcome."]
-HARMONY = [
-    "<|channel|>analysis<|message|>The user wants the weather.<|end|>"
-    "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json"
-    '<|message|>{"city": "Paris"}<|call|>',
-    "<|channel|>analysis<|message|>The tool said sunny.<|end|>"
-    "<|start|>assistant<|channel|>final<|message|>It is sunny in Paris.<|return|>",
-    "<|channel|>analysis<|message|>Polite.<|end|>"
-    "<|start|>assistant<|channel|>final<|message|>You are welcome.<|return|>",
-]
 
 
 @pytest.fixture

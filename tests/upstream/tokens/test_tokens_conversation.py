@@ -65,7 +65,8 @@ async def test_a_conversation_continues_token_exact(
                 conv = (await resp.json())["id"]
             first = await _create(http, server, input="Weather?", conversation=conv)
             second = await _create(http, server, input=_answer_call(first), conversation=conv)
-            assert server.engine.counters["create.hydrated"] == 1  # the cache, not the items
+            # the first create's suspended rollout, parked at its end (PARK-4), not the items
+            assert server.engine.counters["create.unparked"] == 1
             last: dict[str, Any] = second
             async with http.ws_connect(server.ws_url) as ws:  # a new socket: the cache again
                 for text in ("Weather in Oslo?", None):
@@ -78,7 +79,8 @@ async def test_a_conversation_continues_token_exact(
                     ):
                         assert event["type"] != "error", event
                     last = event["response"]
-            assert server.engine.counters["create.fast_path"] == 1
+            # the unparked HTTP continuation and the socket's second create (COMPAT-2)
+            assert server.engine.counters["create.fast_path"] == 2
     finally:
         await server.runner.cleanup()
     _extends(token_peer)

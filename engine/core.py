@@ -32,6 +32,7 @@ from engine.store import (
     ResponseStore,
     StoreError,
 )
+from protocol.codec import RecentTools
 
 log = logging.getLogger("rollout.engine")
 
@@ -238,6 +239,7 @@ class Engine:
         self.metrics = Metrics(self.counters)
         budget = self.config.budget
         self.hydrated = HydrationCache(budget.hydration, self.counters)
+        self.tools = RecentTools()  # CACHE-7: HTTP creates' checked tools, by their bytes
         # PARK-20..PARK-22: where parked rollouts are, for a node that is asked to continue one
         self.handover = Handover(self.store, self.counters, self.config.park_seconds)
         # COMPAT-10: stored responses by (owner, item list), for a resend on another node

@@ -7,6 +7,7 @@ field (``input[2].call_id``), never a Python exception text.
 from __future__ import annotations
 
 import secrets
+from collections import OrderedDict
 from typing import Any, get_args
 
 import msgspec
@@ -33,7 +34,7 @@ from protocol.items import (
     TypedItem,
 )
 from protocol.response import CompactParams, CreateParams, HttpCreateParams
-from protocol.tools import Toolset, same_tools
+from protocol.tools import Toolset, parse_tools, same_tools
 
 
 def _enc_hook(obj: Any) -> Any:
@@ -184,6 +185,11 @@ _TOOLS_KEY = b'"tools":'
 _NONCE_TOOLS_LIST = b"[" + _NONCE_TOOLS_JSON + b"]"
 
 
+# What remembering a tool costs beyond its bytes (twice: the key, the toolset's copy): its
+# typed view, its echo slot, the Raw objects (CACHE-7).
+TOOLSET_OVERHEAD = 512
+
+
 class Repeats:
     """What a connection's latest ``response.create`` sent that a coding agent sends again on
     every turn: its checked tools and its instructions (CACHE-5), and where their bytes stood
@@ -266,6 +272,49 @@ class Repeats:
         return event
 
 
+class RecentTools:
+    """The checked toolsets of a process's recent HTTP creates, by their tools' bytes (CACHE-7).
+
+    A client that keeps its own history (the openai SDK's loops, Codex over HTTP, NeMo Gym)
+    sends the same ``tools`` on every create; a create whose tools are, joined by commas, the
+    very bytes of a remembered create's (each tool one JSON value, so the split is unique)
+    reuses that create's checked typed view and its echo; any other tools are checked in full
+    (``parse_tools``), so errors are a fresh decode's. Bounded: ``max_items`` toolsets and
+    about ``max_bytes``, least recently used first out. A toolset with an ``mcp`` tool is never
+    kept: its headers and authorization stay with its request (MCP-3)."""
+
+    __slots__ = ("_held", "max_bytes", "max_items", "nbytes")
+
+    def __init__(self, max_items: int = 64, max_bytes: int = 1 << 20) -> None:
+        self._held: OrderedDict[bytes, tuple[Toolset, int]] = OrderedDict()
+        self.max_items = max_items
+        self.max_bytes = max_bytes
+        self.nbytes = 0
+
+    def toolset(self, tools: list[msgspec.Raw]) -> Toolset:
+        """The checked toolset of ``tools``; raises as ``parse_tools`` does (TOOL-1)."""
+        if not tools:
+            return parse_tools(tools)
+        key = b",".join(tools)
+        held = self._held.get(key)
+        if held is not None:
+            self._held.move_to_end(key)
+            return held[0]
+        toolset = parse_tools(tools)  # raises as on a fresh request
+        size = 2 * len(key) + TOOLSET_OVERHEAD * len(tools)  # the key, the tools' own copies
+        if toolset.mcp or size > self.max_bytes:
+            return toolset
+        self._held[key] = (toolset, size)
+        self.nbytes += size
+        while len(self._held) > self.max_items or self.nbytes > self.max_bytes:
+            _, (_, gone) = self._held.popitem(last=False)
+            self.nbytes -= gone
+        return toolset
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+
 def _find_instructions(frame: bytes, instructions: bytes) -> int:
     """The offset of these very bytes after the frame's first ``"instructions":``; -1 if not."""
     at = frame.find(_INSTR_KEY) + len(_INSTR_KEY)
@@ -303,10 +352,14 @@ def decode_client_event(frame: bytes | str, repeats: Repeats | None = None) -> C
     return event
 
 
-def decode_create_body(body: bytes) -> CreateParams:
-    """Decode an HTTP ``POST /v1/responses`` (or ``/input_tokens``) body."""
+def decode_create_body(body: bytes, recent: RecentTools | None = None) -> CreateParams:
+    """Decode an HTTP ``POST /v1/responses`` (or ``/input_tokens``) body; ``recent``: the
+    process's remembered toolsets, reused for the same tools' bytes (CACHE-7)."""
     params: CreateParams = _decode_body(_CREATE_BODY_DECODER, body)
-    _ = params.toolset  # a bad tool is an error of the request's decoding (TOOL-1)
+    if recent is not None:  # the cached_property's slot
+        params.__dict__["toolset"] = recent.toolset(params.tools)
+    else:
+        _ = params.toolset  # a bad tool is an error of the request's decoding (TOOL-1)
     return params
 
 

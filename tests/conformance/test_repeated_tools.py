@@ -90,3 +90,35 @@ def test_equal_tools_and_instructions_are_decoded_once() -> None:
     assert isinstance(changed, ResponseCreate)
     assert changed.toolset is not first.toolset
     assert changed.toolset.callables[1].name == "apply"
+
+
+async def test_http_creates_reuse_the_same_tools_and_check_changed_ones_in_full(
+    server: LiveServer,
+) -> None:
+    """CACHE-7: over HTTP, creates that repeat their tools' bytes are answered as before (the
+    same echo) from the process's memory of them; tools that differ from every remembered
+    create's, sent after them, get the very error (status and body) a fresh server gives, and
+    a changed valid tool is echoed as newly sent."""
+    tools = [FUNCTION, CUSTOM]
+    changed = [FUNCTION, {**CUSTOM, "description": "Patch files, carefully."}]
+    url = f"{server.base_url}/responses"
+
+    async def post(http: aiohttp.ClientSession, tools: list[dict[str, Any]]) -> Any:
+        body = json.loads(create(tools, None))
+        del body["type"]
+        async with http.post(url, json=body) as resp:
+            return resp.status, await resp.json()
+
+    async with aiohttp.ClientSession() as http:
+        fresh = await post(http, [FUNCTION, BAD_TOOL])
+        assert fresh[0] == 400 and fresh[1]["error"]["param"].startswith("tools[1]")
+    async with aiohttp.ClientSession() as http:
+        first = await post(http, tools)
+        remembered = len(server.engine.tools)
+        second = await post(http, tools)
+        assert len(server.engine.tools) == remembered >= 1  # reused, not remembered twice
+        assert first[0] == second[0] == 200 and second[1]["tools"] == first[1]["tools"]
+        assert await post(http, [FUNCTION, BAD_TOOL]) == fresh
+        status, third = await post(http, changed)
+        assert status == 200 and third["tools"][1]["description"] == "Patch files, carefully."
+        assert (await post(http, tools))[1]["tools"] == first[1]["tools"]

@@ -62,7 +62,7 @@ async def _create(
 ) -> web.StreamResponse:
     engine: Engine = request.app[ENGINE]
     start = time.perf_counter()
-    params = decode_create_body(body)
+    params = decode_create_body(body, engine.tools)  # repeated tools reused (CACHE-7)
     params.stream_id = None  # WebSocket-only (WS-2); ignored over HTTP
     model = params.model or engine.config.default_model
     codex_headers.note_model(request, model)  # its answer's `openai-model` (CODEX-21)

@@ -190,13 +190,13 @@ def take_trigger(
     asks for the context to be compacted instead of sampled, and is not itself context.
     Returns the items and texts without it, and whether it was there."""
     for index, item in enumerate(items):
-        if isinstance(item, OpaqueItem) and item.type == TRIGGER and index != len(items) - 1:
+        if type(item) is OpaqueItem and item.type == TRIGGER and index != len(items) - 1:
             raise InvalidRequest(
                 "invalid_value",
                 "A compaction_trigger item must be the final input item.",
                 f"input[{index}]",
             )
-    if items and isinstance(items[-1], OpaqueItem) and items[-1].type == TRIGGER:
+    if items and type(items[-1]) is OpaqueItem and items[-1].type == TRIGGER:
         return items[:-1], texts[:-1], True
     return items, texts, False
 

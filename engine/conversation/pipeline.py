@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import numpy as np
@@ -37,7 +37,9 @@ from protocol.errors import invalid_encrypted_content
 from protocol.items import (
     ContentPart,
     CustomToolCall,
+    CustomToolCallOutput,
     FunctionCall,
+    FunctionCallOutput,
     InputItem,
     InputText,
     Message,
@@ -197,12 +199,6 @@ class Pipeline:
         """Open the sealed reasoning of ``owner`` with ``keys`` from now on (SEAL-4)."""
         self.keys, self.owner = keys, owner
 
-    def _timed(self, name: str, start: float) -> float:
-        now = time.perf_counter()
-        self.stats.seconds[name] = self.stats.seconds.get(name, 0.0) + now - start
-        self.log.add_time(name, now - start)
-        return now
-
     def apply(
         self,
         ctx: Context,
@@ -259,7 +255,7 @@ class Pipeline:
         if keys is None:
             return items
         for n, item in enumerate(items):
-            if not isinstance(item, Reasoning) or item is not given[n]:
+            if type(item) is not Reasoning or item is not given[n]:
                 continue
             blob = item.encrypted_content
             if blob is None or not is_sealed(blob):
@@ -310,10 +306,14 @@ class Pipeline:
         return len(ctx.header)
 
     def _count(self, stage: str, path: str, n: int, start: float) -> float:
-        key = f"{stage}.{path}"
-        self.stats.runs[key] += 1
-        self.stats.items[key] += n
-        return self._timed(stage, start)
+        key, stats = f"{stage}.{path}", self.stats
+        stats.runs[key] += 1
+        stats.items[key] += n
+        now = time.perf_counter()  # the stage's time, in the same frame (three a batch)
+        seconds = stats.seconds
+        seconds[stage] = seconds.get(stage, 0.0) + now - start
+        self.log.add_time(stage, now - start)
+        return now
 
     def _commit(
         self,
@@ -338,12 +338,15 @@ class Pipeline:
             if item_id:
                 ctx.by_id[item_id] = item
                 size += DICT_ENTRY
-            if isinstance(item, ToolCall):
-                ctx.calls[item.call_id] = item
+            kind = type(item)  # exact types: a missed ``isinstance`` of a union costs ~0.6 us
+            if kind is FunctionCall or kind is CustomToolCall:
+                call = cast(ToolCall, item)
+                ctx.calls[call.call_id] = call
                 size += 2 * DICT_ENTRY
-                if item.call_id not in ctx.answered:
-                    ctx.unanswered[item.call_id] = item
-            elif isinstance(item, ToolOutput):
+                if call.call_id not in ctx.answered:
+                    ctx.unanswered[call.call_id] = call
+            elif kind is FunctionCallOutput or kind is CustomToolCallOutput:
+                item = cast(ToolOutput, item)
                 ctx.answered.add(item.call_id)
                 size += SET_ENTRY
                 ctx.unanswered.pop(item.call_id, None)

@@ -47,23 +47,25 @@ def _target(name: str, namespace: str | None) -> str:
 
 def item_text(item: InputItem) -> str:
     """The template text of one item. Every item type renders to something (ITEM-7)."""
-    if isinstance(item, Message):
+    # Exact types (no item type is subclassed): an ``isinstance`` that misses a Struct type
+    # asks its metaclass (~0.1 us each, ~0.6 us against a union).
+    if type(item) is Message:
         return f"<|im_start|>{item.role}\n{text_of(item.content, _placeholder)}<|im_end|>\n"
-    if isinstance(item, FunctionCall):
-        target = _target(item.name, item.namespace)
-        return f"<|im_start|>assistant to={target}\n{item.arguments}<|im_end|>\n"
-    if isinstance(item, CustomToolCall):
-        target = _target(item.name, item.namespace)
-        return f"<|im_start|>assistant to={target} custom\n{item.input}<|im_end|>\n"
-    if isinstance(item, FunctionCallOutput | CustomToolCallOutput):
+    if type(item) is FunctionCallOutput or type(item) is CustomToolCallOutput:
         body = text_of(item.output, _placeholder)
         return f"<|im_start|>tool {item.call_id}\n{body}<|im_end|>\n"
-    if isinstance(item, Reasoning):
+    if type(item) is FunctionCall:
+        target = _target(item.name, item.namespace)
+        return f"<|im_start|>assistant to={target}\n{item.arguments}<|im_end|>\n"
+    if type(item) is CustomToolCall:
+        target = _target(item.name, item.namespace)
+        return f"<|im_start|>assistant to={target} custom\n{item.input}<|im_end|>\n"
+    if type(item) is Reasoning:
         summary = "\n".join(s.text for s in item.summary or ())
         return f"<|im_start|>reasoning\n{summary}<|im_end|>\n"
-    if isinstance(item, Compaction):
+    if type(item) is Compaction:
         return f"<|im_start|>compaction\n{summary_text(item)}<|im_end|>\n"
-    if isinstance(item, OpaqueItem):
+    if type(item) is OpaqueItem:
         return f"<|im_start|>{item.type}\n{opaque_text(item)}<|im_end|>\n"
     # Item references are resolved before rendering (ITEM-4), so none reaches this point.
     raise TypeError(f"unrenderable item {type(item).__name__}")

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import re
+from typing import cast
 
 from engine.conversation.context import Context
 from protocol.errors import InvalidRequest
 from protocol.items import (
+    CustomToolCall,
+    CustomToolCallOutput,
+    FunctionCall,
+    FunctionCallOutput,
     InputFile,
     InputImage,
     InputItem,
@@ -28,7 +33,7 @@ from protocol.tools import (
 
 def resolve_references(ctx: Context, items: list[InputItem], param: str) -> list[InputItem]:
     """Replace ``item_reference`` items by the items they name (ITEM-4)."""
-    if not any(isinstance(i, ItemReference) for i in items):
+    if ItemReference not in map(type, items):  # compared in C, no isinstance per item
         return items
     out: list[InputItem] = []
     local = {i.id: i for i in items if getattr(i, "id", None) and not isinstance(i, ItemReference)}
@@ -56,9 +61,13 @@ def validate(
     answered: set[str] = set()
     for index, item in enumerate(items):
         where = f"{param}[{index}]"
-        if isinstance(item, ToolCall):
-            calls.add(item.call_id)
-        elif isinstance(item, ToolOutput):
+        # Exact types (no item type is subclassed): an ``isinstance`` that misses a Struct type
+        # asks its metaclass, ~0.1 us, and ~0.6 us against a union.
+        kind = type(item)
+        if kind is FunctionCall or kind is CustomToolCall:
+            calls.add(cast(ToolCall, item).call_id)
+        elif kind is FunctionCallOutput or kind is CustomToolCallOutput:
+            item = cast(ToolOutput, item)
             if item.call_id not in calls and item.call_id not in ctx.calls:
                 raise InvalidRequest(
                     "unknown_call_id",
@@ -73,10 +82,10 @@ def validate(
                 )
             answered.add(item.call_id)
             _check_content(item.output, supports, f"{where}.output")
-        elif isinstance(item, Message):
-            _check_content(item.content, supports, f"{where}.content")
-        elif isinstance(item, OpaqueItem) and item.type == "mcp_approval_response":
-            _check_approval(ctx, item, calls, where)
+        elif kind is Message:
+            _check_content(cast(Message, item).content, supports, f"{where}.content")
+        elif kind is OpaqueItem and cast(OpaqueItem, item).type == "mcp_approval_response":
+            _check_approval(ctx, cast(OpaqueItem, item), calls, where)
 
 
 def _check_approval(ctx: Context, item: OpaqueItem, calls: set[str], where: str) -> None:

@@ -15,7 +15,7 @@ output, like the outputs of parallel calls. The response shows the ``mcp_*`` ite
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import msgspec
 
@@ -294,12 +294,13 @@ class HostedTools:
 
 def call_form(item: OutputItem) -> InputItem:
     """The model's own output item as the context holds it: an MCP call or approval request as
-    its function call (its output joins after the step, MCP-15); other items as they are."""
-    if isinstance(item, McpCall | McpApprovalRequest):
+    its function call (its output joins after the step, MCP-15); other items as they are.
+    Exact types (none is subclassed): a missed ``isinstance`` of a union costs ~0.6 us."""
+    if type(item) is McpCall or type(item) is McpApprovalRequest:
         return FunctionCall(call_id=item.id, name=item.name, arguments=item.arguments)
-    if isinstance(item, McpListTools):
+    if type(item) is McpListTools:
         return OpaqueItem(msgspec.to_builtins(item))
-    return item
+    return cast(InputItem, item)  # not an MCP item: one the input carries as well
 
 
 def as_input(item: OutputItem) -> InputItem:
@@ -342,7 +343,9 @@ def replayed(
 ) -> tuple[list[InputItem], list[list[str]] | None]:
     """A client's items with its replayed MCP items in their context form (MCP-16); their
     texts are recomputed when anything changed."""
-    if not any(isinstance(i, OpaqueItem) and i.type in _REPLAYED for i in items):
+    if OpaqueItem not in map(type, items):  # the usual input: compared in C
+        return items, texts
+    if not any(type(i) is OpaqueItem and i.type in _REPLAYED for i in items):
         return items, texts
     return [form for item in items for form in context_form(item)], None
 
@@ -376,7 +379,7 @@ def approval_answers(items: Iterable[InputItem]) -> dict[str, tuple[bool, str | 
     """``mcp_approval_response`` items: request id -> (approve, reason)."""
     answers: dict[str, tuple[bool, str | None]] = {}
     for item in items:
-        if isinstance(item, OpaqueItem) and item.type == "mcp_approval_response":
+        if type(item) is OpaqueItem and item.type == "mcp_approval_response":
             reason = item.data.get("reason")
             answers[str(item.data["approval_request_id"])] = (
                 item.data.get("approve") is True,

@@ -9,6 +9,7 @@ callable tools (``function``, ``custom``, and the functions inside a ``namespace
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -22,6 +23,7 @@ from protocol.errors import (
     require_fields,
     validation_error,
 )
+from protocol.footprint import schema_size
 
 # --------------------------------------------------------------------------- tool definitions
 
@@ -137,6 +139,9 @@ class Toolset:
     # the Response's ``tools`` (TOOL-1, CONF-3), built once: one list object per toolset, so a
     # toolset reused by the connection's next create (CACHE-5) encodes it once (CODEC-6)
     echo: list[msgspec.Raw] = field(default_factory=list, compare=False)
+    # What the tools hold beyond an empty toolset (MEM-10), measured once here: a context that
+    # keeps the toolset (its header's key) is charged it without walking it again
+    nbytes: int = field(default=0, compare=False)
 
     def __bool__(self) -> bool:
         return bool(self.raw)
@@ -169,15 +174,46 @@ def toolset_of(
             callables.extend(CallableTool(inner, spec.name) for inner in spec.tools)
         else:
             callables.append(CallableTool(spec))
+    kept = tuple(specs)
+    key = tuple(bytes(r) for r in raw)
+    mcp = tuple(spec for spec in specs if isinstance(spec, McpServerTool))
     return Toolset(
         raw=tuple(raw),
-        specs=tuple(specs),
+        specs=kept,
         callables=tuple(callables),
         hosted=frozenset(hosted),
-        mcp=tuple(spec for spec in specs if isinstance(spec, McpServerTool)),
-        key=tuple(bytes(r) for r in raw),
+        mcp=mcp,
+        key=key,
         echo=echo,
+        nbytes=_footprint(raw, echo, kept, callables, mcp, key),
     )
+
+
+def _footprint(
+    raw: list[msgspec.Raw],
+    echo: list[msgspec.Raw],
+    specs: tuple[CallableSpec | McpServerTool | str, ...],
+    callables: list[CallableTool],
+    mcp: tuple[McpServerTool, ...],
+    key: tuple[bytes, ...],
+) -> int:
+    """What a toolset's tools hold (MEM-10): each tool's own bytes twice (its ``Raw`` and its
+    key), an echo completed with defaults (a third copy), the typed views (a ``schema_size``
+    walk: ``deep_size`` less the dict keys msgspec shares), the tuples. An empty toolset's
+    objects are the context's fixed part."""
+    if not raw:
+        return 0
+    size = schema_size(specs) + 2 * _tuple_size(len(raw))
+    size += sum(map(len, raw)) + sum(map(len, key)) + (_RAW_SIZE + 2 * _BYTES_SIZE) * len(raw)
+    own = [e for e, r in zip(echo, raw, strict=True) if e is not r]
+    size += sum(_RAW_SIZE + _BYTES_SIZE + len(e) for e in own)
+    size += (_tuple_size(len(callables)) + _CALLABLE_SIZE * len(callables)) if callables else 0
+    size += sys.getsizeof(echo) - _EMPTY_LIST_SIZE
+    return size + (_tuple_size(len(mcp)) if mcp else 0)
+
+
+def _tuple_size(n: int) -> int:
+    return _EMPTY_TUPLE_SIZE + 8 * n
 
 
 def same_tools(toolset: Toolset, raw: list[msgspec.Raw]) -> bool:
@@ -194,6 +230,13 @@ def toolset_from(specs: Sequence[CallableSpec]) -> Toolset:
 
 
 EMPTY_TOOLSET = Toolset()
+# The objects a toolset's footprint adds up (MEM-10): a ``Raw`` (its buffer is a ``bytes``
+# object of its own), a callable's view, the empty echo list every toolset has.
+_RAW_SIZE = sys.getsizeof(msgspec.Raw(b""))
+_BYTES_SIZE = sys.getsizeof(b"")
+_CALLABLE_SIZE = sys.getsizeof(CallableTool(FunctionTool(name="")))
+_EMPTY_LIST_SIZE = sys.getsizeof([])
+_EMPTY_TUPLE_SIZE = sys.getsizeof(())
 
 # --------------------------------------------------------------------------- parsing
 
@@ -417,4 +460,5 @@ def _complete_function(raw: msgspec.Raw) -> msgspec.Raw:
         return raw
     data: dict[str, Any] = msgspec.json.decode(raw)
     missing = [key for key in FUNCTION_ECHO_KEYS if key not in data]
-    return msgspec.Raw(msgspec.json.encode(data | dict.fromkeys(missing)))
+    encoded = msgspec.json.encode(data | dict.fromkeys(missing))
+    return msgspec.Raw(bytes(memoryview(encoded)))  # exact: encode's buffer keeps its spare room

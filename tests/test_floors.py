@@ -608,6 +608,7 @@ SAME_CONCEPT = {
     "base": "an extension point's base class: Backend (models/), TokenServer (tokens/servers/)",
     "conversations": "the Conversations API: its wire shapes, its store records, its routes",
     "sealed": "sealed reasoning: sealing and opening (conversation/), replaying its ids (tokens/)",
+    "footprint": "memory charged: the walk and a toolset (protocol/), a context (conversation/)",
 }
 
 

@@ -6,6 +6,7 @@ ledgers, and backends receive it in a ``SampleRequest``. None of them imports an
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,8 +95,14 @@ class Context:
     @property
     def retained_bytes(self) -> int:
         """What caching this context costs in memory (HYD-2, PARK-7, MEM-10): its items and
-        ledgers, the token buffers at their capacity (spare room is memory too), the header."""
+        ledgers, the token buffers at their capacity (spare room is memory too), the header
+        and the request's instructions and tools it was rendered from (the tools measured once,
+        when they were parsed; instructions or tools shared by many contexts, CACHE-5, CACHE-7,
+        are charged to each in full)."""
         size = CONTEXT_OVERHEAD + self.nbytes + self.tokens.capacity_bytes + self.header.nbytes
+        if self.header_key is not None:
+            instructions, tools = self.header_key
+            size += tools.nbytes + (sys.getsizeof(instructions) if instructions else 0)
         if self.wire is not None:
             size += self.wire.nbytes
         if self.model_tokens is not None:

@@ -1,6 +1,7 @@
 """One request-valid sample of every tool type and every input item type of the openai SDK
 (3.51) unions ``Tool`` and ``ResponseInputItem``. Tests check the samples against the SDK, so a
-new SDK member without a sample fails loudly instead of going untested."""
+new SDK member without a sample fails loudly instead of going untested. ``AGENT_HEADERS``: a
+coding agent's instructions and tools, realistic in size (the MEM-10 footprint tests)."""
 
 from __future__ import annotations
 
@@ -191,3 +192,70 @@ INPUT_ITEMS: list[dict[str, Any]] = [
     },
     {"type": "message", "role": "user", "content": "Now answer"},
 ]
+
+
+# A coding agent's tools, as a client sends them on every create (TOOL-1): function tools with
+# JSON schemas of the size agents send (descriptions, nested properties, enums), a custom tool
+# with a grammar (Codex's apply_patch) and a remote MCP server with its headers (MCP-1, MCP-3).
+_SHELL = {
+    "type": "function", "name": "shell", "strict": False,
+    "description": "Runs a shell command and returns its output. Always set the `workdir` "
+    "param; do not use `cd` unless absolutely necessary. Long outputs are truncated.",
+    "parameters": {
+        "type": "object", "additionalProperties": False, "required": ["command"],
+        "properties": {
+            "command": {"type": "array", "items": {"type": "string"},
+                        "description": "The command to execute, as argv."},
+            "workdir": {"type": "string", "description": "The working directory."},
+            "timeout_ms": {"type": "number", "description": "The timeout, in milliseconds."},
+            "justification": {"type": "string", "description":
+                              "Why the command needs to run outside the sandbox, if it does."},
+        },
+    },
+}  # fmt: skip
+_READ_FILE = {
+    "type": "function", "name": "read_file", "description": "Reads a file of the workspace.",
+    "parameters": {"type": "object", "required": ["path"], "properties": {
+        "path": {"type": "string", "description": "Path relative to the workspace root."},
+        "offset": {"type": "integer", "description": "The first line, 1-based."},
+        "limit": {"type": "integer", "description": "How many lines at most."}}},
+}  # fmt: skip
+_UPDATE_PLAN = {
+    "type": "function", "name": "update_plan", "strict": True,
+    "description": "Updates the task plan: a short list of steps, each with its status.",
+    "parameters": {"type": "object", "additionalProperties": False,
+                   "required": ["explanation", "plan"], "properties": {
+        "explanation": {"type": ["string", "null"]},
+        "plan": {"type": "array", "items": {
+            "type": "object", "additionalProperties": False, "required": ["step", "status"],
+            "properties": {"step": {"type": "string"}, "status": {
+                "type": "string", "enum": ["pending", "in_progress", "completed"],
+                "description": "One of: pending, in_progress, completed"}}}}}},
+}  # fmt: skip
+_APPLY_PATCH = {
+    "type": "custom", "name": "apply_patch",
+    "description": "Edits files with a patch in the apply_patch format (no unified diffs).",
+    "format": {"type": "grammar", "syntax": "lark", "definition": (
+        'start: begin_patch hunk+ end_patch\nbegin_patch: "*** Begin Patch" LF\n'
+        'end_patch: "*** End Patch" LF?\nhunk: add_hunk | delete_hunk | update_hunk\n'
+        'add_hunk: "*** Add File: " filename LF add_line+\n'
+        'delete_hunk: "*** Delete File: " filename LF\n'
+        'update_hunk: "*** Update File: " filename LF change_move? change?\n'
+        'filename: /(.+)/\nadd_line: "+" /(.*)/ LF -> line\n'
+        'change_move: "*** Move to: " filename LF\nchange: (change_context | change_line)+\n'
+        'change_context: ("@@" | "@@ " /(.+)/) LF\nchange_line: ("+" | "-" | " ") /(.*)/ LF\n'
+        "%import common.LF\n")},
+}  # fmt: skip
+_MCP = {
+    "type": "mcp", "server_label": "docs", "server_url": "https://mcp.example.com/sse",
+    "headers": {"X-Team": "rollouts"}, "authorization": "token-not-a-real-one",
+    "allowed_tools": ["search", "fetch"], "require_approval": "never",
+    "server_description": "The team's documentation.",
+}  # fmt: skip
+# A coding agent's system prompt (~7 KB), sent as ``instructions`` with its tools.
+_PROMPT = "You are a coding agent running in a terminal; keep edits small and tested. " * 90
+# (instructions, tools) of each request
+AGENT_HEADERS: dict[str, tuple[str, list[dict[str, Any]]]] = {
+    "two_functions": ("Be brief.", [_READ_FILE, {**_READ_FILE, "name": "list_dir"}]),
+    "agent_kit": (_PROMPT, [_SHELL, _READ_FILE, _UPDATE_PLAN, _APPLY_PATCH, _MCP]),
+}

@@ -32,9 +32,10 @@ MODEL = "sim-coding-agent"
 KEYS = ServerConfig(api_keys=frozenset({"key-alice", "key-bob"}))
 FAST = EngineConfig(tokens_per_second=0)
 NOT_PARKED = EngineConfig(tokens_per_second=0, park_seconds=0)  # the paths before PARK-4
-# One parked rollout fits the owner's part of the lot (0.3 x 0.25 x 600,000 = 45,000 bytes,
-# each charged its context plus 32 KiB, MEM-11), two never do (PARK-7, MEM-12, MEM-13).
-SMALL = 600_000
+# One parked rollout fits the owner's part of the lot (0.3 x 0.25 x 800,000 = 60,000 bytes,
+# each charged its context, its five tools included (MEM-10), plus 32 KiB, MEM-11: 40-47 KB),
+# two never do (PARK-7, MEM-12, MEM-13).
+SMALL = 800_000
 
 
 def _answer(response: Any, text: str = "ok") -> list[Any]:

@@ -146,7 +146,7 @@ async def test_create_on_a_conversation_over_http(server: LiveServer, client: As
     """CONV-5, CONV-6: the conversation's items are the context (the tool call the model made
     in the first response is what the second answers), input and output are appended when
     the response ends, the response names its conversation, and a continuation reads the
-    stored response's context (here the hydration cache), not the items again."""
+    stored response's context (here its parked rollout), not the items again."""
     conv = await client.conversations.create(items=[_user("You help with weather.")])
     first = await client.responses.create(
         model="gpt-x", input="weather in Oslo?", tools=[WEATHER], conversation=conv.id
@@ -171,7 +171,8 @@ async def test_create_on_a_conversation_over_http(server: LiveServer, client: As
     ]
     counters = server.engine.counters
     assert counters["create.conversation"] == 1  # the first: the items, rendered
-    assert counters["create.hydrated"] == 1  # the second: the first response's context
+    # the second: the first response's rollout, parked at its end (PARK-4), not the items
+    assert counters["create.unparked"] == 1
 
 
 async def test_create_on_a_conversation_over_websocket(

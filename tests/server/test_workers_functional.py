@@ -180,7 +180,8 @@ async def test_chain_alternates_between_workers_on_a_shared_sqlite_store(
 ) -> None:
     """WORK-4: with a shared store any worker continues any ``store: true`` chain. Turns over
     fresh connections land on both workers; each continues from the last response wherever it
-    was made (its own hydration cache, HYD-1, or the shared file, COMPAT-4); a delete made on
+    was made (its own parked rollout, PARK-4, or hydration cache, HYD-1, or the shared file,
+    COMPAT-4); a delete made on
     one worker is seen by the other's cache (HYD-5)."""
     port, _ = pool
     base = f"http://127.0.0.1:{port}/v1"
@@ -205,6 +206,7 @@ async def test_chain_alternates_between_workers_on_a_shared_sqlite_store(
             views.update(await _worker_views(port))
         continued = {
             pid: v["counters"].get("create.hydrated", 0)
+            + v["counters"].get("create.unparked", 0)  # its own parked chain (PARK-4)
             + v["counters"].get("create.store_hydrate", 0)
             for pid, v in views.items()
         }

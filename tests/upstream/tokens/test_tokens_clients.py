@@ -67,13 +67,15 @@ async def test_agents_ws_chained_run_is_token_exact(
 async def test_agents_ws_replayed_history_still_works(
     tokens_server: LiveServer, token_peer: TokenPeer
 ) -> None:
-    """The SDK's default resends the whole history: each create is stateless, rendered in
-    full (no trajectory to continue), and the run completes."""
+    """COMPAT-7: the SDK's default resends the whole history with no previous_response_id;
+    the second create continues the first's trajectory (rendered once), token-exact."""
     calls: list[str] = []
     async with responses_websocket_session(base_url=tokens_server.base_url, api_key="x") as ws:
         result = await ws.run(weather_agent(calls), "Weather?")
     assert result.final_output == "Tool said: sunny in Paris"
-    assert backend_of(tokens_server).stats["render.full"] == 2
+    assert backend_of(tokens_server).stats["render.full"] == 1
+    assert tokens_server.engine.counters["create.resent"] == 1
+    assert_exact(token_peer)
 
 
 async def test_agents_http_chained_run_is_token_exact(

@@ -43,12 +43,13 @@ def test_every_flagged_field_has_its_flag_with_its_default() -> None:
             declared.add(flag.name)
             assert getattr(args, field.name) == field.default, (cls.__name__, field.name)
     assert options == declared  # no flag without a field, no flagged field without its flag
-    assert len(declared) == 60  # the hand-written parser's 38, then --max-queued-bytes,
+    assert len(declared) == 61  # the hand-written parser's 38, then --max-queued-bytes,
     # --node-id, --admin-keys-file, --admin-keys-env, --drain-delay, --rate-requests,
     # --rate-tokens, --rate-concurrent, --rate-window, --otel-endpoint, --no-ws-deflate,
     # --idempotency-ttl, --advertise-url, --memory-budget, --max-connections-per-key,
     # --allow-anonymous, --reasoning-key-file (SEAL-5), --inspector-session-ttl (AUTH-14),
-    # --mcp-call-timeout, --mcp-max-output, --mcp-max-calls, --mcp-allow-hosts (MCP-*)
+    # --mcp-call-timeout, --mcp-max-output, --mcp-max-calls, --mcp-allow-hosts (MCP-*),
+    # --full-echo (RESP-5)
 
 
 def test_a_flag_lands_in_its_field_and_the_configs_are_frozen() -> None:
@@ -303,7 +304,7 @@ async def test_every_flags_bad_value_is_a_usage_error(tmp_path: Path) -> None:
         assert name in last or "rollout serve: error" not in last, (argv, last)
 
     cases = _bad_values()
-    assert len(cases) + len(FREE_TEXT) == 60  # every flag (test_every_flagged_field_...)
+    assert len(cases) + len(FREE_TEXT) == 61  # every flag (test_every_flagged_field_...)
     async with asyncio.TaskGroup() as group:
         for name, argv in cases:
             group.create_task(check(name, argv))

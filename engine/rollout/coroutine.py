@@ -221,7 +221,7 @@ class Rollout(RolloutCore):
         """Compat fast path: the new request answers the pending calls; resume in a new response."""
         if not self.waiting:
             raise InvalidRequest("response_not_waiting", "The response cannot be continued.", None)
-        require_answers(self.ctx, items)
+        require_answers(self.ctx, items, self.backend.supports)
         previous_log, self.pipeline.log = self.pipeline.log, turn.log
         steered = self.steering.items()
         try:

@@ -94,7 +94,10 @@ class HostedTools:
 
     async def before_sampling(self, host: Host, turn: Turn, tools: Toolset) -> None:
         """List the servers not listed yet (MCP-4), then run or deny the calls the input
-        answered approval requests for (MCP-9). The response opens first."""
+        answered approval requests for (MCP-9). The response opens first. The step's count
+        of calls run starts here: a step that suspended on the client's calls (MCP-7) left its
+        own, which ``again`` never read."""
+        self.ran = 0
         if not tools.mcp:
             return
         await host.open_turn(turn)

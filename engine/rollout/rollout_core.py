@@ -16,11 +16,12 @@ import time
 from engine.conversation.compaction import prune
 from engine.conversation.context import Context
 from engine.conversation.pipeline import FULL, ItemTexts, Pipeline, rebuilt
+from engine.conversation.validation import resolve_references, validate
 from engine.core import Engine
 from engine.models.base import HOSTED_TOOLS, Backend
 from engine.rollout.accounting import Accounting
 from engine.rollout.deadline import Deadline
-from engine.rollout.hosted import HostedTools, approval_answers
+from engine.rollout.hosted import HostedTools, approval_answers, replayed
 from engine.rollout.state import RolloutState, RolloutStep, advance
 from engine.rollout.steering import Steering
 from engine.rollout.turn import Mode, Settings, Turn
@@ -137,13 +138,17 @@ class RolloutCore:
         self.accounting.rerendered(self.ctx.prompt_tokens)
 
 
-def require_answers(ctx: Context, items: list[InputItem]) -> None:
+def require_answers(ctx: Context, items: list[InputItem], supports: frozenset[str]) -> None:
     """Every function call must be answered before the model samples again (VAL-5); an
-    ``mcp_approval_response`` answers its approval request (MCP-9)."""
+    ``mcp_approval_response`` answers its approval request (MCP-9). Checked before anything
+    is committed, yet the input's own faults (ITEM-4, VAL-1..VAL-3, MCP-18) come first, as
+    on every other path (VAL-5): a resumed rollout answers as a new one would (PARK-4)."""
     answered = {i.call_id for i in items if isinstance(i, ToolOutput)}
     answered.update(approval_answers(items))
     for call in ctx.pending_calls():
         if call.call_id not in answered:
+            seen, _ = replayed(items, None)  # as pre-inference sees them (MCP-16)
+            validate(ctx, resolve_references(ctx, seen, "input"), supports)
             raise missing_output(call.call_id)
 
 

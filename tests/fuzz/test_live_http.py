@@ -28,6 +28,7 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
+from openai.types.responses import Response
 
 from engine.core import EngineConfig
 from engine.store.embedded.sqlite import SqliteStore
@@ -231,8 +232,6 @@ class HttpProtocolMachine(RuleBasedStateMachine):
         else:
             assert reply.headers.get("Content-Type", "").startswith("application/json")
             final = reply.json()
-            from openai.types.responses import Response
-
             Response.model_validate(final)  # RESP-1 / CONF-1
         self.tally[f"response {final['status']}"] += 1
         assert final["previous_response_id"] == prev and final["store"] == body.get("store", True)
@@ -550,6 +549,7 @@ class HttpProtocolMachine(RuleBasedStateMachine):
     def teardown(self) -> None:
         try:
             if not self.broken:
+                _retire_parked(self)
                 count = self.env.run(self.env.settle_tasks(self.baseline))
                 assert count <= self.baseline, f"{count} tasks left, baseline {self.baseline}"
                 assert self.env.run(self.env.open_sessions()) == 0
@@ -557,6 +557,22 @@ class HttpProtocolMachine(RuleBasedStateMachine):
                 assert stats["open_sessions"] == 0, "HTTP-5: every request's session is closed"
         finally:
             validate_recorded(self.recorded_start)
+
+
+def _retire_parked(machine: HttpProtocolMachine) -> None:
+    """A ``store: true`` response that ended on tool calls leaves its rollout parked: a bounded
+    task the lot owns (PARK-4, PARK-7), not the request's. Deleting the response retires it
+    (HYD-5), so after these deletes the lot is empty and the server runs no more tasks than
+    before the machine started; any other task left is a leak (HTTP-5)."""
+    for rid, stored in list(machine.store.items()):
+        if stored.pending:
+            reply = machine._request("DELETE", f"/v1/responses/{rid}")
+            assert reply.status == 200, (reply.status, reply.text[:300])
+    assert machine.env.run(_parked(machine.env)) == 0, "PARK-4: parked only behind a call"
+
+
+async def _parked(env: LiveEnv) -> int:
+    return len(env.live.engine.parking)
 
 
 def _text(item: dict[str, Any]) -> str:

@@ -7,6 +7,7 @@ field (``input[2].call_id``), never a Python exception text.
 from __future__ import annotations
 
 import secrets
+import sys
 from collections import OrderedDict
 from typing import Any, get_args
 
@@ -185,9 +186,10 @@ _TOOLS_KEY = b'"tools":'
 _NONCE_TOOLS_LIST = b"[" + _NONCE_TOOLS_JSON + b"]"
 
 
-# What remembering a tool costs beyond its bytes (twice: the key, the toolset's copy): its
-# typed view, its echo slot, the Raw objects (CACHE-7).
-TOOLSET_OVERHEAD = 512
+# What remembering a toolset costs beyond the key and the toolset's own measure
+# (``Toolset.nbytes``): its ordered-dict slot and node, the (toolset, size) pair and what
+# decoding leaves with the toolset; measured with tracemalloc (CACHE-7, MEM-10).
+RECENT_ENTRY_OVERHEAD = 560
 
 
 class Repeats:
@@ -301,7 +303,7 @@ class RecentTools:
             self._held.move_to_end(key)
             return held[0]
         toolset = parse_tools(tools)  # raises as on a fresh request
-        size = 2 * len(key) + TOOLSET_OVERHEAD * len(tools)  # the key, the tools' own copies
+        size = sys.getsizeof(key) + toolset.nbytes + RECENT_ENTRY_OVERHEAD  # MEM-10
         if toolset.mcp or size > self.max_bytes:
             return toolset
         self._held[key] = (toolset, size)

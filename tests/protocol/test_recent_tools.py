@@ -1,17 +1,19 @@
 """CACHE-7: an HTTP create whose tools are the very bytes of a recent create's reuses that
 create's checked toolset; any other tools are checked in full (errors of a fresh decode); a
-toolset with an ``mcp`` tool is never remembered; the memory is bounded."""
+toolset with an ``mcp`` tool is never remembered; the memory is bounded, in real bytes."""
 
 from __future__ import annotations
 
+import gc
 import json
+import tracemalloc
 from typing import Any
 
 import pytest
 
 from protocol.codec import RecentTools, decode_create_body
 from protocol.errors import ProtocolError
-from tests.conformance.samples import CUSTOM, FUNCTION
+from tests.conformance.samples import AGENT_HEADERS, CUSTOM, FUNCTION
 
 BAD_TOOL: dict[str, Any] = {"type": "function", "parameters": {"type": "object"}}  # no name
 MCP: dict[str, Any] = {
@@ -68,7 +70,31 @@ def test_the_memory_is_bounded_in_toolsets_and_bytes() -> None:
     assert len(recent) == 2
     assert decode_create_body(body(tools[2]), recent).toolset is kept[2]
     assert decode_create_body(body(tools[0]), recent).toolset is not kept[0]  # evicted
-    small = RecentTools(max_bytes=len(json.dumps(FUNCTION)) * 2 + 600)
+    one = RecentTools()
+    decode_create_body(body(tools[0]), one)
+    small = RecentTools(max_bytes=one.nbytes * 3 // 2)  # room for one toolset, not two
     decode_create_body(body(tools[0]), small)
     decode_create_body(body(tools[1]), small)
     assert len(small) == 1 and small.nbytes <= small.max_bytes
+
+
+@pytest.mark.parametrize("kit", ["two_functions", "coding_agent"])
+def test_a_remembered_toolset_is_charged_what_it_holds(kit: str) -> None:
+    """CACHE-7, MEM-10: ``nbytes`` is within 5% of what tracemalloc sees the remembered
+    toolsets hold (not the requests': their bodies are gone)."""
+    _, headers = AGENT_HEADERS["two_functions" if kit == "two_functions" else "agent_kit"]
+    kept = [tool for tool in headers if tool["type"] != "mcp"]  # an mcp set is not kept
+    bodies = [body([{**kept[0], "name": f"tool_{i}"}, *kept[1:]], "x" * 4096) for i in range(200)]
+    recent = RecentTools(max_items=1_000, max_bytes=1 << 40)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for raw in bodies:
+            decode_create_body(raw, recent)
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert len(recent) == len(bodies)
+    assert 0.95 <= recent.nbytes / held <= 1.05, (recent.nbytes, held)

@@ -288,8 +288,9 @@ async def _start_or_resume(session: Connection, lane: Lane, job: Admission) -> S
         await _require_store(engine.store)
     conversation = conversation_id(job.params)
     resend = job.items if conversation is None else None  # a resent history? (COMPAT-7)
+    header = (job.settings.instructions, job.settings.tools)  # equal lists: this one's first
     create = Create(
-        lane, session.cached, job.mode, job.params.generate, job.turn.log, resend, job.held
+        lane, session.cached, job.mode, job.params.generate, job.turn.log, resend, job.held, header
     )
     if conversation is None:
         found = await load_conversation(

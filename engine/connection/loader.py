@@ -29,7 +29,7 @@ from engine.conversation.sealed import is_sealed
 from engine.core import Engine
 from engine.models.base import Backend
 from engine.retained.handover import Handed
-from engine.retained.hydration import CachedContext
+from engine.retained.hydration import CachedContext, HeaderKey
 from engine.retained.parking import Parked
 from engine.rollout.coroutine import Rollout
 from engine.rollout.turn import Mode
@@ -132,6 +132,7 @@ class Create:
     log: TurnLog  # the store path's ``hydrate`` time goes to the response's log (OBS-1)
     items: list[InputItem] | None = None  # a stateless create's input, a resend? (COMPAT-7)
     held: int = 0  # its first items, an earlier create's that carried no ids (COMPAT-7)
+    header: HeaderKey | None = None  # its instructions and tools: equal lists, this one's first
 
     def resumable(self, entry: CacheEntry, backend: Backend) -> Rollout | None:
         return entry.resumable_by(backend, self.mode) if self.generate else None
@@ -153,7 +154,7 @@ async def load_conversation(
     response (BG-7), and the store's wire errors (STORE-8, STORE-9)."""
     if response_id is None:
         if create is not None and create.items:
-            found = await _resent(engine, create.items, owner, backend, create.held)
+            found = await _resent(engine, create, owner, backend)
             if found is not None:
                 return found
         return Found(LoadPath.STATELESS)
@@ -307,7 +308,7 @@ async def claim_parked(
 
 
 async def _resent(
-    engine: Engine, items: list[InputItem], owner: str | None, backend: Backend, held: int
+    engine: Engine, create: Create, owner: str | None, backend: Backend
 ) -> Found | None:
     """A stateless create whose input begins with the full item list of a response ``owner``
     received recently, on the same route (COMPAT-7..COMPAT-9): the longest such list, found by
@@ -318,12 +319,13 @@ async def _resent(
     that carries training fields continues from them instead (TOK-62), and one whose items
     after the match hold sealed reasoning replays its runs (SEAL-4): both are exact where a
     continuation would render those items."""
+    items, held = create.items or [], create.held
     hydrated = engine.hydrated
     if not hydrated.max_bytes:  # the cache is off (HYD-2): so are resends
         return None
     if any(map(carries_tokens, items[held:] if held else items)):  # the held carry none
         return None
-    matched = hydrated.resent(owner, items, backend)
+    matched = hydrated.resent(owner, items, backend, create.header)
     if matched is None:  # not this node's: another node's, stored? (COMPAT-10)
         return await _shared_resent(engine, items, owner, backend)
     cached, length = matched

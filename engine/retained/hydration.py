@@ -30,6 +30,9 @@ from engine.conversation.footprint import deep_size
 from engine.conversation.resend import Held, Sent, holds, item_digest
 from engine.models.base import Backend
 from protocol.items import InputItem
+from protocol.tools import Toolset
+
+HeaderKey = tuple[str | None, Toolset]  # a context's instructions and tools (PIPE-4)
 
 # The entry itself (MEM-11): its object, the LRU's link and dict slot, the response id string.
 ENTRY_OVERHEAD = 400
@@ -116,24 +119,36 @@ class HydrationCache:
             self._counters["hydration.evicted"] += 1
 
     def resent(
-        self, owner: str | None, items: list[InputItem], backend: Backend
+        self,
+        owner: str | None,
+        items: list[InputItem],
+        backend: Backend,
+        header: HeaderKey | None = None,
     ) -> tuple[CachedContext, int] | None:
         """The entry of ``owner`` whose full item list is the longest prefix of a request's
         ``items`` and that ``backend`` sampled, with that prefix's length; counts
         ``resend.hit`` or ``resend.miss`` (COMPAT-7, COMPAT-9). Another owner's lists are not
         looked at. Only a length some list of ``owner``'s has costs a digest (of the item
         that list would end with), and only a list filed under it is compared, item for item
-        (``conversation.resend.holds``)."""
+        (``conversation.resend.holds``). Of equal lists, one rendered under the create's
+        ``header`` (its instructions and tools) is taken first: another's would re-render
+        the header, and with it a ``tokens`` route's whole history (PIPE-4)."""
         lists = self._lists
         for k in range(len(items), 0, -1):
             filed = lists.get(_key(owner, k))
             if filed is None:
                 continue
+            found: CachedContext | None = None
             for response_id in list(filed.get(item_digest(items[k - 1]), ())):
                 entry = self._match(response_id, items, k, backend)
-                if entry is not None:
-                    self._counters["resend.hit"] += 1
-                    return entry, k
+                if entry is not None and (found is None or entry.ctx.header_key == header):
+                    found = entry
+                    if entry.ctx.header_key == header:
+                        break
+            if found is not None:
+                self._entries.move_to_end(found.response_id)
+                self._counters["resend.hit"] += 1
+                return found, k
         self._counters["resend.miss"] += 1
         return None
 
@@ -170,7 +185,6 @@ class HydrationCache:
             return None
         if not holds(entry.ctx.items, items, length):
             return None
-        self._entries.move_to_end(response_id)
         return entry
 
     def get(

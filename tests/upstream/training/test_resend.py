@@ -339,3 +339,23 @@ async def test_a_held_prefix_keeps_the_requests_own_indexes_and_sizes(
     assert error["code"] == "input_too_large", error
     assert counters(server)["resend.raw_held"] == 2
     assert len(think_peer.turns) == 1
+
+
+async def test_the_identical_list_with_the_creates_header_is_taken(
+    engine_for: StartEngine, think_peer: TokenPeer, qwen3_dir: Path
+) -> None:
+    """COMPAT-7, PIPE-4 (the deep fuzz's seed 250566750, shrunk): two published lists hold the
+    same items (``sm`` and its echo), the older one under other instructions. A resend without
+    instructions continues the one whose header it shares, exactly as its own
+    ``previous_response_id`` would: never the other, whose header change re-renders the
+    whole history (the sampled ids lost)."""
+    server = await engine_for(tokens_router(think_peer, qwen3_dir, "vllm"))
+    first = [{"role": "user", "content": "sm"}]
+    other = await post(server, {"model": "model-a", "input": first, "instructions": "Hi"})
+    assert "Hi" in think_peer.text(think_peer.turns[0].prompt)
+    answer = await post(server, {"model": "model-a", "input": first, "store": False})
+    assert other["output"][0]["content"] == answer["output"][0]["content"]  # the same items
+    history = [*first, *answer["output"], {"role": "user", "content": "0"}]
+    await post(server, {"model": "model-a", "input": history, "store": False})
+    assert think_peer.extends(2) == 1, think_peer.text(think_peer.turns[2].prompt)
+    assert counters(server)["create.resent"] == 1

@@ -33,7 +33,7 @@ from engine.retained.hydration import CachedContext, HeaderKey
 from engine.retained.parking import Parked
 from engine.rollout.coroutine import Rollout
 from engine.rollout.turn import Mode
-from engine.store import Hydrated, StoreError
+from engine.store import Hydrated, MemoryStore, StoreError
 from engine.store.conversations import ConversationFull, ConversationLocked, Conversations, Opened
 from engine.store.failures import wire_error
 from engine.store.framing import OwnerFilter
@@ -392,14 +392,17 @@ async def still_stored(engine: Engine, response_id: str) -> bool:
     A delete by another process may never reach this one (SQLite shared by workers; Redis
     pub/sub is at-most-once, and a subscriber cut off across a delete never hears of it), so
     every hit outside the memory store is confirmed with one read of the record's head line
-    (STORE-20)."""
+    (STORE-20); the memory store's deletes reach the caches, its evictions (LIM-5, MEM-15) and
+    expiries do not, so it is asked too, a dict lookup (STORE-2: a record linking a gone one
+    is lost)."""
     store = engine.store
-    if store.kind == "memory":  # this process's own: its deletes reach its caches at once
-        return True
-    try:
-        found = await store.exists(response_id)
-    except StoreError as exc:
-        raise wire_error(exc, "previous_response_id") from None
+    if isinstance(store, MemoryStore):  # this process's own: evicted or expired? (no I/O)
+        found = store.holds(response_id)
+    else:
+        try:
+            found = await store.exists(response_id)
+        except StoreError as exc:
+            raise wire_error(exc, "previous_response_id") from None
     if not found:
         engine.hydrated.discard(response_id)
     return found

@@ -115,6 +115,13 @@ class MemoryStore(ResponseStore):
     async def _ping(self) -> None:
         return None
 
+    def holds(self, response_id: str) -> bool:
+        """Whether a record is still here, unexpired: a dict lookup, no decode. Its deletes
+        reach the process's caches at once, its evictions (LIM-5, MEM-15) and expiries do not,
+        so a cached context of a stored response asks this before it is served (HYD-5)."""
+        held = self._data.get(response_id)
+        return held is not None and (held[1] is None or held[1] > time.time())
+
     def __len__(self) -> int:
         return len(self._data)
 

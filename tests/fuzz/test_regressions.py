@@ -9,6 +9,7 @@ was wrong.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import aiohttp
 import pytest
 
 from engine.core import EngineConfig
+from engine.store.memory import MemoryStore
 from protocol.codec import parse_input
 from protocol.errors import InvalidRequest
 from protocol.response import Response
@@ -24,11 +26,11 @@ from protocol.stream import ResponseStream
 from tests.fuzz._replay import replay
 from tests.fuzz._support import LiveEnv
 from tests.fuzz.ws_machine.machine import WsProtocolMachine
-from tests.fuzz.ws_machine.model import MAX_QUEUED, AppendLive, Immediate
+from tests.fuzz.ws_machine.model import MAX_QUEUED, TOOL_DEFS, AppendLive, Immediate
 from tests.support.oracle import sdk_parse
 from tests.support.server import LiveServer
 from tests.support.tools import WEATHER_LOOSE
-from tests.support.ws import read_until
+from tests.support.ws import read_until, turn
 
 FINDINGS = Path(__file__).parent / "findings"  # failing runs as hypothesis printed them
 
@@ -370,3 +372,35 @@ async def test_a_bad_listing_query_is_refused_before_its_lookup(server: LiveServ
                 body = await response.json()
                 assert response.status == 400, body
                 assert (body["error"]["code"], body["error"]["param"]) == ("invalid_value", param)
+
+
+async def test_a_stored_continuation_of_an_unstored_round_trip_is_stored(
+    server_factory: Callable[..., Awaitable[LiveServer]],
+) -> None:
+    """STORE-2, HYD-5, COMPAT-7 (deep WS fuzz, seed 250566750). A ``store: false`` create
+    resent a stored response's full item list after the memory store had evicted that response
+    (LIM-5); its cached context was served as still stored (the memory store's deletes reach
+    the cache, its evictions did not), so its ``store: true`` continuation on the fast path
+    (COMPAT-2) was written as a chain record linking the evicted one: unreadable, lost."""
+    server = await server_factory(
+        EngineConfig(tokens_per_second=0, park_seconds=0), store=MemoryStore(max_entries=2)
+    )
+    tools = [TOOL_DEFS["get_weather"]]
+    first = {"type": "response.create", "rollout_mode": "standard", "tools": tools}
+    tokyo = [{"role": "user", "content": "Tokyo then"}]
+    async with aiohttp.ClientSession() as http, http.ws_connect(server.ws_url) as ws:
+        warm = {**first, "input": tokyo, "generate": False}  # full item list: the input
+        evicted = (await turn(ws, warm))[-1]["response"]["id"]
+        for n in range(2):  # the store's two places go to others (LIM-5)
+            await turn(ws, {"type": "response.create", "input": f"other {n}"})
+        assert await server.engine.store.hydrate(evicted) is None
+        done = (await turn(ws, {**first, "input": tokyo, "store": False}))[-1]["response"]
+        calls = [item["call_id"] for item in done["output"] if item["type"] == "function_call"]
+        assert calls
+        outputs = [{"type": "function_call_output", "call_id": c, "output": ""} for c in calls]
+        done = (await turn(ws, {**first, "previous_response_id": done["id"], "input": outputs}))[-1]
+        assert done["type"] == "response.completed", done
+        child = done["response"]["id"]
+    stored = await server.engine.store.hydrate(child)
+    assert stored is not None  # STORE-2; was: None, a link to the evicted record
+    assert stored.record.response.status == "completed"

@@ -24,6 +24,7 @@ from engine.rollout.training import settle
 from engine.rollout.turn import ClientGone, Mode, Turn, TurnNotStored, now
 from engine.store import ResponseRecord, StoreError, chain_record, listing_form
 from engine.store.failures import terminal_write_error
+from engine.store.memory import MemoryStore
 from protocol import events as ev
 from protocol.codec import error_event
 from protocol.errors import ProtocolError
@@ -164,12 +165,15 @@ class Endings:
     def stored_record(self, turn: Turn) -> ResponseRecord:
         """Flat: this response's own input, output and new context items (STORE-4), and the
         token trajectory's new part (TOK-8)."""
-        ctx = self._rollout.ctx
+        ctx, store = self._rollout.ctx, self._rollout.engine.store
+        parent = ctx.stored
+        if parent is not None and isinstance(store, MemoryStore) and not store.holds_chain(parent):
+            parent = None  # an ancestor was evicted or expired (LIM-5, MEM-15): snapshot (STORE-2)
         record = chain_record(
             turn.stream.response,
             [listing_form(item) for item in turn.input_items],
             ctx.items,
-            ctx.stored,
+            parent,
             owner=self._rollout.owner,
         )
         trajectory = ctx.model_tokens

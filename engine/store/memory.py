@@ -15,6 +15,7 @@ from engine.store.records import (
     DEFAULT_MAX_ENTRIES,
     DEFAULT_MAX_RECORD_BYTES,
     DEFAULT_TTL_S,
+    ChainPoint,
     ResponseStore,
 )
 
@@ -121,6 +122,11 @@ class MemoryStore(ResponseStore):
         so a cached context of a stored response asks this before it is served (HYD-5)."""
         held = self._data.get(response_id)
         return held is not None and (held[1] is None or held[1] > time.time())
+
+    def holds_chain(self, point: ChainPoint) -> bool:
+        """Whether a chain point's record and every record it links are still here: a record
+        written to extend it must read back whole (STORE-2)."""
+        return all(self.holds(link) for link in point.links) and self.holds(point.response_id)
 
     def __len__(self) -> int:
         return len(self._data)

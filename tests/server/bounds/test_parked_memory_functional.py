@@ -12,18 +12,14 @@ what they hold stays within them and RSS stays near them."""
 from __future__ import annotations
 
 import asyncio
-import os
-import sys
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-from tests.support.server import stdout_port
+from tests.support.rss import MIB, budget_node, operator_stats, rss
 
-MIB = 1024 * 1024
 BUDGET = 48 * MIB
 PARKING = BUDGET * 3 // 10  # the parking lot's 30% (MEM-12)
 CHAINS = 300  # at once, one key each
@@ -36,30 +32,8 @@ TOOLS: list[Any] = [
 ]
 
 
-def _rss(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
-
-
-@asynccontextmanager
-async def _node(tmp_path: Path, *extra: str) -> AsyncIterator[tuple[int, int]]:
-    """A ``rollout serve`` process taking ``KEYS`` (from its environment, never its command
-    line): its port and pid."""
-    env = {**os.environ, "PARK_MEM_KEYS": ",".join(KEYS), "PARK_MEM_ADMIN": OPERATOR}
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "cli", "serve", "--port", "0", "--announce-port", "--tps", "0",
-        "--store", f"sqlite:///{tmp_path / 'parked.db'}", "--memory-budget", str(BUDGET),
-        "--api-keys-env", "PARK_MEM_KEYS", "--admin-keys-env", "PARK_MEM_ADMIN",
-        "--log-level", "ERROR", *extra,
-        stdout=asyncio.subprocess.PIPE, env=env,
-    )  # fmt: skip
-    try:
-        yield await stdout_port(proc), proc.pid
-    finally:
-        proc.kill()
-        await proc.wait()
+def _node(tmp_path: Path, *extra: str) -> AbstractAsyncContextManager[tuple[int, int]]:
+    return budget_node(tmp_path, BUDGET, KEYS, OPERATOR, *extra)
 
 
 async def _chain(http: aiohttp.ClientSession, port: int, key: str) -> None:
@@ -88,17 +62,6 @@ async def _drive(http: aiohttp.ClientSession, port: int, keys: list[str], at_onc
         await asyncio.gather(*(_chain(http, port, key) for key in batch))
 
 
-async def _stats(http: aiohttp.ClientSession, port: int) -> dict[str, Any]:
-    headers = {"Authorization": f"Bearer {OPERATOR}"}
-    async with http.get(f"http://127.0.0.1:{port}/debug/stats", headers=headers) as resp:
-        assert resp.status == 200
-        stats: dict[str, Any] = await resp.json()
-    return stats
-
-
-Held = Callable[[dict[str, Any]], int]
-
-
 async def test_a_parked_chain_costs_what_the_lot_counts(tmp_path: Path) -> None:
     """MEM-11, PARK-4, PARK-7: the hydration cache off, so the parking lot is the only part
     that holds anything. 300 chains at once leave 300 rollouts parked and RSS grows by about
@@ -107,23 +70,24 @@ async def test_a_parked_chain_costs_what_the_lot_counts(tmp_path: Path) -> None:
     hydration_off = _node(tmp_path, "--hydration-cache-bytes", "0")
     async with hydration_off as (port, pid), aiohttp.ClientSession() as http:
         await _drive(http, port, KEYS[:WARM], WARM)  # allocator arenas, codecs, SQLite
-        before = await _stats(http, port)
-        rss0 = _rss(pid)
+        before = await operator_stats(http, port, OPERATOR)
+        rss0 = rss(pid)
         await _drive(http, port, KEYS[WARM : WARM + CHAINS], CHAINS)
-        filled = await _stats(http, port)
-        rss1 = _rss(pid)
+        filled = await operator_stats(http, port, OPERATOR)
+        rss1 = rss(pid)
         assert filled["parked"] == WARM + CHAINS
         assert filled["counters"].get("park.evicted", 0) == 0
         assert filled["budget_held"]["hydration"] == 0
         counted = filled["budget_held"]["parking"] - before["budget_held"]["parking"]
         # Measured 1.14-1.16 (8 chains at a time) and 1.34 (all 300 at once: what serving
-        # them at once leaves behind); counted without the 32 KiB a rollout, about 8x;
-        # counted twice, about 0.6.
+        # them at once leaves behind) here, 0.87 on a CI machine (pages the warm-up freed,
+        # reused); counted without the 32 KiB a rollout, about 8x; counted twice, about 0.6
+        # here (0.45 where the count is 0.87).
         ratio = (rss1 - rss0) / counted
-        assert 0.9 < ratio < 1.6, f"RSS +{(rss1 - rss0) / MIB:.1f} MiB, {counted / MIB:.1f}"
+        assert 0.7 < ratio < 1.6, f"RSS +{(rss1 - rss0) / MIB:.1f} MiB, {counted / MIB:.1f}"
         await _drive(http, port, KEYS[WARM + CHAINS : WARM + 4 * CHAINS], CHAINS)  # past it
-        past = await _stats(http, port)
-        rss2 = _rss(pid)
+        past = await operator_stats(http, port, OPERATOR)
+        rss2 = rss(pid)
     assert past["counters"]["park.evicted"] > 0
     assert past["budget_held"]["parking"] <= PARKING
     # measured 16.8-21.2 MiB for the 14.4 MiB share; a lot that kept what it evicts holds
@@ -138,10 +102,10 @@ async def test_concurrent_chains_keep_rss_near_the_budget(tmp_path: Path) -> Non
     within the budget, and RSS grows by about what they hold, not by the chains driven."""
     async with _node(tmp_path) as (port, pid), aiohttp.ClientSession() as http:
         await _drive(http, port, KEYS[:WARM], WARM)
-        rss0 = _rss(pid)
+        rss0 = rss(pid)
         await _drive(http, port, KEYS[WARM:], CHAINS)
-        past = await _stats(http, port)
-        rss1 = _rss(pid)
+        past = await operator_stats(http, port, OPERATOR)
+        rss1 = rss(pid)
     held = past["budget_held"]
     counters = past["counters"]
     assert counters["park.evicted"] > 0 and counters["hydration.evicted"] > 0

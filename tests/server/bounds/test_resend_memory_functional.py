@@ -16,18 +16,14 @@ driven past its share, the count stays within it, it evicts, and RSS stays near 
 from __future__ import annotations
 
 import asyncio
-import os
-import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-from tests.support.server import stdout_port
+from tests.support.rss import MIB, budget_node, operator_stats, rss
 
-MIB = 1024 * 1024
 BUDGET = 24 * MIB
 SHARE = BUDGET // 2  # the hydration cache's half (MEM-12)
 TURNS = 6  # creates per client: the first, then five resends of its growing history
@@ -42,29 +38,8 @@ TOOLS: list[Any] = [
 ]
 
 
-def _rss(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
-
-
-@asynccontextmanager
-async def _node(tmp_path: Path) -> AsyncIterator[tuple[int, int]]:
-    """A ``rollout serve`` process taking ``KEYS`` (from its environment): its port and pid."""
-    env = {**os.environ, "RESEND_MEM_KEYS": ",".join(KEYS), "RESEND_MEM_ADMIN": OPERATOR}
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "cli", "serve", "--port", "0", "--announce-port", "--tps", "0",
-        "--store", f"sqlite:///{tmp_path / 'resend.db'}", "--memory-budget", str(BUDGET),
-        "--park-seconds", "0", "--api-keys-env", "RESEND_MEM_KEYS",
-        "--admin-keys-env", "RESEND_MEM_ADMIN", "--log-level", "ERROR",
-        stdout=asyncio.subprocess.PIPE, env=env,
-    )  # fmt: skip
-    try:
-        yield await stdout_port(proc), proc.pid
-    finally:
-        proc.kill()
-        await proc.wait()
+def _node(tmp_path: Path) -> AbstractAsyncContextManager[tuple[int, int]]:
+    return budget_node(tmp_path, BUDGET, KEYS, OPERATOR, "--park-seconds", "0")
 
 
 async def _client(http: aiohttp.ClientSession, port: int, n: int) -> None:
@@ -95,27 +70,19 @@ async def _drive(http: aiohttp.ClientSession, port: int, clients: range) -> None
         await asyncio.gather(*(_client(http, port, n) for n in batch))
 
 
-async def _stats(http: aiohttp.ClientSession, port: int) -> dict[str, Any]:
-    headers = {"Authorization": f"Bearer {OPERATOR}"}
-    async with http.get(f"http://127.0.0.1:{port}/debug/stats", headers=headers) as resp:
-        assert resp.status == 200
-        stats: dict[str, Any] = await resp.json()
-    return stats
-
-
 async def test_resent_histories_keep_rss_within_the_share(tmp_path: Path) -> None:
     """MEM-10, MEM-12, HYD-2, COMPAT-9: the resend workload fills the cache with published
     contexts and remembered inputs; RSS grows by no more than the cache's own factor of what
     it counts, and past the share the count stays within it and RSS near it."""
     async with _node(tmp_path) as (port, pid), aiohttp.ClientSession() as http:
         await _drive(http, port, range(WARM))  # allocator arenas, codecs, SQLite pages
-        warm = await _stats(http, port)
-        counted0, rss0 = warm["hydration_cache"]["bytes"], _rss(pid)
+        warm = await operator_stats(http, port, OPERATOR)
+        counted0, rss0 = warm["hydration_cache"]["bytes"], rss(pid)
         per_client = counted0 // WARM
         filling = int(0.9 * SHARE // per_client) - WARM
         await _drive(http, port, range(WARM, WARM + filling))
-        filled = await _stats(http, port)
-        rss1 = _rss(pid)
+        filled = await operator_stats(http, port, OPERATOR)
+        rss1 = rss(pid)
         counters = filled["counters"]
         assert counters.get("hydration.evicted", 0) == 0
         assert counters["create.resent"] == (WARM + filling) * (TURNS - 1)
@@ -130,8 +97,8 @@ async def test_resent_histories_keep_rss_within_the_share(tmp_path: Path) -> Non
         ratio = grown / counted
         assert ratio < 1.75, f"RSS +{grown / MIB:.1f} MiB for {counted / MIB:.1f} counted"
         await _drive(http, port, range(WARM + filling, min(CLIENTS, WARM + 3 * filling)))
-        past = await _stats(http, port)
-        rss2 = _rss(pid)
+        past = await operator_stats(http, port, OPERATOR)
+        rss2 = rss(pid)
     assert past["counters"]["hydration.evicted"] > 0
     assert past["hydration_cache"]["bytes"] <= SHARE
     assert past["budget_held"]["hydration"] <= SHARE

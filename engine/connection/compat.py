@@ -505,15 +505,12 @@ def _publish(engine: Engine, response_id: str, rollout: Rollout, job: Admission)
     cache = engine.hydrated
     if not cache.max_bytes:
         return
-    ctx = rollout.ctx
-    ctx.resend = ctx.resend.over(ctx.items)  # only the items new since its last publication
-    stored = job.settings.store
     cache.publish(
         response_id,
-        ctx,
+        rollout.ctx,
         job.backend,
         rollout.owner,
-        stored=stored,
-        digest=ctx.resend.digest,
+        stored=job.settings.store,
+        resendable=True,
         sent=job.sent,
     )

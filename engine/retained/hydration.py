@@ -38,10 +38,10 @@ HeaderKey = tuple[str | None, Toolset]  # a context's instructions and tools (PI
 ENTRY_OVERHEAD = 400
 # Its place in the resend index (COMPAT-9), as ``sys.getsizeof`` sees it: the (owner, length)
 # key tuple (56), the dict of last items' digests under it (224), the list of ids under one
-# (88), the outer dict's slot (48), its last item's digest (49) and the context's rolling digest
-# (its object 48, its bytes 49). It was 200, which left a resend's entry charged 17% under
-# what tracemalloc sees it hold (tests/engine/test_resend_footprint.py measures it).
-DIGEST_OVERHEAD = 560
+# (88), the outer dict's slot (48) and its last item's digest (49). It was 200, which left a
+# resend's entry charged 17% under what tracemalloc sees it hold, then 560 while a context also
+# kept its list's rolling digest for this index (tests/engine/test_resend_footprint.py).
+DIGEST_OVERHEAD = 465
 # A remembered input's place in the index of raw inputs (COMPAT-7): the key tuple, the dict of
 # last items' bytes under it, the list of ids, the slot (the bytes themselves are ``Sent``'s).
 SENT_INDEX_OVERHEAD = 416
@@ -57,7 +57,7 @@ class CachedContext:
     owner: str | None  # the API-key identity that created the response (OWN-1)
     nbytes: int  # the size it was charged at (``Context.retained_bytes`` when published)
     stored: bool = True  # a ``store: true`` response: its id continues it (HYD-1)
-    digest: bytes | None = None  # its full item list's, for a resend (COMPAT-7)
+    resendable: bool = False  # filed in the resend index (COMPAT-7)
     length: int = 0  # the context's items when published: grown past them, it is stale
     tail: bytes = b""  # its last item's digest: where the resend index files it (COMPAT-7)
     sent: Sent | None = None  # its create's input as it came over HTTP (COMPAT-7)
@@ -86,14 +86,16 @@ class HydrationCache:
         owner: str | None,
         *,
         stored: bool = True,
-        digest: bytes | None = None,
+        resendable: bool = False,
         sent: Sent | None = None,
     ) -> None:
         """Remember a finished response's context (no copy: see the module docstring);
-        ``digest``: its full item list's, so that a resend of it finds it (COMPAT-7);
+        ``resendable``: file it in the resend index, so that a resend of its full item list
+        finds it (COMPAT-7: by its length and its last item's digest, one hash however long
+        the list; the list's rolling digest is the cluster index's alone, COMPAT-10);
         ``sent``: its create's raw input, so that a resend's equal items are not decoded."""
-        size = ctx.retained_bytes + ENTRY_OVERHEAD + (DIGEST_OVERHEAD if digest else 0)
-        if sent is not None and digest is not None:
+        size = ctx.retained_bytes + ENTRY_OVERHEAD + (DIGEST_OVERHEAD if resendable else 0)
+        if sent is not None and resendable:
             _charge(sent, ctx)
             size += sent.nbytes + SENT_INDEX_OVERHEAD
         else:
@@ -102,9 +104,9 @@ class HydrationCache:
             return  # it would evict everything else and still not fit
         self.discard(response_id)
         length = len(ctx.items)
-        entry = CachedContext(response_id, ctx, backend, owner, size, stored, digest, length)
+        entry = CachedContext(response_id, ctx, backend, owner, size, stored, resendable, length)
         self._entries[response_id] = entry
-        if digest is not None and length:
+        if resendable and length:
             entry.tail = item_digest(ctx.items[-1])
             filed = self._lists.setdefault(_key(owner, length), {})
             filed.setdefault(entry.tail, []).append(response_id)

@@ -121,9 +121,7 @@ class _Client:
         pipeline.render_header(ctx, params.instructions, params.toolset)
         pipeline.apply(ctx, items[skip:], path=path, supports=SUPPORTS, texts=texts[skip:])
         pipeline.apply(ctx, output, path=OUTPUT, supports=frozenset({"text"}))
-        ctx.resend = ctx.resend.over(ctx.items)
-        digest = ctx.resend.digest
-        cache.publish(response_id, ctx, self.backend, owner, stored=False, digest=digest,
+        cache.publish(response_id, ctx, self.backend, owner, stored=False, resendable=True,
                       sent=remembered)  # fmt: skip
         if self.last is not None:  # its entry is left holding all it references
             cache.discard(self.last)

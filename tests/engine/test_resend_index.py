@@ -130,8 +130,8 @@ def test_the_longest_list_of_the_owner_and_backend_matches() -> None:
     cache = HydrationCache(10_000_000, Counter())
     items = history(1)
     short, long = context_of(items[:2]), context_of(items)
-    cache.publish("resp_short", short, backend, "alice", stored=False, digest=short.resend.digest)
-    cache.publish("resp_long", long, backend, "alice", stored=False, digest=long.resend.digest)
+    cache.publish("resp_short", short, backend, "alice", stored=False, resendable=True)
+    cache.publish("resp_long", long, backend, "alice", stored=False, resendable=True)
     resend = [*items, *decoded({"role": "user", "content": "And tomorrow?"})]
     found = cache.resent("alice", resend, backend)
     assert found is not None and found[0].response_id == "resp_long" and found[1] == 3
@@ -148,7 +148,7 @@ def test_a_context_that_moved_on_is_not_served() -> None:
     cache = HydrationCache(10_000_000, Counter())
     items = history(1)
     ctx = context_of(items)
-    cache.publish("resp_1", ctx, backend, None, stored=False, digest=ctx.resend.digest)
+    cache.publish("resp_1", ctx, backend, None, stored=False, resendable=True)
     ctx.items.append(decoded({"role": "user", "content": "more"})[0])
     assert cache.resent(None, items, backend) is None
     assert "resp_1" not in cache
@@ -161,8 +161,8 @@ def test_the_index_is_bounded_with_the_cache() -> None:
     first, second = context_of(history(1)), context_of(history(2))
     size = first.retained_bytes + 1_000
     cache = HydrationCache(size + size // 2, Counter())
-    cache.publish("resp_1", first, backend, None, stored=False, digest=first.resend.digest)
-    cache.publish("resp_2", second, backend, None, stored=False, digest=second.resend.digest)
+    cache.publish("resp_1", first, backend, None, stored=False, resendable=True)
+    cache.publish("resp_2", second, backend, None, stored=False, resendable=True)
     assert len(cache) == 1 and cache.nbytes <= cache.max_bytes
     assert cache.resent(None, history(1), backend) is None
     found = cache.resent(None, history(2), backend)
@@ -187,7 +187,7 @@ def test_a_list_is_confirmed_item_for_item() -> None:
     first, second = history(1), history(2)
     for name, items in (("resp_1", first), ("resp_2", second)):
         ctx = context_of(items)
-        cache.publish(name, ctx, backend, None, stored=False, digest=ctx.resend.digest)
+        cache.publish(name, ctx, backend, None, stored=False, resendable=True)
     for name, items in (("resp_1", first), ("resp_2", second)):
         found = cache.resent(None, [*items, *decoded({"role": "user", "content": "?"})], backend)
         assert found is not None and found[0].response_id == name and found[1] == 3

@@ -374,6 +374,48 @@ async def test_a_bad_listing_query_is_refused_before_its_lookup(server: LiveServ
                 assert (body["error"]["code"], body["error"]["param"]) == ("invalid_value", param)
 
 
+async def _a_continuation_past_an_eviction(
+    server_factory: Callable[..., Awaitable[LiveServer]], *, evict_before_the_resend: bool
+) -> None:
+    """STORE-2. A memory store of two places; a stored response whose full item list is its
+    input; a ``store: false`` create resending that list (COMPAT-7); its tool calls' outputs
+    continued with ``store: true`` on the fast path (COMPAT-2). Two others take the store's two
+    places (LIM-5), before the resend on this connection or after it on another; either way the
+    continuation is stored whole and reads back."""
+    server = await server_factory(
+        EngineConfig(tokens_per_second=0, park_seconds=0), store=MemoryStore(max_entries=2)
+    )
+    tools = [TOOL_DEFS["get_weather"]]
+    first = {"type": "response.create", "rollout_mode": "standard", "tools": tools}
+    tokyo = [{"role": "user", "content": "Tokyo then"}]
+
+    async def evict(ws: aiohttp.ClientWebSocketResponse) -> None:
+        for n in range(2):  # the store's two places go to others (LIM-5)
+            await turn(ws, {"type": "response.create", "input": f"other {n}"})
+        assert await server.engine.store.hydrate(evicted) is None
+
+    async with aiohttp.ClientSession() as http, http.ws_connect(server.ws_url) as ws:
+        warm = {**first, "input": tokyo, "generate": False}  # full item list: the input
+        evicted = (await turn(ws, warm))[-1]["response"]["id"]
+        if evict_before_the_resend:
+            await evict(ws)
+        done = (await turn(ws, {**first, "input": tokyo, "store": False}))[-1]["response"]
+        if not evict_before_the_resend:
+            assert server.engine.counters["create.resent"] == 1  # its context: the stored one's
+        calls = [item["call_id"] for item in done["output"] if item["type"] == "function_call"]
+        assert calls
+        if not evict_before_the_resend:
+            async with aiohttp.ClientSession() as other, other.ws_connect(server.ws_url) as ws2:
+                await evict(ws2)
+        outputs = [{"type": "function_call_output", "call_id": c, "output": ""} for c in calls]
+        done = (await turn(ws, {**first, "previous_response_id": done["id"], "input": outputs}))[-1]
+        assert done["type"] == "response.completed", done
+        child = done["response"]["id"]
+    stored = await server.engine.store.hydrate(child)
+    assert stored is not None  # STORE-2; was: None, a link to the evicted record
+    assert stored.record.response.status == "completed"
+
+
 async def test_a_stored_continuation_of_an_unstored_round_trip_is_stored(
     server_factory: Callable[..., Awaitable[LiveServer]],
 ) -> None:
@@ -382,28 +424,7 @@ async def test_a_stored_continuation_of_an_unstored_round_trip_is_stored(
     (LIM-5); its cached context was served as still stored (the memory store's deletes reach
     the cache, its evictions did not), so its ``store: true`` continuation on the fast path
     (COMPAT-2) was written as a chain record linking the evicted one: unreadable, lost."""
-    server = await server_factory(
-        EngineConfig(tokens_per_second=0, park_seconds=0), store=MemoryStore(max_entries=2)
-    )
-    tools = [TOOL_DEFS["get_weather"]]
-    first = {"type": "response.create", "rollout_mode": "standard", "tools": tools}
-    tokyo = [{"role": "user", "content": "Tokyo then"}]
-    async with aiohttp.ClientSession() as http, http.ws_connect(server.ws_url) as ws:
-        warm = {**first, "input": tokyo, "generate": False}  # full item list: the input
-        evicted = (await turn(ws, warm))[-1]["response"]["id"]
-        for n in range(2):  # the store's two places go to others (LIM-5)
-            await turn(ws, {"type": "response.create", "input": f"other {n}"})
-        assert await server.engine.store.hydrate(evicted) is None
-        done = (await turn(ws, {**first, "input": tokyo, "store": False}))[-1]["response"]
-        calls = [item["call_id"] for item in done["output"] if item["type"] == "function_call"]
-        assert calls
-        outputs = [{"type": "function_call_output", "call_id": c, "output": ""} for c in calls]
-        done = (await turn(ws, {**first, "previous_response_id": done["id"], "input": outputs}))[-1]
-        assert done["type"] == "response.completed", done
-        child = done["response"]["id"]
-    stored = await server.engine.store.hydrate(child)
-    assert stored is not None  # STORE-2; was: None, a link to the evicted record
-    assert stored.record.response.status == "completed"
+    await _a_continuation_past_an_eviction(server_factory, evict_before_the_resend=True)
 
 
 async def test_a_record_whose_ancestor_was_evicted_is_written_whole(
@@ -413,27 +434,4 @@ async def test_a_record_whose_ancestor_was_evicted_is_written_whole(
     forks a stored response's context (COMPAT-7) while the record is held; the memory store
     then evicts it (LIM-5); the ``store: true`` continuation on the fast path (COMPAT-2) must
     not link the evicted record: it is written whole, and reads back."""
-    server = await server_factory(
-        EngineConfig(tokens_per_second=0, park_seconds=0), store=MemoryStore(max_entries=2)
-    )
-    tools = [TOOL_DEFS["get_weather"]]
-    first = {"type": "response.create", "rollout_mode": "standard", "tools": tools}
-    tokyo = [{"role": "user", "content": "Tokyo then"}]
-    async with aiohttp.ClientSession() as http, http.ws_connect(server.ws_url) as ws:
-        warm = {**first, "input": tokyo, "generate": False}  # full item list: the input
-        evicted = (await turn(ws, warm))[-1]["response"]["id"]
-        done = (await turn(ws, {**first, "input": tokyo, "store": False}))[-1]["response"]
-        assert server.engine.counters["create.resent"] == 1  # its context: the stored one's
-        calls = [item["call_id"] for item in done["output"] if item["type"] == "function_call"]
-        assert calls
-        async with aiohttp.ClientSession() as other, other.ws_connect(server.ws_url) as ws2:
-            for n in range(2):  # the store's two places go to others (LIM-5)
-                await turn(ws2, {"type": "response.create", "input": f"other {n}"})
-        assert await server.engine.store.hydrate(evicted) is None
-        outputs = [{"type": "function_call_output", "call_id": c, "output": ""} for c in calls]
-        done = (await turn(ws, {**first, "previous_response_id": done["id"], "input": outputs}))[-1]
-        assert done["type"] == "response.completed", done
-        child = done["response"]["id"]
-    stored = await server.engine.store.hydrate(child)
-    assert stored is not None  # STORE-2; was: None, a link to the evicted record
-    assert stored.record.response.status == "completed"
+    await _a_continuation_past_an_eviction(server_factory, evict_before_the_resend=False)

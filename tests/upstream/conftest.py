@@ -8,8 +8,9 @@ shared upstream HTTP pool through ``Engine.stop``.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import pytest
 
@@ -25,6 +26,24 @@ KEY_ENV = "ROLLOUT_TEST_UPSTREAM_KEY"
 StartEngine = Callable[..., Awaitable[LiveServer]]
 
 
+class _Peer(Protocol):
+    async def start(self) -> None: ...
+    async def stop(self) -> None: ...
+
+
+_P = TypeVar("_P", bound=_Peer)
+
+
+@asynccontextmanager
+async def running(peer: _P) -> AsyncIterator[_P]:
+    """The peer fixtures' one body: ``peer`` started, and stopped after the test."""
+    await peer.start()
+    try:
+        yield peer
+    finally:
+        await peer.stop()
+
+
 @pytest.fixture(autouse=True)
 def upstream_key(monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setenv(KEY_ENV, SECRET)
@@ -33,22 +52,14 @@ def upstream_key(monkeypatch: pytest.MonkeyPatch) -> str:
 
 @pytest.fixture
 async def chat_peer() -> AsyncIterator[ChatPeer]:
-    peer = ChatPeer()
-    await peer.start()
-    try:
+    async with running(ChatPeer()) as peer:
         yield peer
-    finally:
-        await peer.stop()
 
 
 @pytest.fixture
 async def responses_peer() -> AsyncIterator[ResponsesPeer]:
-    peer = ResponsesPeer()
-    await peer.start()
-    try:
+    async with running(ResponsesPeer()) as peer:
         yield peer
-    finally:
-        await peer.stop()
 
 
 def route(backend: str, base_url: str, **extra: Any) -> dict[str, Any]:
@@ -110,12 +121,8 @@ def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 async def token_peer(tokenizer_dir: Path) -> AsyncIterator[TokenPeer]:
-    peer = TokenPeer(tokenizer_dir)
-    await peer.start()
-    try:
+    async with running(TokenPeer(tokenizer_dir)) as peer:
         yield peer
-    finally:
-        await peer.stop()
 
 
 # A model whose template thinks (Qwen3's) and a harmony model on the same vocabulary (TOK-1,
@@ -127,19 +134,11 @@ def qwen3_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 async def think_peer(qwen3_dir: Path) -> AsyncIterator[TokenPeer]:
-    peer = TokenPeer(qwen3_dir)
-    await peer.start()
-    try:
+    async with running(TokenPeer(qwen3_dir)) as peer:
         yield peer
-    finally:
-        await peer.stop()
 
 
 @pytest.fixture
 async def harmony_peer(qwen3_dir: Path) -> AsyncIterator[HarmonyPeer]:
-    peer = HarmonyPeer(qwen3_dir)
-    await peer.start()
-    try:
+    async with running(HarmonyPeer(qwen3_dir)) as peer:
         yield peer
-    finally:
-        await peer.stop()

@@ -19,6 +19,7 @@ from engine.core import EngineConfig
 from engine.models.config import build_router, parse_config
 from tests.conformance.codex import CATALOG_ENTRY, MARKER, CodexTask, assert_no_error, run_codex
 from tests.support.server import LiveServer, start_server
+from tests.upstream.conftest import running
 from tests.upstream.reasoning_peer import HarmonyPeer
 from tests.upstream.token_peer import TokenPeer, assert_exact
 
@@ -45,12 +46,10 @@ def reader(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 async def peer(qwen3_dir: Path, reader: str) -> AsyncIterator[TokenPeer]:
-    peer = HarmonyPeer(qwen3_dir) if reader == "harmony" else TokenPeer(qwen3_dir)
-    await peer.start()
-    try:
+    async with running(
+        HarmonyPeer(qwen3_dir) if reader == "harmony" else TokenPeer(qwen3_dir)
+    ) as peer:
         yield peer
-    finally:
-        await peer.stop()
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from typing import Any
 
 import aiohttp
 
-from tests.support.rss import MIB, budget_node, operator_stats, rss
+from tests.server.bounds.budget_node import MIB, budget_node, operator_stats, rss
 
 BUDGET = 48 * MIB
 PARKING = BUDGET * 3 // 10  # the parking lot's 30% (MEM-12)

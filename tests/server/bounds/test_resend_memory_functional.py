@@ -22,7 +22,7 @@ from typing import Any
 
 import aiohttp
 
-from tests.support.rss import MIB, budget_node, operator_stats, rss
+from tests.server.bounds.budget_node import MIB, budget_node, operator_stats, rss
 
 BUDGET = 24 * MIB
 SHARE = BUDGET // 2  # the hydration cache's half (MEM-12)

@@ -2,7 +2,7 @@
 budget and a store on disk (so records live there, not in its heap), read its resident size
 from ``/proc/<pid>/status`` and what its budget counts from ``/debug/stats``.
 
-The RSS tests (tests/server/bounds/) compare the two: what the budget counts must be memory
+The RSS tests beside it compare the two: what the budget counts must be memory
 the process really holds (MEM-10..MEM-12)."""
 
 from __future__ import annotations

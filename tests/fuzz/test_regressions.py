@@ -427,6 +427,32 @@ async def test_a_stored_continuation_of_an_unstored_round_trip_is_stored(
     await _a_continuation_past_an_eviction(server_factory, evict_before_the_resend=True)
 
 
+async def test_an_evicted_memory_record_is_not_continued_from_the_cache(
+    server_factory: Callable[..., Awaitable[LiveServer]],
+) -> None:
+    """HYD-5, LIM-5. The memory store evicts a stored response while the hydration cache still
+    holds its context; a ``previous_response_id`` continuation of it from another connection
+    (no lane cache of its own, CACHE-1) is ``previous_response_not_found``, as the store says,
+    never continued from the cached context of a record that is gone."""
+    server = await server_factory(
+        EngineConfig(tokens_per_second=0, park_seconds=0), store=MemoryStore(max_entries=2)
+    )
+    async with aiohttp.ClientSession() as http, http.ws_connect(server.ws_url) as ws:
+        done = (await turn(ws, {"type": "response.create", "input": "Tokyo then"}))[-1]
+        evicted = done["response"]["id"]
+        assert evicted in server.engine.hydrated  # its context, cached (HYD-1)
+        for n in range(2):  # the store's two places go to others (LIM-5)
+            await turn(ws, {"type": "response.create", "input": f"other {n}"})
+        assert await server.engine.store.hydrate(evicted) is None
+        assert evicted in server.engine.hydrated
+    async with aiohttp.ClientSession() as http, http.ws_connect(server.ws_url) as ws:
+        again = {"type": "response.create", "previous_response_id": evicted, "input": "and?"}
+        error = (await turn(ws, again))[-1]
+    assert error["type"] == "error" and error["status"] == 400, error
+    assert error["error"]["code"] == "previous_response_not_found"
+    assert evicted not in server.engine.hydrated  # dropped on the miss
+
+
 async def test_a_record_whose_ancestor_was_evicted_is_written_whole(
     server_factory: Callable[..., Awaitable[LiveServer]],
 ) -> None:

@@ -16,7 +16,7 @@ import functools
 import logging
 import os
 import re
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -177,48 +177,80 @@ async def _status_error(resp: PooledConnection, endpoint: Endpoint) -> UpstreamE
     return UpstreamError(f"The model server failed (HTTP {status}).", status, retryable=True)
 
 
-@contextlib.asynccontextmanager
-async def post_stream(
-    pool: HttpPool, endpoint: Endpoint, path: str, body: bytes
-) -> AsyncIterator[PooledConnection]:
-    """POST ``body`` and yield the open streaming response; transport faults and error statuses
-    become ``UpstreamError``. Leaving the block early (cancellation, client gone) closes the
-    connection rather than draining it, so the upstream sees the disconnect and stops."""
-    try:
-        target = endpoint.target(path)
-        # the response's trace continues upstream (OTEL-4)
-        head = endpoint.request_head(target, TRACEPARENT.get())
-    except ValueError as exc:
-        log.warning("upstream %s: %s", endpoint.display, exc)
-        raise UpstreamError("The model server connection failed.") from None
-    try:
-        resp = await pool.acquire(target, endpoint.connect_timeout)
-    except TimeoutError as exc:
-        log.warning("upstream %s timed out: %s", endpoint.display, type(exc).__name__)
-        raise UpstreamError("The model server timed out.", retryable=True) from exc
-    except HttpFault as exc:
-        log.warning("upstream %s connection failed: %s", endpoint.display, exc)
-        raise UpstreamError("The model server connection failed.", retryable=True) from exc
-    try:
-        resp.read_timeout = endpoint.read_timeout
-        await resp.start(head, body)
-        if resp.status >= 400:
-            raise await _status_error(resp, endpoint)
-        yield resp
-    except TimeoutError as exc:
-        resp.close()
-        log.warning("upstream %s timed out: %s", endpoint.display, type(exc).__name__)
-        raise UpstreamError("The model server timed out.", retryable=True) from exc
-    except HttpFault as exc:
-        resp.close()
-        log.warning("upstream %s connection failed: %s", endpoint.display, exc)
-        raise UpstreamError("The model server connection failed.", retryable=True) from exc
-    except BaseException:
-        resp.close()
-        raise
-    finally:
+def post_stream(pool: HttpPool, endpoint: Endpoint, path: str, body: bytes) -> PostStream:
+    """POST ``body``; ``async with`` it for the open streaming response (``PostStream``)."""
+    return PostStream(pool, endpoint, path, body)
+
+
+class PostStream:
+    """POST ``body`` and hand out the open streaming response for an ``async with`` block;
+    transport faults and error statuses become ``UpstreamError``. Leaving the block early
+    (cancellation, client gone) closes the connection rather than draining it, so the upstream
+    sees the disconnect and stops. A class, not an ``asynccontextmanager``: once a turn, its
+    async generator and the context manager's calls around it cost more than the request's
+    own work (issue 48 §2)."""
+
+    __slots__ = ("_body", "_endpoint", "_path", "_pool", "_resp")
+
+    def __init__(self, pool: HttpPool, endpoint: Endpoint, path: str, body: bytes) -> None:
+        self._pool, self._endpoint, self._path, self._body = pool, endpoint, path, body
+        self._resp: PooledConnection | None = None
+
+    async def __aenter__(self) -> PooledConnection:
+        endpoint = self._endpoint
+        try:
+            target = endpoint.target(self._path)
+            # the response's trace continues upstream (OTEL-4)
+            head = endpoint.request_head(target, TRACEPARENT.get())
+        except ValueError as exc:
+            log.warning("upstream %s: %s", endpoint.display, exc)
+            raise UpstreamError("The model server connection failed.") from None
+        try:
+            resp = await self._pool.acquire(target, endpoint.connect_timeout)
+        except TimeoutError as exc:
+            log.warning("upstream %s timed out: %s", endpoint.display, type(exc).__name__)
+            raise UpstreamError("The model server timed out.", retryable=True) from exc
+        except HttpFault as exc:
+            log.warning("upstream %s connection failed: %s", endpoint.display, exc)
+            raise UpstreamError("The model server connection failed.", retryable=True) from exc
+        try:
+            resp.read_timeout = endpoint.read_timeout
+            await resp.start(head, self._body)
+            if resp.status >= 400:
+                raise await _status_error(resp, endpoint)
+        except BaseException as exc:
+            self._fail(resp, exc)
+            raise
+        self._resp = resp
+        return resp
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, _: object
+    ) -> None:
+        resp, self._resp = self._resp, None
+        if resp is None:
+            return
+        if exc is not None:
+            self._fail(resp, exc)
+            return  # the block's own exception goes on
         resp.release()
-        pool.done(resp)
+        self._pool.done(resp)
+
+    def _fail(self, resp: PooledConnection, exc: BaseException) -> None:
+        """The connection is closed and handed back; a timeout or a transport fault is raised
+        on as an ``UpstreamError`` (worth a retry), anything else as it is."""
+        resp.close()
+        try:
+            endpoint = self._endpoint
+            if isinstance(exc, TimeoutError):
+                log.warning("upstream %s timed out: %s", endpoint.display, type(exc).__name__)
+                raise UpstreamError("The model server timed out.", retryable=True) from exc
+            if isinstance(exc, HttpFault):
+                log.warning("upstream %s connection failed: %s", endpoint.display, exc)
+                raise UpstreamError("The model server connection failed.", retryable=True) from exc
+        finally:
+            resp.release()
+            self._pool.done(resp)
 
 
 class SseReader:

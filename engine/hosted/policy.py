@@ -78,12 +78,13 @@ class HostPolicy:
 def internal(address: Address) -> bool:
     """An address the public internet does not route to this host's neighbours (MCP-10): an
     IPv6 address carrying an IPv4 one (v4-mapped ``::ffff:0:0/96``, 6to4 ``2002::/16``) is
-    judged by the IPv4 address too."""
+    judged by the IPv4 address: whether 6to4 itself is private depends on the interpreter's
+    copy of IANA's registry (3.11.2 lists ``2002::/16``; 3.11.7 does not)."""
     if isinstance(address, ipaddress.IPv6Address):
-        if address.ipv4_mapped is not None:
-            return internal(address.ipv4_mapped)
-        # site-local fec0::/10: deprecated, still routed by some networks
-        if address.is_site_local or (address.sixtofour and internal(address.sixtofour)):
+        carried = address.ipv4_mapped or address.sixtofour
+        if carried is not None:
+            return internal(carried)
+        if address.is_site_local:  # fec0::/10: deprecated, still routed by some networks
             return True
     return (
         address.is_loopback

@@ -9,7 +9,6 @@ response opens at the model's first delta, so a backend that refuses the request
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Sequence
 
 import msgspec
@@ -102,32 +101,36 @@ async def _sample(
         TRACEPARENT.set(turn.trace.traceparent)
     deltas = rollout.backend.stream(_request(rollout))
     seal = _step_seal(rollout, step)
-    async with rollout.model_deadline.within(model_timeout), contextlib.aclosing(deltas):
-        async for delta in deltas:
-            if seal is not None and seal.hold(turn.stream, delta):
-                if isinstance(delta, Finish):  # the run is whole: seal it, then what waited
-                    if not seal.cut_in_reasoning(delta):  # else it ends incomplete (ORD-8)
-                        await _close_reasoning(turn, "completed", seal.blob(turn.stream, delta))
-                    for held in seal.release():
-                        await _emit(rollout, turn, step, held, seal)
-                continue
-            if (
-                rollout.steering
-                and not step.calls
-                and step.opened
-                and not isinstance(delta, Finish)
-            ):
-                # The sampling boundary (STEER-3): stop the generation here; nothing the client
-                # must answer has been produced yet (a finished call would be). A step that
-                # already finished completes, and the successor follows it.
-                step.reason = "steered"
-                rollout.accounting.count_finish(turn, step, Finish("stop", step.produced))
-                break
-            if not step.opened:
-                step.clock.first_delta()
-                await rollout.open_turn(turn)
-                step.opened = True
-            await _emit(rollout, turn, step, delta, seal)
+    # try/finally, not ``contextlib.aclosing``: its three calls a step cost more than the close
+    async with rollout.model_deadline.within(model_timeout):
+        try:
+            async for delta in deltas:
+                if seal is not None and seal.hold(turn.stream, delta):
+                    if isinstance(delta, Finish):  # the run is whole: seal it, then what waited
+                        if not seal.cut_in_reasoning(delta):  # else it ends incomplete (ORD-8)
+                            await _close_reasoning(turn, "completed", seal.blob(turn.stream, delta))
+                        for held in seal.release():
+                            await _emit(rollout, turn, step, held, seal)
+                    continue
+                if (
+                    rollout.steering
+                    and not step.calls
+                    and step.opened
+                    and not isinstance(delta, Finish)
+                ):
+                    # The sampling boundary (STEER-3): stop the generation here; nothing the client
+                    # must answer has been produced yet (a finished call would be). A step that
+                    # already finished completes, and the successor follows it.
+                    step.reason = "steered"
+                    rollout.accounting.count_finish(turn, step, Finish("stop", step.produced))
+                    break
+                if not step.opened:
+                    step.clock.first_delta()
+                    await rollout.open_turn(turn)
+                    step.opened = True
+                await _emit(rollout, turn, step, delta, seal)
+        finally:
+            await deltas.aclose()
     step.clock.finished()
     if not step.opened:
         await rollout.open_turn(turn)

@@ -372,10 +372,12 @@ async def retry_before_first(
         deltas = attempt(number)
         started = False
         try:
-            async with contextlib.aclosing(deltas):
+            try:  # not ``contextlib.aclosing``: three calls a turn for one ``aclose``
                 async for delta in deltas:
                     started = True
                     yield delta
+            finally:
+                await deltas.aclose()
             return
         except UpstreamError as exc:
             if started:

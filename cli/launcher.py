@@ -475,12 +475,17 @@ async def _bulk_string(reader: asyncio.StreamReader) -> bytes:
 
 
 async def redis_pid(port: int) -> int | None:
-    """The process id of the Redis answering on ``port`` (``INFO server``), or None."""
+    """The process id of the Redis answering on ``port`` (``INFO``), or None, also while it is
+    still loading its data (``loading:1``): it answers every command but ``INFO`` with
+    ``-LOADING`` until then."""
     opening = asyncio.open_connection("127.0.0.1", port)
-    for line in (await _ask(opening, b"INFO server\r\n", _bulk_string)).splitlines():
+    pid = None
+    for line in (await _ask(opening, b"INFO\r\n", _bulk_string)).splitlines():
         if line.startswith(b"process_id:"):
-            return int(line.split(b":", 1)[1])
-    return None
+            pid = int(line.split(b":", 1)[1])
+        elif line.strip() == b"loading:1":
+            return None
+    return pid
 
 
 async def _foreground(spec: ClusterSpec, announce: bool) -> int:

@@ -82,25 +82,24 @@ def router_for(backend: str, base_url: str, **extra: Any) -> Router:
     return build_router(parse_config(raw))
 
 
+def engine_config(**config: Any) -> EngineConfig:
+    """An instant engine whose default model is ``model-a``, with ``config`` over that."""
+    return EngineConfig(**{"tokens_per_second": 0, "default_model": "model-a", **config})
+
+
 async def start_engine(router: Router, **config: Any) -> LiveServer:
-    settings = {"tokens_per_second": 0, "default_model": "model-a", **config}
-    return await start_server(EngineConfig(**settings), router)
+    return await start_server(engine_config(**config), router)
 
 
 @pytest.fixture
-async def engine_for() -> AsyncIterator[StartEngine]:
-    started: list[LiveServer] = []
+def engine_for(server_factory: Callable[..., Awaitable[LiveServer]]) -> StartEngine:
+    """Engines before ``router``'s upstreams, each with ``start_engine``'s settings; all are
+    cleaned up after the test (``server_factory``)."""
 
     async def make(router: Router, **config: Any) -> LiveServer:
-        live = await start_engine(router, **config)
-        started.append(live)
-        return live
+        return await server_factory(engine_config(**config), router)
 
-    try:
-        yield make
-    finally:
-        for live in started:
-            await live.runner.cleanup()
+    return make
 
 
 @pytest.fixture

@@ -35,17 +35,17 @@ def rss(pid: int | None = None) -> int:
 
 @asynccontextmanager
 async def budget_node(
-    tmp_path: Path, budget: int, keys: Sequence[str], operator: str, *extra: str
+    tmp_path: Path, budget: int, *extra: str, keys: Sequence[str] = (), operator: str = ""
 ) -> AsyncIterator[tuple[int, int]]:
     """A ``rollout serve`` process on an ephemeral port with ``--memory-budget budget`` and a
     SQLite store under ``tmp_path``, taking ``keys`` and the admin key ``operator`` from its
-    environment (never its command line): its port and pid."""
+    environment (never its command line; no keys: an open server): its port and pid."""
     env = {**os.environ, KEYS_ENV: ",".join(keys), ADMIN_ENV: operator}
+    closed = ("--api-keys-env", KEYS_ENV, "--admin-keys-env", ADMIN_ENV) if keys else ()
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "cli", "serve", "--port", "0", "--announce-port", "--tps", "0",
         "--store", f"sqlite:///{tmp_path / 'rss.db'}", "--memory-budget", str(budget),
-        "--api-keys-env", KEYS_ENV, "--admin-keys-env", ADMIN_ENV, "--log-level", "ERROR",
-        *extra, stdout=asyncio.subprocess.PIPE, env=env,
+        "--log-level", "ERROR", *closed, *extra, stdout=asyncio.subprocess.PIPE, env=env,
     )  # fmt: skip
     try:
         yield await stdout_port(proc), proc.pid
@@ -54,9 +54,11 @@ async def budget_node(
         await proc.wait()
 
 
-async def operator_stats(http: aiohttp.ClientSession, port: int, operator: str) -> dict[str, Any]:
-    """``/debug/stats`` read with the admin key."""
-    headers = {"Authorization": f"Bearer {operator}"}
+async def operator_stats(
+    http: aiohttp.ClientSession, port: int, operator: str = ""
+) -> dict[str, Any]:
+    """``/debug/stats`` read with the admin key (none on an open server)."""
+    headers = {"Authorization": f"Bearer {operator}"} if operator else {}
     async with http.get(f"http://127.0.0.1:{port}/debug/stats", headers=headers) as resp:
         assert resp.status == 200
         stats: dict[str, Any] = await resp.json()

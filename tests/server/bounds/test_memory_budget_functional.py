@@ -11,7 +11,6 @@ about twice the count (issue 24: 336 MB of RSS for 132 MB counted)."""
 from __future__ import annotations
 
 import asyncio
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -19,19 +18,11 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.support.server import stdout_port
+from tests.server.bounds.budget_node import MIB, budget_node, operator_stats, rss
 
-MIB = 1024 * 1024
 BUDGET = 24 * MIB
 SHARE = BUDGET // 2  # the hydration cache's half (MEM-12)
 CLIENTS = 4
-
-
-def _rss(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
 
 
 def _items(n: int) -> list[dict[str, Any]]:
@@ -50,17 +41,8 @@ def _items(n: int) -> list[dict[str, Any]]:
 
 @pytest.fixture
 async def node(tmp_path: Path) -> AsyncIterator[tuple[int, int]]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "cli", "serve", "--port", "0", "--announce-port", "--tps", "0",
-        "--store", f"sqlite:///{tmp_path / 'mem.db'}", "--memory-budget", str(BUDGET),
-        "--park-seconds", "0", "--log-level", "WARNING",
-        stdout=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    try:
-        yield await stdout_port(proc), proc.pid
-    finally:
-        proc.kill()
-        await proc.wait()
+    async with budget_node(tmp_path, BUDGET, "--park-seconds", "0") as (port, pid):
+        yield port, pid
 
 
 async def _drive(http: aiohttp.ClientSession, port: int, numbers: range) -> None:
@@ -74,8 +56,7 @@ async def _drive(http: aiohttp.ClientSession, port: int, numbers: range) -> None
 
 
 async def _cache(http: aiohttp.ClientSession, port: int) -> tuple[int, int]:
-    async with http.get(f"http://127.0.0.1:{port}/debug/stats") as r:
-        stats = await r.json()
+    stats = await operator_stats(http, port)
     return stats["hydration_cache"]["bytes"], stats["counters"].get("hydration.evicted", 0)
 
 
@@ -84,12 +65,12 @@ async def test_the_hydration_share_bounds_rss(node: tuple[int, int]) -> None:
     async with aiohttp.ClientSession() as http:
         await _drive(http, port, range(40))  # warm: allocator arenas, codecs, SQLite pages
         counted0, _ = await _cache(http, port)
-        rss0 = _rss(pid)
+        rss0 = rss(pid)
         per_entry = counted0 // 40
         filling = int(0.9 * SHARE // per_entry) - 40
         await _drive(http, port, range(40, 40 + filling))
         counted1, evicted1 = await _cache(http, port)
-        rss1 = _rss(pid)
+        rss1 = rss(pid)
         assert evicted1 == 0 and counted1 > SHARE // 2
         grown, counted = rss1 - rss0, counted1 - counted0
         # the count is the memory (MEM-10), from both sides: RSS grows by about what the cache
@@ -102,7 +83,7 @@ async def test_the_hydration_share_bounds_rss(node: tuple[int, int]) -> None:
         assert 1.05 < ratio < 1.75, f"RSS +{grown / MIB:.1f} MiB for {counted / MIB:.1f} counted"
         await _drive(http, port, range(40 + filling, 40 + 3 * filling))  # past the share
         counted2, evicted2 = await _cache(http, port)
-        rss2 = _rss(pid)
+        rss2 = rss(pid)
     assert evicted2 > 0 and counted2 <= SHARE
     # ~2x the share was pushed through; resident growth stays near the share: measured
     # 18.5-19.1 MiB for the 12 MiB share (22.2 with the encoded-size count); a cache that kept

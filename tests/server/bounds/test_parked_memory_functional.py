@@ -33,7 +33,7 @@ TOOLS: list[Any] = [
 
 
 def _node(tmp_path: Path, *extra: str) -> AbstractAsyncContextManager[tuple[int, int]]:
-    return budget_node(tmp_path, BUDGET, KEYS, OPERATOR, *extra)
+    return budget_node(tmp_path, BUDGET, *extra, keys=KEYS, operator=OPERATOR)
 
 
 async def _chain(http: aiohttp.ClientSession, port: int, key: str) -> None:

@@ -39,7 +39,7 @@ TOOLS: list[Any] = [
 
 
 def _node(tmp_path: Path) -> AbstractAsyncContextManager[tuple[int, int]]:
-    return budget_node(tmp_path, BUDGET, KEYS, OPERATOR, "--park-seconds", "0")
+    return budget_node(tmp_path, BUDGET, "--park-seconds", "0", keys=KEYS, operator=OPERATOR)
 
 
 async def _client(http: aiohttp.ClientSession, port: int, n: int) -> None:

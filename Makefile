@@ -1,9 +1,5 @@
 # Two commands on a fresh machine: `make run` and `make test`. Everything else is optional.
-# The venv's interpreter: Debian's python3 where it can make one (a build with PGO and LTO and
-# libpython linked in: ~10% less CPU a turn than an unoptimized build such as pyenv's default,
-# docs/benchmark.md), else python3 on PATH. `make sysdeps` installs its venv module; the venv is
-# rebuilt when the interpreter changes (its base prefix and version in $(VENV)/.interpreter).
-PYTHON ?= $(shell /usr/bin/python3 -c 'import sys, ensurepip; sys.exit(sys.version_info < (3, 11))' 2>/dev/null && echo /usr/bin/python3 || echo python3)
+PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
@@ -14,17 +10,7 @@ DEV_STAMP := $(VENV)/.installed-dev
 
 .PHONY: run test lint types unit install sysdeps clean agent bench bench-all bench-peers fuzz load test-real llama-server cluster
 
-$(VENV)/.interpreter: FORCE
-	@want="$$($(PYTHON) -c 'import sys; print(sys.base_prefix, sys.version.split()[0])')"; \
-	if [ "$$(cat $@ 2>/dev/null)" != "$$want" ]; then \
-	  [ ! -e $(VENV) ] || echo "venv: $(VENV) rebuilt on $(PYTHON) ($$want)"; \
-	  rm -rf $(VENV) && mkdir -p $(VENV) && echo "$$want" > $@; \
-	fi
-
-.PHONY: FORCE
-FORCE:
-
-$(STAMP): pyproject.toml $(VENV)/.interpreter
+$(STAMP): pyproject.toml
 	[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e .

@@ -284,8 +284,8 @@ def program_version(program: str, distributions: tuple[str, ...]) -> str:
 
 
 def _engine_version() -> str:
-    """Its version and the interpreter it runs on: an unoptimized build (pyenv's default) costs
-    ~10% more CPU a turn than Debian's (PGO, LTO), so a figure says which (docs/benchmark.md)."""
+    """Its version and the interpreter it runs on (the bench's own: the stub and the client
+    share the machine's cores with it, so a figure says which)."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:

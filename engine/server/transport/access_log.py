@@ -8,6 +8,8 @@ Authorization header and cookies were never logged and are not now.
 
 from __future__ import annotations
 
+import logging
+
 from aiohttp.abc import AbstractAccessLogger
 from aiohttp.web_request import BaseRequest
 from aiohttp.web_response import StreamResponse
@@ -22,6 +24,12 @@ def without_query(url: str) -> str:
 
 class RedactingAccessLogger(AbstractAccessLogger):
     """``remote "METHOD /path HTTP/x.y" status bytes "referer" "user-agent" seconds``."""
+
+    @property
+    def enabled(self) -> bool:
+        """aiohttp asks once per connection: below INFO (``--log-level WARNING``) no request's
+        line is built, as aiohttp's own logger does (the abstract one answers True)."""
+        return self.logger.isEnabledFor(logging.INFO)
 
     def log(self, request: BaseRequest, response: StreamResponse, time: float) -> None:
         version = request.version

@@ -88,6 +88,10 @@ class ErrorRing:
         return [note.row() for note in own[-30:]], len(own)
 
 
+NOTED_EVENTS = frozenset({ErrorEvent, ResponseFailed})  # what ``note_event`` notes; a sink may
+# ask this set first and call it for these only
+
+
 def note_event(
     ring: ErrorRing, source: str, event: ServerEvent, owner: OwnerFilter = ANY_OWNER
 ) -> None:

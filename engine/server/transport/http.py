@@ -8,12 +8,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import msgspec
 from aiohttp import web
 
-from engine.inspector.read_model import note_event
+from engine.inspector.read_model import NOTED_EVENTS, note_event
 from engine.rollout.turn import ClientGone
 from engine.server.transport import idempotency, identity
 from engine.server.transport.keys import INSPECTOR
@@ -30,6 +30,9 @@ from protocol.response import Response
 from protocol.sse import frame
 
 T = TypeVar("T")
+
+_Terminal = ResponseCompleted | ResponseFailed | ResponseIncomplete
+_TERMINAL = frozenset({ResponseCompleted, ResponseFailed, ResponseIncomplete})
 
 
 JSON = "application/json"
@@ -83,11 +86,13 @@ class HttpSink:
         self._gone: BaseException | None = None  # the write that found the client gone
 
     async def send(self, event: ServerEvent) -> None:
-        if isinstance(event, ErrorEvent) and self.stream is None:
+        kind = type(event)
+        if kind is ErrorEvent and self.stream is None:
+            assert isinstance(event, ErrorEvent)
             self.error = event
             return
-        if isinstance(event, ResponseCompleted | ResponseFailed | ResponseIncomplete):
-            self.terminal = event.response
+        if kind in _TERMINAL:
+            self.terminal = cast(_Terminal, event).response
         if self.tap is not None:
             self.tap.started = True
         if not self.streaming:
@@ -104,7 +109,8 @@ class HttpSink:
             raise ClientGone from self._gone
         # Only what goes into an SSE stream: anything else becomes the HTTP answer, which the
         # errors middleware notes (INSP-6).
-        note_event(self._errors, "http", event, self.owner)
+        if kind in NOTED_EVENTS:  # an error or a failure, for the inspector (INSP-6)
+            note_event(self._errors, "http", event, self.owner)
         data = frame(event)
         if self.tap is not None:
             self.tap.frame(data)

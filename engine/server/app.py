@@ -130,6 +130,27 @@ _OPEN_PATHS = frozenset(
 OPERATOR_PATHS = frozenset({"/metrics", "/debug/stats", "/v1/bench/timings"})
 
 
+def _answer_headers(
+    engine: Engine, config: ServerConfig
+) -> Callable[[web.Request, web.StreamResponse], Awaitable[None]]:
+    """The headers every answer may carry, stamped before they leave by one
+    ``on_response_prepare`` hook (one coroutine an answer, not one per header family): a node
+    route's version (LIVE-10), the turn-state token (TURN-2), ``x-ratelimit-*`` where limits
+    are configured (RATE-3; the configuration is fixed for the app's life), Codex's headers
+    (CODEX-21)."""
+    turn = turn_state.stamper(engine, config.node_id or turn_state.default_node_id())
+    limited = config.rate_limited
+
+    async def stamp(request: web.Request, response: web.StreamResponse) -> None:
+        nodes.say_version(request, response)
+        turn(request, response)
+        if limited:
+            await ratelimits.add_headers(request, response)
+        codex_headers.stamp(request, response)
+
+    return stamp
+
+
 async def _start(app: web.Application) -> None:
     engine = app[ENGINE]
     engine.store.cluster.on_delete(lambda response_id: _forget(app, response_id))
@@ -204,9 +225,7 @@ def create_app(
     inspector.install(app)
     nodes.install(app)  # the client peers are asked with, the version answers say (LIVE-10)
     cluster.install(app)  # hand-over (PARK-21), runs (LIVE-2), repeats (LIVE-8) from any node
-    turn_state.install(app, app[ENGINE], config.node_id or turn_state.default_node_id())
-    app.on_response_prepare.append(ratelimits.add_headers)  # x-ratelimit-* on all (RATE-3)
-    codex_headers.install(app)  # CODEX-21
+    app.on_response_prepare.append(_answer_headers(app[ENGINE], config))
     app.on_startup.append(_start)
     app.on_shutdown.append(_drain_sockets)
     app.on_cleanup.append(_stop)

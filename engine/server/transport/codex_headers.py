@@ -13,8 +13,8 @@ codex-rs/codex-api/src/endpoint/responses_websocket.rs) and from HTTP answers
 * ``x-models-etag`` is deliberately not sent: a new etag makes Codex refetch its model catalog
   from ``GET /models`` in its own schema, which this server does not serve (CODEX-22).
 
-One ``on_response_prepare`` hook stamps them, like the turn-state token (TURN-2), so no route can
-forget them; refusals (status 400 and above) carry none.
+The app's one ``on_response_prepare`` hook stamps them, like the turn-state token (TURN-2), so no
+route can forget them; refusals (status 400 and above) carry none.
 """
 
 from __future__ import annotations
@@ -33,17 +33,14 @@ def note_model(request: web.Request, model: str) -> None:
     request[SERVED_MODEL] = model
 
 
-async def _stamp(request: web.Request, response: web.StreamResponse) -> None:
+def stamp(request: web.Request, response: web.StreamResponse) -> None:
+    """From the app's one ``on_response_prepare`` hook."""
     if request.path != ROUTED_PATH or response.status >= 400:
         return
     response.headers[REASONING_INCLUDED] = "true"
     model = request.get(SERVED_MODEL)
     if model:
         response.headers[OPENAI_MODEL] = model
-
-
-def install(app: web.Application) -> None:
-    app.on_response_prepare.append(_stamp)
 
 
 def is_codex(request: web.Request) -> bool:

@@ -96,9 +96,9 @@ def node_version(request: web.Request) -> int:
     return version
 
 
-async def say_version(request: web.Request, response: web.StreamResponse) -> None:
+def say_version(request: web.Request, response: web.StreamResponse) -> None:
     """Every answer of a node route says its version (LIVE-10): the one it was answered in;
-    a refusal, this node's own."""
+    a refusal, this node's own. From the app's one ``on_response_prepare`` hook."""
     if request.path.startswith("/cluster/"):
         response.headers[VERSION_HEADER] = str(request.get(NODE_VERSION, NODE_PROTOCOL))
 
@@ -281,8 +281,7 @@ NODES = web.AppKey("nodes", NodeClient)
 
 
 def install(app: web.Application) -> None:
-    """The client (the hand-over's poster too) and the version on every node route's answer."""
+    """The client (the hand-over's poster too); ``say_version`` is the app's to call."""
     app[NODES] = client = NodeClient()
     app[ENGINE].handover.post = client.post
-    app.on_response_prepare.append(say_version)
     app.on_cleanup.append(client.close)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 import secrets
 import socket
+from collections.abc import Callable
 
 from aiohttp import web
 
@@ -68,12 +69,13 @@ def answer(presented: str | None, node_id: str, engine: Engine) -> str:
     return presented
 
 
-def install(app: web.Application, engine: Engine, node_id: str) -> None:
-    """Stamp the token on every answer of ``/v1/responses`` before its headers leave: the 101
-    of an upgrade, an SSE stream, a JSON response. One hook, so no route can forget it."""
+def stamper(engine: Engine, node_id: str) -> Callable[[web.Request, web.StreamResponse], None]:
+    """Stamps the token on every answer of ``/v1/responses`` before its headers leave: the 101
+    of an upgrade, an SSE stream, a JSON response. Called from the app's one
+    ``on_response_prepare`` hook, so no route can forget it."""
 
-    async def stamp(request: web.Request, response: web.StreamResponse) -> None:
+    def stamp(request: web.Request, response: web.StreamResponse) -> None:
         if request.path == ROUTED_PATH and response.status < 400:
             response.headers[HEADER] = answer(request.headers.get(HEADER), node_id, engine)
 
-    app.on_response_prepare.append(stamp)
+    return stamp

@@ -45,9 +45,12 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 @web.middleware
 async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Every failure leaves as the JSON error envelope; internal text never does (ERR-3)."""
+    """Every failure leaves as the JSON error envelope; internal text never does (ERR-3). The
+    API key is checked first, inside it (``authenticate``, AUTH-2): one middleware a request,
+    not two."""
     try:
-        response = await handler(request)
+        refused = authenticate(request)
+        response = await handler(request) if refused is None else refused
     except ProtocolError as err:
         response = http.error_response(err)
     except web.HTTPException as exc:
@@ -85,9 +88,10 @@ def _http_error(exc: web.HTTPException) -> ProtocolError:
     return HttpStatusError(exc.status, code, message)
 
 
-@web.middleware
-async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Bearer API keys, checked before any work and before a WebSocket upgrade (AUTH-2)."""
+def authenticate(request: web.Request) -> web.StreamResponse | None:
+    """Bearer API keys, checked before any work and before a WebSocket upgrade (AUTH-2): raises
+    the refusal, or returns the inspector's login form a browser is answered with instead; None
+    lets the request through."""
     config = request.app[SERVER]
     if config.keyed and request.path not in _OPEN_PATHS:
         scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
@@ -106,7 +110,7 @@ async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
                 "This endpoint answers operator keys only (--admin-keys-file).",
             )  # every tenant's figures (AUTH-11)
         request[PRESENTED] = key  # who the request is, for every route after (OWN-1)
-    return await handler(request)
+    return None
 
 
 def _key_hint(path: str) -> str:
@@ -207,7 +211,7 @@ def create_app(
     config = server or ServerConfig()
     if max_frame_bytes is not None:
         config = dataclasses.replace(config, max_frame_bytes=max_frame_bytes)
-    app = web.Application(middlewares=[errors, auth], client_max_size=config.max_frame_bytes)
+    app = web.Application(middlewares=[errors], client_max_size=config.max_frame_bytes)
     app[ENGINE] = engine or Engine(EngineConfig())
     app[SESSIONS] = set()
     app[REQUESTS] = set()

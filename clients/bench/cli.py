@@ -118,6 +118,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "report instructions per turn, a count that does not move with the machine's load "
         "(BENCH-12)",
     )  # fmt: skip
+    p.add_argument(
+        "--callgrind", action="store_true",
+        help="with --scenario: run the bench's own server under valgrind's callgrind and report "
+        "each mode's instructions per model turn, counted from its own turns (BENCH-13)",
+    )  # fmt: skip
     p.add_argument("--load", action="store_true", help="load test: WS agents + HTTP (LOAD-1)")
     p.add_argument("--load-connections", type=int, default=200)
     p.add_argument("--load-turns", type=int, default=20, help="tool-call turns per connection")
@@ -180,6 +185,8 @@ def scenario_config(args: argparse.Namespace) -> ScenarioConfig:
         raise ValueError(f"bad --modes/--speeds (modes are {', '.join(ALL_MODES)})")
     if args.store is not None and args.url is not None:
         raise ValueError("--store chooses the bench's own server's store: not with --url")
+    if args.callgrind and args.url is not None:
+        raise ValueError("--callgrind counts the bench's own server: not with --url")
     WS_COMPRESS[0] = 15 if args.ws_compress else 0
     scenario = args.scenario or "coding"
     turns = args.turns or (CODEX_CALLS if scenario == "codex" else SCRIPT_CALLS)
@@ -196,6 +203,7 @@ def scenario_config(args: argparse.Namespace) -> ScenarioConfig:
         url=args.url,
         store=args.store or "memory",
         otel_endpoint=args.otel_endpoint,
+        callgrind=args.callgrind,
     )
 
 
@@ -399,6 +407,8 @@ def run_bench(args: argparse.Namespace) -> int:
         print(f"rollout bench: failed: {exc}", file=sys.stderr)
         return 1
     table.render(doc)
+    for line in report.instruction_lines(doc["runs"]):
+        print(line)
     if args.json is not None:
         args.json.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     if args.png is not None and doc["runs"]:

@@ -72,6 +72,7 @@ class RunResult:
     history_tokens: int | None  # the server's count at the last turn (None: not reported)
     server_input_tokens: int | None = None
     new_tokens: list[int] = field(default_factory=list)  # tokens of the items each turn added
+    instructions_per_turn: float | None = None  # counted by callgrind (BENCH-13)
 
     def _ms(self, stamp: Callable[[TurnResult], float | None], minus: float = 0.0) -> list[float]:
         out = []
@@ -116,7 +117,9 @@ class RunResult:
         ]
 
     def as_json(self) -> dict[str, Any]:
-        stages = {f"server_{name}_ms": self.stage_ms(name) for name in SERVER_STAGES}
+        stages: dict[str, Any] = {f"server_{n}_ms": self.stage_ms(n) for n in SERVER_STAGES}
+        if self.instructions_per_turn is not None:  # BENCH-13
+            stages["instructions_per_turn"] = self.instructions_per_turn
         return {
             **stages,
             "prompt_tokens": [t.server["prompt_tokens"] if t.server else None for t in self.turns],

@@ -18,6 +18,8 @@ from typing import Self
 
 import aiohttp
 
+from clients.bench.suites.instructions import Callgrind
+
 START_TIMEOUT_S = 30.0
 
 
@@ -34,6 +36,7 @@ class ServerProcess:
     config: Path | None = None  # a routing file instead of --bench-models (BENCH-9)
     otel_endpoint: str | None = None  # --otel-endpoint: what tracing costs (OTEL-6)
     keys_file: Path | None = None  # --api-keys-file, with per-key limits (RATE-1)
+    counter: Callgrind | None = None  # run under callgrind, counted per mode (BENCH-13)
     port: int = 0
     _proc: asyncio.subprocess.Process | None = None
 
@@ -57,7 +60,7 @@ class ServerProcess:
         if self.keys_file is not None:
             timings += ["--api-keys-file", str(self.keys_file)]
         models = ["--config", str(self.config)] if self.config else ["--bench-models"]
-        return [
+        command = [
             sys.executable, "-m", "cli", "serve",
             *models, "--port", "0", "--announce-port",
             "--tps", repr(self.tokens_per_second),
@@ -65,15 +68,17 @@ class ServerProcess:
             "--api-keys-env", "", "--backlog", "2048", "--log-level", "WARNING", *timings,
             "--store", self.store,
         ]  # fmt: skip
+        return command if self.counter is None else self.counter.wrap(command)
 
     async def __aenter__(self) -> Self:
         self._proc = await asyncio.create_subprocess_exec(
             *self.command(),
             stdout=asyncio.subprocess.PIPE,
         )
+        limit = START_TIMEOUT_S * (1 if self.counter is None else 10)  # callgrind: 30-60x slower
         try:
-            self.port = await asyncio.wait_for(self._read_port(), START_TIMEOUT_S)
-            await wait_healthy(self.url, START_TIMEOUT_S)
+            self.port = await asyncio.wait_for(self._read_port(), limit)
+            await wait_healthy(self.url, limit)
         except BaseException:
             await self.stop()
             raise

@@ -39,7 +39,29 @@ def combine(results: list[RunResult]) -> Doc:
         if any(key not in d for d in docs):
             continue
         run[key] = [_median_or_none(values) for values in zip(*(d[key] for d in docs), strict=True)]
+    counted = [d["instructions_per_turn"] for d in docs if d.get("instructions_per_turn")]
+    if len(counted) == len(docs):  # BENCH-13: the median over repeats, and each repeat's
+        run["instructions_per_turn"] = statistics.median(counted)
+        run["instructions_per_turn_all"] = counted
     return run
+
+
+def instruction_lines(runs: list[Doc]) -> list[str]:
+    """BENCH-13: each (mode, speed)'s instructions per model turn and its ratio to the first
+    mode's at that speed; nothing when the server was not counted."""
+    lines: list[str] = []
+    first: dict[float, float] = {}
+    for run in runs:
+        count = run.get("instructions_per_turn")
+        if not count:
+            continue
+        if not lines:
+            lines.append("instructions per model turn (callgrind, BENCH-13; wall and CPU are not)")
+        base = first.setdefault(run["tps"], count)
+        lines.append(
+            f"  {run['mode']:<18} @ {run['tps']:g} tok/s {count / 1e6:9.3f} M  {count / base:5.2f}"
+        )
+    return lines
 
 
 def _median_or_none(values: tuple[float | None, ...]) -> float | None:

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import statistics
-from collections.abc import AsyncIterator
+import tempfile
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from clients.bench.measure import RunResult, RunSettings, run_mode
@@ -20,6 +22,7 @@ from clients.bench.progress import RunProgress
 from clients.bench.report import combine
 from clients.bench.scenario import SCRIPT_CALLS, coding_model
 from clients.bench.suites.codex import codex_model
+from clients.bench.suites.instructions import Callgrind, check_tools
 from clients.bench.suites.stores import store_url
 from clients.bench.transports import MODES
 
@@ -38,6 +41,7 @@ class ScenarioConfig:
     scenario: str = "coding"  # or "codex"
     store: str = "memory"  # --store: memory, sqlite, redis, postgres or a URL (BENCH-6)
     otel_endpoint: str | None = None  # the server exports traces there (OTEL-1): their cost
+    callgrind: bool = False  # the bench's server under callgrind, each run counted (BENCH-13)
 
     @property
     def model(self) -> str:
@@ -51,7 +55,9 @@ class ScenarioConfig:
 
 
 @contextlib.asynccontextmanager
-async def _server(config: ScenarioConfig, tps: float) -> AsyncIterator[tuple[str, int | None]]:
+async def _server(
+    config: ScenarioConfig, tps: float, counter: Callgrind | None
+) -> AsyncIterator[tuple[str, int | None]]:
     """The server's URL and, when the bench started it, its pid (for CPU accounting)."""
     if config.url is not None:
         yield config.url, None
@@ -59,10 +65,25 @@ async def _server(config: ScenarioConfig, tps: float) -> AsyncIterator[tuple[str
     async with (
         store_url(config.store) as store,
         ServerProcess(
-            tps, bench_timings=True, store=store, otel_endpoint=config.otel_endpoint
+            tps, bench_timings=True, store=store, otel_endpoint=config.otel_endpoint,
+            counter=counter,
         ) as server,
-    ):
+    ):  # fmt: skip
         yield server.url, server.pid
+
+
+async def _counted(
+    counter: Callgrind | None, pid: int | None, run: Awaitable[RunResult]
+) -> RunResult:
+    """``run``, its instructions per model turn counted from its own turns when the server
+    runs under callgrind (BENCH-13): switched on before its first request, dumped after its
+    last, so the warm-up and the other modes' runs are not in it."""
+    if counter is None or pid is None:
+        return await run
+    await counter.begin(pid)
+    result = await run
+    result.instructions_per_turn = await counter.end(pid) / max(1, len(result.turns))
+    return result
 
 
 async def _warm_up(config: ScenarioConfig, url: str, tps: float) -> None:
@@ -88,17 +109,24 @@ async def run_scenarios(config: ScenarioConfig, progress: RunProgress) -> list[d
         scenario=config.scenario,
     )
     runs: list[dict[str, Any]] = []
-    for tps in config.speeds:
-        results: dict[str, list[RunResult]] = {mode: [] for mode in config.modes}
-        async with _server(config, tps) as (url, pid):
-            await _warm_up(config, url, tps)
-            for repeat in range(config.repeat):
-                for mode in _rotated(config.modes, repeat):
-                    progress.start(f"{mode} @ {tps:g} tok/s", config.tool_calls + 1)
-                    result = await run_mode(mode, url, tps, settings, progress.turn, pid)
-                    results[mode].append(result)
-                    progress.finish(_one_line(result))
-        runs.extend(combine(results[mode]) for mode in config.modes)
+    with contextlib.ExitStack() as stack:
+        counter = None
+        if config.callgrind and config.url is None:
+            check_tools()
+            work = stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-callgrind-"))
+            counter = Callgrind(Path(work), "engine")
+        for tps in config.speeds:
+            results: dict[str, list[RunResult]] = {mode: [] for mode in config.modes}
+            async with _server(config, tps, counter) as (url, pid):
+                await _warm_up(config, url, tps)
+                for repeat in range(config.repeat):
+                    for mode in _rotated(config.modes, repeat):
+                        progress.start(f"{mode} @ {tps:g} tok/s", config.tool_calls + 1)
+                        run = run_mode(mode, url, tps, settings, progress.turn, pid)
+                        result = await _counted(counter, pid, run)
+                        results[mode].append(result)
+                        progress.finish(_one_line(result))
+            runs.extend(combine(results[mode]) for mode in config.modes)
     return runs
 
 

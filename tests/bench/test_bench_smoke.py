@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import statistics
 import sys
 from pathlib import Path
 
@@ -100,6 +101,25 @@ def test_peers_callgrind_counts_each_chain(tmp_path: Path) -> None:
     assert all(2e5 < count < 2e8 for count in counts)  # a turn, not a start-up or nothing
     assert max(counts) / min(counts) < 1.25
     assert doc["summary"]["engine/ws"]["instructions_vs_engine_ws"] == 1.0
+
+
+def test_scenario_callgrind_counts_each_mode(tmp_path: Path) -> None:
+    """BENCH-13: under ``--callgrind`` the scenario's server runs under callgrind and each
+    mode's run carries its instructions per model turn, counted from that run's own turns
+    (the warm-up and the other mode's runs are not in it), so two repeats of one mode count
+    about the same."""
+    out = tmp_path / "codex.json"
+    argv = ["--scenario", "codex", "--speeds", "0", "--modes", "ws_append,ws_compat",
+            "--turns", "3", "--repeat", "2", "--callgrind", "--json", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    doc = json.loads(out.read_text())
+    assert [run["mode"] for run in doc["runs"]] == ["ws_append", "ws_compat"]
+    for run in doc["runs"]:
+        counts = run["instructions_per_turn_all"]
+        assert len(counts) == 2
+        assert all(5e5 < count < 1e8 for count in counts)  # a turn, not a start-up or nothing
+        assert max(counts) / min(counts) < 1.25
+        assert run["instructions_per_turn"] == statistics.median(counts)
 
 
 BESIDE = Path(sys.executable).parent

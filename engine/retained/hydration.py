@@ -233,30 +233,33 @@ class HydrationCache:
     def _forget(self, entry: CachedContext) -> None:
         self.nbytes -= entry.nbytes
         if entry.tail:
-            key = _key(entry.owner, entry.length)
-            filed = self._lists[key]
-            same = filed[entry.tail]
-            same.remove(entry.response_id)
-            if not same:
-                del filed[entry.tail]
-            if not filed:
-                del self._lists[key]
+            _unfile(self._lists, _key(entry.owner, entry.length), entry.tail, entry.response_id)
         sent = entry.sent
         if sent is not None:
             key = _key(entry.owner, len(sent.items))
-            raws = self._raws[key]
-            inputs = raws[sent.last]
-            inputs.remove(entry.response_id)
-            if not inputs:
-                del raws[sent.last]
-            if not raws:
-                del self._raws[key]
+            _unfile(self._raws, key, sent.last, entry.response_id)
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def __contains__(self, response_id: object) -> bool:
         return response_id in self._entries
+
+
+def _unfile(
+    index: dict[tuple[str | None, int], dict[bytes, list[str]]],
+    key: tuple[str | None, int],
+    last: bytes,
+    response_id: str,
+) -> None:
+    """Take ``response_id`` out of one of the resend indexes, and the slots it leaves empty."""
+    filed = index[key]
+    ids = filed[last]
+    ids.remove(response_id)
+    if not ids:
+        del filed[last]
+    if not filed:
+        del index[key]
 
 
 def _charge(sent: Sent, ctx: Context) -> None:

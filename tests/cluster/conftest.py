@@ -15,6 +15,7 @@ import aiohttp
 import pytest
 
 from cli.launcher import Cluster, ClusterSpec, free_port, node_id
+from tests.support.fixtures import started
 from tests.upstream.token_peer import TokenPeer, make_tokenizer
 
 # Keyed clusters: two tenants and an operator key, given to the nodes through
@@ -49,23 +50,17 @@ async def routed_cluster(
     lines = [f'default = "{ROUTED_MODEL}"', f'[models."{ROUTED_MODEL}"]']
     lines += [f"{key} = {json.dumps(value)}" for key, value in route.items()]
     config.write_text("\n".join(lines) + "\n")
-    running = Cluster(cluster_spec(tmp_path, "haproxy", "--config", str(config), keyed=keyed))
-    await running.start()
-    try:
+    async with started(
+        Cluster(cluster_spec(tmp_path, "haproxy", "--config", str(config), keyed=keyed))
+    ) as running:
         yield running
-    finally:
-        await running.stop()
 
 
 @pytest.fixture
 async def peer(tmp_path: Path) -> AsyncIterator[TokenPeer]:
     """A token server (its tokenizer trained into ``tmp_path / "tok"``) that logs each prompt."""
-    running = TokenPeer(make_tokenizer(tmp_path / "tok"))
-    await running.start()
-    try:
+    async with started(TokenPeer(make_tokenizer(tmp_path / "tok"))) as running:
         yield running
-    finally:
-        await running.stop()
 
 
 def tokens_route(tmp_path: Path, peer: TokenPeer, **extra: Any) -> dict[str, Any]:
@@ -77,33 +72,21 @@ def tokens_route(tmp_path: Path, peer: TokenPeer, **extra: Any) -> dict[str, Any
 @pytest.fixture(params=["haproxy", "nginx"])
 async def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Cluster]:
     """Both balancers in turn, in front of two nodes sharing one redis-server."""
-    running = Cluster(cluster_spec(tmp_path, request.param))
-    await running.start()
-    try:
+    async with started(Cluster(cluster_spec(tmp_path, request.param))) as running:
         yield running
-    finally:
-        await running.stop()
 
 
 @pytest.fixture(params=["haproxy", "nginx"])
 async def keyed_cluster(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Cluster]:
     """Both balancers in turn, in front of two nodes that require API keys (KEYS, OPERATOR)."""
-    running = Cluster(cluster_spec(tmp_path, request.param, keyed=True))
-    await running.start()
-    try:
+    async with started(Cluster(cluster_spec(tmp_path, request.param, keyed=True))) as running:
         yield running
-    finally:
-        await running.stop()
 
 
 @pytest.fixture
 async def haproxy_cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
-    running = Cluster(cluster_spec(tmp_path, "haproxy"))
-    await running.start()
-    try:
+    async with started(Cluster(cluster_spec(tmp_path, "haproxy"))) as running:
         yield running
-    finally:
-        await running.stop()
 
 
 # Open nodes ignore it; keyed ones answer their stats to the operator (AUTH-4).

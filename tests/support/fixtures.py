@@ -6,7 +6,8 @@ Registered for the whole suite by ``tests/conftest.py`` (``pytest_plugins``).
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from contextlib import asynccontextmanager
+from typing import Any, Protocol, TypeVar
 
 import pytest
 from openai import AsyncOpenAI
@@ -14,6 +15,37 @@ from openai import AsyncOpenAI
 from engine.core import EngineConfig
 from engine.models.router import Router
 from tests.support.server import LiveServer, start_server
+
+
+class Startable(Protocol):
+    async def start(self) -> None: ...
+    async def stop(self) -> None: ...
+
+
+_S = TypeVar("_S", bound=Startable)
+
+
+@asynccontextmanager
+async def started(thing: _S) -> AsyncIterator[_S]:
+    """A fixture's one body for anything with ``start`` and ``stop`` (a peer, a cluster):
+    ``thing`` started, and stopped after the test."""
+    await thing.start()
+    try:
+        yield thing
+    finally:
+        await thing.stop()
+
+
+def response_shape(response: Any) -> Any:
+    """What an SDK ``Response`` says, without its ids (each node makes its own) and its cached
+    tokens (what the serving process already held)."""
+    items = [
+        (item.type, getattr(item, "name", None), getattr(item, "arguments", None), item.status)
+        for item in response.output
+    ]
+    usage = response.usage
+    tokens = (usage.input_tokens, usage.output_tokens, usage.total_tokens)
+    return response.status, items, response.output_text, tokens
 
 
 def sdk_client(live: LiveServer, api_key: str = "x") -> AsyncOpenAI:

@@ -8,15 +8,15 @@ shared upstream HTTP pool through ``Engine.stop``.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any
 
 import pytest
 
 from engine.core import EngineConfig
 from engine.models.config import build_router, parse_config
 from engine.models.router import Router
+from tests.support.fixtures import started
 from tests.support.server import LiveServer, start_server
 from tests.upstream.peer import SECRET, ChatPeer, ResponsesPeer
 from tests.upstream.reasoning_peer import QWEN3_TEMPLATE, HarmonyPeer
@@ -24,24 +24,6 @@ from tests.upstream.token_peer import TokenPeer, make_tokenizer
 
 KEY_ENV = "ROLLOUT_TEST_UPSTREAM_KEY"
 StartEngine = Callable[..., Awaitable[LiveServer]]
-
-
-class _Peer(Protocol):
-    async def start(self) -> None: ...
-    async def stop(self) -> None: ...
-
-
-_P = TypeVar("_P", bound=_Peer)
-
-
-@asynccontextmanager
-async def running(peer: _P) -> AsyncIterator[_P]:
-    """The peer fixtures' one body: ``peer`` started, and stopped after the test."""
-    await peer.start()
-    try:
-        yield peer
-    finally:
-        await peer.stop()
 
 
 @pytest.fixture(autouse=True)
@@ -52,13 +34,13 @@ def upstream_key(monkeypatch: pytest.MonkeyPatch) -> str:
 
 @pytest.fixture
 async def chat_peer() -> AsyncIterator[ChatPeer]:
-    async with running(ChatPeer()) as peer:
+    async with started(ChatPeer()) as peer:
         yield peer
 
 
 @pytest.fixture
 async def responses_peer() -> AsyncIterator[ResponsesPeer]:
-    async with running(ResponsesPeer()) as peer:
+    async with started(ResponsesPeer()) as peer:
         yield peer
 
 
@@ -120,7 +102,7 @@ def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 async def token_peer(tokenizer_dir: Path) -> AsyncIterator[TokenPeer]:
-    async with running(TokenPeer(tokenizer_dir)) as peer:
+    async with started(TokenPeer(tokenizer_dir)) as peer:
         yield peer
 
 
@@ -133,11 +115,11 @@ def qwen3_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 async def think_peer(qwen3_dir: Path) -> AsyncIterator[TokenPeer]:
-    async with running(TokenPeer(qwen3_dir)) as peer:
+    async with started(TokenPeer(qwen3_dir)) as peer:
         yield peer
 
 
 @pytest.fixture
 async def harmony_peer(qwen3_dir: Path) -> AsyncIterator[HarmonyPeer]:
-    async with running(HarmonyPeer(qwen3_dir)) as peer:
+    async with started(HarmonyPeer(qwen3_dir)) as peer:
         yield peer

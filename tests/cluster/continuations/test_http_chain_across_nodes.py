@@ -16,6 +16,7 @@ from openai import AsyncOpenAI
 from cli.launcher import Cluster
 from engine.store.redis import PARKED_PREFIX
 from tests.cluster.conftest import node_stats, node_url
+from tests.support.fixtures import response_shape
 from tests.support.tools import WEATHER
 from tests.support.wait import wait_for
 
@@ -31,18 +32,6 @@ def _answer(response: Any, text: str) -> list[Any]:
     call = response.output[-1]
     assert call.type == "function_call"
     return [{"type": "function_call_output", "call_id": call.call_id, "output": text}]
-
-
-def _shape(response: Any) -> Any:
-    """What a response says, without its ids (each node makes its own) and its cached tokens
-    (what the serving process already held: nothing on the store path, COMPAT-4)."""
-    items = [
-        (item.type, getattr(item, "name", None), getattr(item, "arguments", None), item.status)
-        for item in response.output
-    ]
-    usage = response.usage
-    tokens = (usage.input_tokens, usage.output_tokens, usage.total_tokens)
-    return response.status, items, response.output_text, tokens
 
 
 async def _create(client: AsyncOpenAI, previous: Any, input: Any) -> Any:
@@ -102,7 +91,7 @@ async def test_an_http_chain_parked_on_one_node_continues_on_the_other(
             assert await redis.exists(PARKED_PREFIX + chain) == 0, chain
         moved = await _create(b, second, _answer(second, "t2"))
         assert moved.previous_response_id == second.id
-        assert _shape(moved) == _shape(kept[-1])
+        assert response_shape(moved) == response_shape(kept[-1])
 
         async def retired() -> list[dict[str, Any]] | None:
             stats = await node_stats(cluster)
@@ -115,7 +104,7 @@ async def test_an_http_chain_parked_on_one_node_continues_on_the_other(
         assert _count(stats[B], "park.notice_sent") == 1
         assert _count(stats[B], "create.unparked") == 0
         again = await _create(a, second, _answer(second, "t2"))  # a branch of `second` on A
-        assert _shape(again) == _shape(moved)
+        assert response_shape(again) == response_shape(moved)
         stats = await node_stats(cluster)
         assert _count(stats[A], "create.unparked") == 3  # no stale rollout resumed
         assert _count(stats[A], "create.hydrated") + _count(stats[A], "create.store_hydrate") == 1

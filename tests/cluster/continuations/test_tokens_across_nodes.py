@@ -22,6 +22,7 @@ from openai import AsyncOpenAI
 from cli.launcher import Cluster
 from tests.cluster.conftest import ROUTED_MODEL as MODEL
 from tests.cluster.conftest import node_stats, routed_cluster, tokens_route, via
+from tests.support.fixtures import started
 from tests.support.tools import WEATHER
 from tests.upstream.reasoning_peer import HARMONY_SCRIPT, HarmonyPeer
 from tests.upstream.token_peer import TokenPeer, assert_exact, make_tokenizer
@@ -36,12 +37,8 @@ async def tokens_cluster(tmp_path: Path, peer: TokenPeer) -> AsyncIterator[Clust
 
 @pytest.fixture
 async def harmony_peer(tmp_path: Path) -> AsyncIterator[HarmonyPeer]:
-    running = HarmonyPeer(make_tokenizer(tmp_path / "tok"))
-    await running.start()
-    try:
+    async with started(HarmonyPeer(make_tokenizer(tmp_path / "tok"))) as running:
         yield running
-    finally:
-        await running.stop()
 
 
 @pytest.fixture

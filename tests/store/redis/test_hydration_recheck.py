@@ -22,6 +22,7 @@ from openai import AsyncOpenAI
 from engine.core import EngineConfig
 from engine.store.redis import RedisStore
 from tests.store._procs import RedisServer
+from tests.support.fixtures import response_shape
 from tests.support.server import LiveServer, start_server
 from tests.support.wait import wait_for
 
@@ -36,17 +37,6 @@ def _answer(response: Any, text: str) -> list[Any]:
     call = response.output[-1]
     assert call.type == "function_call"
     return [{"type": "function_call_output", "call_id": call.call_id, "output": text}]
-
-
-def _shape(response: Any) -> Any:
-    """What a response says, without its ids and cached tokens (what the serving path held)."""
-    items = [
-        (item.type, getattr(item, "name", None), getattr(item, "arguments", None), item.status)
-        for item in response.output
-    ]
-    usage = response.usage
-    tokens = (usage.input_tokens, usage.output_tokens, usage.total_tokens)
-    return response.status, items, response.output_text, tokens
 
 
 async def _terminal(conn: Any) -> Any:
@@ -110,5 +100,5 @@ async def test_a_cache_hit_moved_on_during_its_store_read_takes_the_store_path(
         await socket.close()
         await http.close()
     assert resumed.previous_response_id == served.previous_response_id == first.id
-    assert _shape(served) == _shape(resumed)
+    assert response_shape(served) == response_shape(resumed)
     assert counters["create.store_hydrate"] == 1 and counters["create.hydrated"] == 0

@@ -18,8 +18,8 @@ import pytest
 from engine.core import EngineConfig
 from engine.models.config import build_router, parse_config
 from tests.conformance.codex import CATALOG_ENTRY, MARKER, CodexTask, assert_no_error, run_codex
+from tests.support.fixtures import started
 from tests.support.server import LiveServer, start_server
-from tests.upstream.conftest import running
 from tests.upstream.reasoning_peer import HarmonyPeer
 from tests.upstream.token_peer import TokenPeer, assert_exact
 
@@ -46,7 +46,7 @@ def reader(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 async def peer(qwen3_dir: Path, reader: str) -> AsyncIterator[TokenPeer]:
-    async with running(
+    async with started(
         HarmonyPeer(qwen3_dir) if reader == "harmony" else TokenPeer(qwen3_dir)
     ) as peer:
         yield peer

@@ -199,6 +199,7 @@ def test_no_import_cycles() -> None:
 # shared, the engine that holds them, the coroutine, the connection, the inspector, the transports.
 ENGINE_PARTS = (
     "engine.settings",
+    "engine.fifo",
     "engine.store",
     "engine.conversation",
     "engine.models",

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from engine.conversation.context import Context
+from engine.fifo import Fifo
 from engine.models.base import Backend
 from engine.rollout.coroutine import Rollout
 from engine.rollout.turn import Mode
@@ -94,9 +95,7 @@ class Lane:
         self.name = name
         # Each entry keeps its arrival time (queue wait is a reported stage, OBS-1) and its frame's
         # size in bytes (the connection's queued bytes are bounded, LIM-22).
-        self.queue: asyncio.Queue[tuple[CreateParams, float, int]] = asyncio.Queue(
-            maxsize=max_queued
-        )
+        self.queue: Fifo[tuple[CreateParams, float, int]] = Fifo(max_queued)
         self._latest: CacheEntry | None = None
         self.worker: asyncio.Task[None] | None = None  # started and owned by the session
         self.active = False  # a create is being served right now

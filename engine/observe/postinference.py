@@ -21,6 +21,7 @@ from typing import IO, Any
 
 import msgspec
 
+from engine.fifo import Fifo
 from engine.observe.metrics import Metrics
 from engine.observe.tracing import TurnTrace
 
@@ -54,7 +55,7 @@ class PostInference:
 
     def __init__(self, metrics: Metrics, max_queue: int, ledger_path: Path | None = None) -> None:
         self.metrics = metrics
-        self._queue: asyncio.Queue[UsageRecord] = asyncio.Queue(maxsize=max_queue)
+        self._queue: Fifo[UsageRecord] = Fifo(max_queue)
         self._task: asyncio.Task[None] | None = None
         self.ledger_path = ledger_path
         self._ledger: IO[str] | None = None

@@ -12,13 +12,14 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable
+from typing import Any
 
 from aiohttp import WSCloseCode, WSMsgType, web
 
 from engine.connection.inject import MULTI_AGENT_BETA
 from engine.connection.session import Session
 from engine.core import Engine
-from engine.inspector.read_model import ErrorRing, note_event
+from engine.inspector.read_model import NOTED_EVENTS, ErrorRing, note_event
 from engine.rollout.turn import ClientGone, Mode
 from engine.server.transport import identity, ratelimits
 from engine.server.transport.frames import (
@@ -83,6 +84,7 @@ class WsSink:
         "_loop",
         "_owner",
         "_pending",
+        "_protocol",
         "_splice_min",
         "_timeout",
         "_writer",
@@ -113,6 +115,9 @@ class WsSink:
         writer = getattr(ws, "_payload_writer", None)
         coalesce = writer is not None and hasattr(writer, "drain")
         self._writer = writer if coalesce else None
+        # The connection's protocol: its ``transport`` attribute is what the writer's property
+        # returns (None once the connection is lost), read per frame without a call.
+        self._protocol: Any = getattr(writer, "protocol", None) if coalesce else None
         self._deflater = _deflater(ws, owner) if coalesce else None
         # A compressed socket splices what it can compress once (WS-19); a plain one only
         # what is cheaper to splice than to encode again (CODEC-6).
@@ -123,7 +128,8 @@ class WsSink:
         if ws.closed:
             raise ClientGone
         self.frames_out += 1
-        note_event(self._errors, "ws", event, self._owner)
+        if type(event) in NOTED_EVENTS:
+            note_event(self._errors, "ws", event, self._owner)
         try:
             if self._writer is None:
                 await self._send_frame(encode(event))
@@ -134,7 +140,7 @@ class WsSink:
                 self._add_pieces(snapshot_pieces(event, self._splice_min))
             else:
                 self._add(encode(event))
-            transport = self._writer.transport
+            transport = self._protocol.transport
             if transport is None or transport.is_closing():
                 raise ClientGone
             if self._pending + transport.get_write_buffer_size() > self.HIGH_WATER:

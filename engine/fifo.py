@@ -1,0 +1,112 @@
+"""A bounded FIFO between tasks: the lanes' create queues (WS-5, WS-6) and post-inference's
+record queue (POST-2).
+
+The subset of ``asyncio.Queue`` those two use (``put_nowait``, ``put``, ``get``,
+``task_done``, ``join``, ``empty``, ``full``, ``maxsize``), with the same semantics: FIFO,
+``asyncio.QueueFull`` past ``maxsize`` (0: unbounded), waiters woken in arrival order, a
+cancelled waiter passing its wake-up on. ``asyncio.Queue`` makes about twenty Python-level
+calls per item handed over (``full``, ``qsize``, ``_put``, an ``Event`` cleared and set,
+``_wakeup_next`` on both sides, ``get_nowait``, ``empty``, ``_get``); every turn hands over
+two items, so this one makes three (docs/benchmark.md, issue 48 §2, sixth pass).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+def _wake_first(waiters: deque[asyncio.Future[None]]) -> None:
+    while waiters:
+        waiter = waiters.popleft()
+        if not waiter.done():
+            waiter.set_result(None)
+            return
+
+
+class Fifo(Generic[T]):
+    __slots__ = ("_getters", "_idle", "_items", "_putters", "_unfinished", "maxsize")
+
+    def __init__(self, maxsize: int = 0) -> None:
+        self.maxsize = maxsize
+        self._items: deque[T] = deque()
+        self._getters: deque[asyncio.Future[None]] = deque()
+        self._putters: deque[asyncio.Future[None]] = deque()
+        self._idle: list[asyncio.Future[None]] = []  # ``join`` callers
+        self._unfinished = 0  # items put and not yet ``task_done``
+
+    def qsize(self) -> int:
+        return len(self._items)
+
+    def empty(self) -> bool:
+        return not self._items
+
+    def full(self) -> bool:
+        return 0 < self.maxsize <= len(self._items)
+
+    def put_nowait(self, item: T) -> None:
+        if 0 < self.maxsize <= len(self._items):
+            raise asyncio.QueueFull
+        self._items.append(item)
+        self._unfinished += 1
+        if self._getters:
+            _wake_first(self._getters)
+
+    async def put(self, item: T) -> None:
+        while 0 < self.maxsize <= len(self._items):
+            await self._wait(self._putters, self._putters_may_go)
+        self.put_nowait(item)
+
+    async def get(self) -> T:
+        items = self._items
+        while not items:
+            await self._wait(self._getters, self._getters_may_go)
+        item = items.popleft()
+        if self._putters:
+            _wake_first(self._putters)
+        return item
+
+    def task_done(self) -> None:
+        if self._unfinished <= 0:
+            raise ValueError("task_done() called too many times")
+        self._unfinished -= 1
+        if not self._unfinished and self._idle:
+            idle, self._idle = self._idle, []
+            for waiter in idle:
+                if not waiter.done():
+                    waiter.set_result(None)
+
+    async def join(self) -> None:
+        """Until every item put has been ``task_done``."""
+        if self._unfinished:
+            waiter = asyncio.get_running_loop().create_future()
+            self._idle.append(waiter)
+            try:
+                await waiter
+            finally:
+                with contextlib.suppress(ValueError):
+                    self._idle.remove(waiter)
+
+    def _getters_may_go(self) -> bool:
+        return bool(self._items)
+
+    def _putters_may_go(self) -> bool:
+        return not self.full()
+
+    async def _wait(self, waiters: deque[asyncio.Future[None]], may_go: Callable[[], bool]) -> None:
+        waiter = asyncio.get_running_loop().create_future()
+        waiters.append(waiter)
+        try:
+            await waiter
+        except BaseException:
+            waiter.cancel()
+            with contextlib.suppress(ValueError):
+                waiters.remove(waiter)
+            if may_go() and not waiter.cancelled():
+                _wake_first(waiters)  # woken, then cancelled: the wake-up goes to the next one
+            raise

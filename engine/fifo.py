@@ -7,7 +7,7 @@ The subset of ``asyncio.Queue`` those two use (``put_nowait``, ``put``, ``get``,
 cancelled waiter passing its wake-up on. ``asyncio.Queue`` makes about twenty Python-level
 calls per item handed over (``full``, ``qsize``, ``_put``, an ``Event`` cleared and set,
 ``_wakeup_next`` on both sides, ``get_nowait``, ``empty``, ``_get``); every turn hands over
-two items, so this one makes three (docs/benchmark.md, issue 48 §2, sixth pass).
+two items, so this one makes three (docs/benchmark.md, issue 48 §2, fifth pass).
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import Callable
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -59,13 +58,25 @@ class Fifo(Generic[T]):
 
     async def put(self, item: T) -> None:
         while 0 < self.maxsize <= len(self._items):
-            await self._wait(self._putters, self._putters_may_go)
+            putter = asyncio.get_running_loop().create_future()
+            self._putters.append(putter)
+            try:
+                await putter
+            except BaseException:
+                self._leave(self._putters, putter, not self.full())
+                raise
         self.put_nowait(item)
 
     async def get(self) -> T:
         items = self._items
-        while not items:
-            await self._wait(self._getters, self._getters_may_go)
+        while not items:  # ``_wait`` inlined: a consumer usually waits, and is resumed here
+            getter = asyncio.get_running_loop().create_future()
+            self._getters.append(getter)
+            try:
+                await getter
+            except BaseException:
+                self._leave(self._getters, getter, bool(items))
+                raise
         item = items.popleft()
         if self._putters:
             _wake_first(self._putters)
@@ -92,21 +103,14 @@ class Fifo(Generic[T]):
                 with contextlib.suppress(ValueError):
                     self._idle.remove(waiter)
 
-    def _getters_may_go(self) -> bool:
-        return bool(self._items)
-
-    def _putters_may_go(self) -> bool:
-        return not self.full()
-
-    async def _wait(self, waiters: deque[asyncio.Future[None]], may_go: Callable[[], bool]) -> None:
-        waiter = asyncio.get_running_loop().create_future()
-        waiters.append(waiter)
-        try:
-            await waiter
-        except BaseException:
-            waiter.cancel()
-            with contextlib.suppress(ValueError):
-                waiters.remove(waiter)
-            if may_go() and not waiter.cancelled():
-                _wake_first(waiters)  # woken, then cancelled: the wake-up goes to the next one
-            raise
+    @staticmethod
+    def _leave(
+        waiters: deque[asyncio.Future[None]], waiter: asyncio.Future[None], may_go: bool
+    ) -> None:
+        """A waiter cancelled (or failed): it leaves the line; if it had been woken, the
+        wake-up goes to the next one."""
+        waiter.cancel()
+        with contextlib.suppress(ValueError):
+            waiters.remove(waiter)
+        if may_go and not waiter.cancelled():
+            _wake_first(waiters)  # woken, then cancelled: the wake-up goes to the next one

@@ -28,7 +28,7 @@ from engine.conversation.trajectory import Trajectory
 from engine.core import Engine
 from engine.models.base import TRAINING_INCLUDE, Backend
 from engine.rollout.coroutine import Rollout
-from engine.rollout.turn import Mode, Settings, Turn
+from engine.rollout.turn import MODES, Mode, Settings, Turn
 from engine.store import ResponseStore
 from engine.store.conversations import Joined
 from protocol.errors import ProtocolError, store_unavailable
@@ -253,7 +253,7 @@ def _admit(session: Connection, lane: Lane, params: CreateParams) -> Admission:
         items=items,
         texts=texts,
         backend=backend,
-        mode=Mode(params.rollout_mode or session.default_mode.value),
+        mode=MODES[params.rollout_mode] if params.rollout_mode else session.default_mode,
         turn=turn,
         settings=settings,
         held=known,

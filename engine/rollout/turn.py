@@ -50,6 +50,9 @@ class Mode(enum.Enum):
     APPEND = "append"  # experimental: one response for the whole rollout
 
 
+MODES = {mode.value: mode for mode in Mode}  # by wire value: a dict lookup, not an Enum call
+
+
 @dataclass
 class Settings:
     """Sampling settings; in standard mode each continuation may change them."""

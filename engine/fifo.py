@@ -4,10 +4,11 @@ record queue (POST-2).
 The subset of ``asyncio.Queue`` those two use (``put_nowait``, ``put``, ``get``,
 ``task_done``, ``join``, ``empty``, ``full``, ``maxsize``), with the same semantics: FIFO,
 ``asyncio.QueueFull`` past ``maxsize`` (0: unbounded), waiters woken in arrival order, a
-cancelled waiter passing its wake-up on. ``asyncio.Queue`` makes about twenty Python-level
-calls per item handed over (``full``, ``qsize``, ``_put``, an ``Event`` cleared and set,
-``_wakeup_next`` on both sides, ``get_nowait``, ``empty``, ``_get``); every turn hands over
-two items, so this one makes three (docs/benchmark.md, issue 48 §2, fifth pass).
+cancelled waiter passing its wake-up on. Handing one item to a waiting consumer takes
+``asyncio.Queue`` 17 Python-level calls (``full``, ``qsize``, ``_put``, an ``Event`` cleared
+and set, ``_wakeup_next`` on both sides, ``get_nowait``, ``empty`` three times, ``_get``) and
+this one 5 (``put_nowait``, ``_wake_first``, ``get`` and its resume, ``task_done``); every
+compat turn hands over two items (docs/benchmark.md, issue 48 §2, fifth pass).
 """
 
 from __future__ import annotations

@@ -112,12 +112,12 @@ class WsSink:
         self._frames: list[bytes] = []
         self._pending = 0  # bytes in _frames
         # aiohttp's payload writer: its transport and drain(); None -> per-frame sends.
-        writer = getattr(ws, "_payload_writer", None)
-        coalesce = writer is not None and hasattr(writer, "drain")
+        writer: Any = getattr(ws, "_payload_writer", None)
+        coalesce = hasattr(writer, "drain") and hasattr(writer, "protocol")
         self._writer = writer if coalesce else None
         # The connection's protocol: its ``transport`` attribute is what the writer's property
         # returns (None once the connection is lost), read per frame without a call.
-        self._protocol: Any = getattr(writer, "protocol", None) if coalesce else None
+        self._protocol: Any = writer.protocol if coalesce else None
         self._deflater = _deflater(ws, owner) if coalesce else None
         # A compressed socket splices what it can compress once (WS-19); a plain one only
         # what is cheaper to splice than to encode again (CODEC-6).
@@ -178,7 +178,7 @@ class WsSink:
         if not self._frames:
             return
         frames, self._frames, self._pending = self._frames, [], 0
-        transport = self._writer.transport if self._writer is not None else None
+        transport = self._protocol.transport if self._protocol is not None else None
         if transport is not None and not transport.is_closing():
             transport.writelines(frames)
 
